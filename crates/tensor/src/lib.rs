@@ -1,0 +1,211 @@
+//! The backend abstraction: the handful of operations a decoder-only
+//! transformer needs, and nothing more.
+//!
+//! A backend owns three kinds of values:
+//! - [`Backend::Tensor`]: a 2-D `f32` activation matrix `[rows, cols]`
+//!   (one row per token);
+//! - [`Backend::Weight`]: a `[out, in]` weight matrix, kept in whatever form
+//!   the backend multiplies fastest (GGUF quantized blocks, f16, f32);
+//! - [`Backend::Kv`]: one layer's key/value cache.
+//!
+//! Attention takes an explicit boolean [`Mask`] over `[cached + new]`
+//! positions, so causal decoding, prefill and token-tree verification are the
+//! same call. The KV cache can be appended to, truncated, and compacted to a
+//! chosen set of positions (to keep only the accepted branch of a tree).
+//!
+//! Everything returns [`Result`]: a backend reports shape mismatches and
+//! device failures as errors, never panics.
+
+pub use arbor_gguf::GgmlType;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("shape mismatch in {op}: {detail}")]
+    Shape { op: &'static str, detail: String },
+    #[error("{backend} backend cannot {what}")]
+    Unsupported { backend: &'static str, what: String },
+    #[error("{backend} backend error: {message}")]
+    Backend {
+        backend: &'static str,
+        message: String,
+    },
+    #[error(transparent)]
+    Gguf(#[from] arbor_gguf::GgufError),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A weight matrix as stored in a GGUF file: `rows` output features, each a
+/// row of `cols` input features, in `ty` blocks (`bytes.len()` =
+/// `rows * cols / ty.block_len() * ty.block_bytes()`). 1-D tensors (norm
+/// weights, biases) have `rows == 1`.
+#[derive(Debug, Clone, Copy)]
+pub struct WeightData<'a> {
+    pub name: &'a str,
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub bytes: &'a [u8],
+}
+
+impl WeightData<'_> {
+    /// The weight as `f32`, row-major `[rows, cols]`.
+    pub fn to_f32(&self) -> Result<Vec<f32>> {
+        Ok(arbor_gguf::dequantize(
+            self.ty,
+            self.bytes,
+            self.rows * self.cols,
+        )?)
+    }
+}
+
+/// Which pairs of dimensions rotary embeddings rotate together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs `(2i, 2i+1)`: ggml's "normal" mode, used by `llama`.
+    Interleaved,
+    /// Halves `(i, i + d/2)`: ggml's "neox" mode, used by `qwen2`.
+    Halves,
+}
+
+/// Rotary position embedding parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rope {
+    pub style: RopeStyle,
+    /// Base of the inverse frequencies, `theta^(-2i/d)`.
+    pub theta: f32,
+    pub head_dim: usize,
+}
+
+/// Attention head layout (grouped-query attention when `n_kv_heads <
+/// n_heads`; query head `h` reads KV head `h / (n_heads / n_kv_heads)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heads {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+}
+
+/// A boolean attention mask: `rows` new tokens × `cols` key positions
+/// (`cols` = cache length after appending the new tokens). `true` means
+/// "may attend". Row-major.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mask {
+    pub rows: usize,
+    pub cols: usize,
+    pub allowed: Vec<bool>,
+}
+
+impl Mask {
+    /// The causal mask for `n` new tokens after `past` cached ones.
+    pub fn causal(past: usize, n: usize) -> Self {
+        let cols = past + n;
+        let mut allowed = vec![false; n * cols];
+        for r in 0..n {
+            allowed[r * cols..r * cols + past + r + 1].fill(true);
+        }
+        Self {
+            rows: n,
+            cols,
+            allowed,
+        }
+    }
+
+    pub fn get(&self, row: usize, col: usize) -> bool {
+        self.allowed[row * self.cols + col]
+    }
+
+    /// The mask as additive `f32` biases (0 or `-inf`).
+    pub fn to_bias(&self) -> Vec<f32> {
+        self.allowed
+            .iter()
+            .map(|&a| if a { 0.0 } else { f32::NEG_INFINITY })
+            .collect()
+    }
+
+    /// Checks the shape, and that every row may attend to something (a row
+    /// with no allowed key has no defined softmax).
+    pub fn validate(&self, rows: usize, cols: usize) -> Result<()> {
+        if self.rows != rows || self.cols != cols || self.allowed.len() != rows * cols {
+            return Err(Error::Shape {
+                op: "attention mask",
+                detail: format!(
+                    "mask is {}x{} ({} entries), attention needs {rows}x{cols}",
+                    self.rows,
+                    self.cols,
+                    self.allowed.len()
+                ),
+            });
+        }
+        if let Some(r) = (0..rows).find(|&r| !self.allowed[r * cols..(r + 1) * cols].contains(&true)) {
+            return Err(Error::Shape {
+                op: "attention mask",
+                detail: format!("row {r} attends to nothing"),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The operations a transformer forward pass is written against.
+///
+/// Shapes are given as `[rows, cols]`; `x` always has one row per token.
+pub trait Backend: Send + Sync + 'static {
+    type Tensor: Clone + Send + Sync;
+    type Weight: Send + Sync;
+    type Kv: Send + Sync;
+
+    /// A short name for logs and errors (`candle`, `flex`, …).
+    fn name(&self) -> &'static str;
+
+    /// Loads a weight matrix (any GGUF type the backend supports).
+    fn weight(&self, w: WeightData<'_>) -> Result<Self::Weight>;
+    /// An `f32` tensor `[rows, cols]` from host data (norm weights, biases,
+    /// test inputs).
+    fn tensor(&self, data: &[f32], rows: usize, cols: usize) -> Result<Self::Tensor>;
+    /// The tensor's `[rows, cols]`.
+    fn shape(&self, x: &Self::Tensor) -> (usize, usize);
+    /// Copies a tensor to the host, row-major.
+    fn to_vec(&self, x: &Self::Tensor) -> Result<Vec<f32>>;
+
+    /// Rows `ids` of an embedding table `[vocab, dim]` → `[ids.len(), dim]`.
+    fn embed(&self, table: &Self::Weight, ids: &[u32]) -> Result<Self::Tensor>;
+    /// `x [n, in] · wᵀ` for `w [out, in]` → `[n, out]`.
+    fn matmul(&self, x: &Self::Tensor, w: &Self::Weight) -> Result<Self::Tensor>;
+    /// Elementwise `a + b`; `b` may be a single row broadcast over `a`'s rows.
+    fn add(&self, a: &Self::Tensor, b: &Self::Tensor) -> Result<Self::Tensor>;
+    /// `silu(gate) * up`, elementwise.
+    fn swiglu(&self, gate: &Self::Tensor, up: &Self::Tensor) -> Result<Self::Tensor>;
+    /// Row-wise RMS normalisation scaled by `weight [1, cols]`.
+    fn rms_norm(&self, x: &Self::Tensor, weight: &Self::Tensor, eps: f32) -> Result<Self::Tensor>;
+    /// Rotates `x [n, heads * head_dim]`, row `i` at position `positions[i]`.
+    fn rope(&self, x: &Self::Tensor, positions: &[u32], rope: &Rope) -> Result<Self::Tensor>;
+    /// Keeps only the listed rows, in order.
+    fn select_rows(&self, x: &Self::Tensor, rows: &[usize]) -> Result<Self::Tensor>;
+
+    /// An empty KV cache for one layer.
+    fn kv_new(&self, heads: &Heads) -> Result<Self::Kv>;
+    /// Number of cached positions.
+    fn kv_len(&self, kv: &Self::Kv) -> usize;
+    /// Appends `k`, `v` (`[n, n_kv_heads * head_dim]`, already rotated).
+    fn kv_append(&self, kv: &mut Self::Kv, k: &Self::Tensor, v: &Self::Tensor) -> Result<()>;
+    /// Forgets every position from `len` on.
+    fn kv_truncate(&self, kv: &mut Self::Kv, len: usize) -> Result<()>;
+    /// Keeps only the listed positions (strictly increasing), compacting
+    /// them to the front.
+    fn kv_keep(&self, kv: &mut Self::Kv, positions: &[usize]) -> Result<()>;
+
+    /// Scaled dot-product attention of `q [n, n_heads * head_dim]` over the
+    /// whole cache, with `mask` `[n, kv_len]` → `[n, n_heads * head_dim]`.
+    fn attention(
+        &self,
+        q: &Self::Tensor,
+        kv: &Self::Kv,
+        mask: &Mask,
+        heads: &Heads,
+    ) -> Result<Self::Tensor>;
+}
+
+/// Reference implementations on host slices, used by backends for the odd op
+/// and by tests as ground truth.
+pub mod reference;
