@@ -1,1 +1,110 @@
-fn main() {}
+//! `cargo xtask build --device cpu|wgpu [--release]` builds the `arbor` binary;
+//! `cargo xtask ci` runs the checks of `.ci/run`;
+//! `cargo xtask fetch [--release] [ARGS...]` runs `arbor fetch ARGS...`.
+
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+const USAGE: &str = "usage: cargo xtask build --device cpu|wgpu [--release]
+       cargo xtask ci
+       cargo xtask fetch [--release] [ARGS...]";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let result = match args.as_slice() {
+        ["build", rest @ ..] => build(rest),
+        ["ci"] => ci(),
+        ["fetch", rest @ ..] => fetch(rest),
+        _ => Err(USAGE.to_owned()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn build(args: &[&str]) -> Result<(), String> {
+    let (mut device, mut release) = (None, false);
+    let mut it = args.iter();
+    while let Some(&arg) = it.next() {
+        match arg {
+            "--release" => release = true,
+            "--device" => device = it.next().copied(),
+            _ => match arg.strip_prefix("--device=") {
+                Some(d) => device = Some(d),
+                None => return Err(format!("unexpected argument `{arg}`\n{USAGE}")),
+            },
+        }
+    }
+    let mut cargo = vec!["build", "-p", "arbor-cli"];
+    match device {
+        Some("cpu") => {} // default features: candle + burn flex
+        Some("wgpu") => cargo.extend(["--features", "wgpu"]),
+        _ => return Err(format!("--device must be cpu or wgpu\n{USAGE}")),
+    }
+    if release {
+        cargo.push("--release");
+    }
+    step(&cargo)
+}
+
+/// The test part of `.ci/run`; keep the two in sync. Clippy sees every CPU
+/// backend (candle, burn flex, burn ndarray); wgpu is built by the last step.
+fn ci() -> Result<(), String> {
+    let steps: [&[&str]; 4] = [
+        &["fmt", "--all", "--", "--check"],
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--features",
+            "candle,flex,ndarray",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &["test", "--workspace"],
+        &["test", "-p", "arbor-backend-burn", "--features", "wgpu"],
+    ];
+    let start = Instant::now();
+    for args in steps {
+        step(args)?;
+    }
+    eprintln!("xtask ci: all steps passed in {:.1?}", start.elapsed());
+    Ok(())
+}
+
+fn fetch(args: &[&str]) -> Result<(), String> {
+    let (release, args) = match args {
+        ["--release", rest @ ..] => (true, rest),
+        _ => (false, args),
+    };
+    let mut cargo = vec!["run", "-p", "arbor-cli"];
+    if release {
+        cargo.push("--release");
+    }
+    cargo.extend(["--", "fetch"]);
+    cargo.extend(args);
+    step(&cargo)
+}
+
+/// Runs `cargo ARGS`, printing the command and how long it took.
+fn step(args: &[&str]) -> Result<(), String> {
+    let line = format!("cargo {}", args.join(" "));
+    eprintln!("==> {line}");
+    let start = Instant::now();
+    let status = Command::new("cargo")
+        .args(args)
+        .status()
+        .map_err(|e| format!("{line}: {e}"))?;
+    eprintln!("<== {line}: {status} in {:.1?}", start.elapsed());
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`{line}` failed ({status})"))
+    }
+}

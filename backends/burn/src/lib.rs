@@ -1,1 +1,458 @@
+//! [`arbor_tensor::Backend`] on burn 0.22 tensors.
+//!
+//! burn 0.22 picks the backend at run time from the [`Device`]: the same
+//! code runs on `flex` (pure-Rust CPU), `ndarray` (CPU) and `wgpu` (GPU, or
+//! Mesa's lavapipe without one); Cargo features of the same names decide
+//! which are compiled in.
+//!
+//! Weights are dequantized to `f32` on load and stored transposed (`[in,
+//! out]`), so a matmul is a plain `x · w` on the device. Every op runs as
+//! burn tensor ops; only small per-call tables (RoPE angles, the attention
+//! mask bias, index lists) are built on the host and uploaded.
+//!
+//! burn checks shapes by panicking, so every op validates its inputs first
+//! and reports mismatches as [`Error::Shape`].
 
+use arbor_tensor::{Error, Heads, Mask, Result, Rope, RopeStyle, WeightData};
+use burn::tensor::activation::{silu, softmax};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData, s};
+
+#[cfg(not(any(feature = "flex", feature = "ndarray", feature = "wgpu")))]
+compile_error!("arbor-backend-burn needs at least one of the features flex, ndarray, wgpu");
+
+/// A backend running on one burn device.
+#[derive(Clone, Debug)]
+pub struct BurnBackend {
+    device: Device,
+    name: &'static str,
+}
+
+/// A 2-D `f32` activation matrix on the device.
+#[derive(Clone, Debug)]
+pub struct BurnTensor(Tensor<2>);
+
+impl BurnTensor {
+    /// The underlying burn tensor.
+    pub fn inner(&self) -> &Tensor<2> {
+        &self.0
+    }
+}
+
+/// A weight matrix `[out, in]`, dequantized to `f32` and stored transposed
+/// (`[in, out]`) on the device.
+#[derive(Debug)]
+pub struct BurnWeight {
+    /// `[in, out]` = `[cols, rows]`.
+    wt: Tensor<2>,
+    rows: usize,
+    cols: usize,
+}
+
+impl BurnWeight {
+    /// `(out, in)`: the `[rows, cols]` of the original matrix.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.rows, self.cols)
+    }
+}
+
+/// One layer's KV cache: K and V as `[n_kv_heads, capacity, head_dim]`
+/// device buffers of which the first `len` positions are valid. Appends
+/// write into spare capacity; when full the buffers double.
+#[derive(Debug)]
+pub struct BurnKv {
+    k: Option<Tensor<3>>,
+    v: Option<Tensor<3>>,
+    len: usize,
+    cap: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+}
+
+fn shape_err(op: &'static str, detail: String) -> Error {
+    Error::Shape { op, detail }
+}
+
+impl BurnBackend {
+    /// A backend on the given burn device; `name` is what [`Backend::name`]
+    /// reports.
+    pub fn with_device(device: Device, name: &'static str) -> Self {
+        Self { device, name }
+    }
+
+    /// The pure-Rust CPU backend (SIMD + rayon threads).
+    #[cfg(feature = "flex")]
+    pub fn flex() -> Self {
+        Self::with_device(Device::flex(), "flex")
+    }
+
+    /// The ndarray CPU backend.
+    #[cfg(feature = "ndarray")]
+    pub fn ndarray() -> Self {
+        Self::with_device(Device::ndarray(), "ndarray")
+    }
+
+    /// The wgpu backend on the default adapter (a GPU if there is one,
+    /// otherwise e.g. Mesa's lavapipe; `CUBECL_WGPU_DEFAULT_DEVICE`
+    /// overrides the choice).
+    #[cfg(feature = "wgpu")]
+    pub fn wgpu() -> Self {
+        Self::with_device(
+            Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
+            "wgpu",
+        )
+    }
+
+    /// A weight `[rows, cols]` (row-major, `rows` output features) from
+    /// host `f32` values, as [`Backend::weight`](arbor_tensor::Backend::weight)
+    /// builds it after dequantizing.
+    pub fn weight_f32(&self, data: &[f32], rows: usize, cols: usize) -> Result<BurnWeight> {
+        if data.len() != rows * cols || rows == 0 || cols == 0 {
+            return Err(shape_err(
+                "weight",
+                format!("{} values for [{rows}, {cols}]", data.len()),
+            ));
+        }
+        let wt = self.upload(transpose(data, rows, cols), [cols, rows]);
+        Ok(BurnWeight { wt, rows, cols })
+    }
+
+    /// The burn device everything runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn err(&self, message: impl std::fmt::Display) -> Error {
+        Error::Backend {
+            backend: self.name,
+            message: message.to_string(),
+        }
+    }
+
+    fn upload<const D: usize>(&self, data: Vec<f32>, shape: [usize; D]) -> Tensor<D> {
+        Tensor::from_data(TensorData::new(data, shape), (&self.device, DType::F32))
+    }
+
+    fn indices(&self, idx: impl IntoIterator<Item = usize>) -> Tensor<1, Int> {
+        let idx: Vec<i64> = idx.into_iter().map(|i| i as i64).collect();
+        let n = idx.len();
+        Tensor::from_data(TensorData::new(idx, [n]), &self.device)
+    }
+
+    fn check_same(op: &'static str, a: &Tensor<2>, b: &Tensor<2>) -> Result<()> {
+        if a.dims() != b.dims() {
+            return Err(shape_err(
+                op,
+                format!("{:?} and {:?} differ", a.dims(), b.dims()),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Row-major `[rows, cols]` → `[cols, rows]`, in cache-sized tiles.
+fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    const TILE: usize = 32;
+    let mut out = vec![0.0; data.len()];
+    for r0 in (0..rows).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for r in r0..(r0 + TILE).min(rows) {
+                for c in c0..(c0 + TILE).min(cols) {
+                    out[c * rows + r] = data[r * cols + c];
+                }
+            }
+        }
+    }
+    out
+}
+
+impl arbor_tensor::Backend for BurnBackend {
+    type Tensor = BurnTensor;
+    type Weight = BurnWeight;
+    type Kv = BurnKv;
+
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn weight(&self, w: WeightData<'_>) -> Result<BurnWeight> {
+        self.weight_f32(&w.to_f32()?, w.rows, w.cols)
+    }
+
+    fn tensor(&self, data: &[f32], rows: usize, cols: usize) -> Result<BurnTensor> {
+        if data.len() != rows * cols {
+            return Err(shape_err(
+                "tensor",
+                format!("{} values for [{rows}, {cols}]", data.len()),
+            ));
+        }
+        Ok(BurnTensor(self.upload(data.to_vec(), [rows, cols])))
+    }
+
+    fn shape(&self, x: &BurnTensor) -> (usize, usize) {
+        let [r, c] = x.0.dims();
+        (r, c)
+    }
+
+    fn to_vec(&self, x: &BurnTensor) -> Result<Vec<f32>> {
+        x.0.try_to_vec_as::<f32>().map_err(|e| self.err(e))
+    }
+
+    fn embed(&self, table: &BurnWeight, ids: &[u32]) -> Result<BurnTensor> {
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= table.rows) {
+            return Err(shape_err(
+                "embed",
+                format!("token {bad} outside a table of {} rows", table.rows),
+            ));
+        }
+        if ids.is_empty() {
+            return Err(shape_err("embed", "no tokens".into()));
+        }
+        // The table is stored transposed ([dim, vocab]): pick columns.
+        let cols = table
+            .wt
+            .clone()
+            .select(1, self.indices(ids.iter().map(|&i| i as usize)));
+        Ok(BurnTensor(cols.transpose()))
+    }
+
+    fn matmul(&self, x: &BurnTensor, w: &BurnWeight) -> Result<BurnTensor> {
+        let [_, k] = x.0.dims();
+        if k != w.cols {
+            return Err(shape_err(
+                "matmul",
+                format!("x {:?} times a [{}, {}] weight", x.0.dims(), w.rows, w.cols),
+            ));
+        }
+        Ok(BurnTensor(x.0.clone().matmul(w.wt.clone())))
+    }
+
+    fn add(&self, a: &BurnTensor, b: &BurnTensor) -> Result<BurnTensor> {
+        let ([ar, ac], [br, bc]) = (a.0.dims(), b.0.dims());
+        if ac != bc || (br != ar && br != 1) {
+            return Err(shape_err("add", format!("[{ar}, {ac}] + [{br}, {bc}]")));
+        }
+        Ok(BurnTensor(a.0.clone() + b.0.clone()))
+    }
+
+    fn swiglu(&self, gate: &BurnTensor, up: &BurnTensor) -> Result<BurnTensor> {
+        Self::check_same("swiglu", &gate.0, &up.0)?;
+        Ok(BurnTensor(silu(gate.0.clone()) * up.0.clone()))
+    }
+
+    fn rms_norm(&self, x: &BurnTensor, weight: &BurnTensor, eps: f32) -> Result<BurnTensor> {
+        let ([_, c], [wr, wc]) = (x.0.dims(), weight.0.dims());
+        if wr != 1 || wc != c {
+            return Err(shape_err(
+                "rms_norm",
+                format!("x {:?} with weight [{wr}, {wc}]", x.0.dims()),
+            ));
+        }
+        let x = x.0.clone();
+        let inv = x
+            .clone()
+            .square()
+            .mean_dim(1)
+            .add_scalar(eps)
+            .sqrt()
+            .recip();
+        Ok(BurnTensor(x * inv * weight.0.clone()))
+    }
+
+    fn rope(&self, x: &BurnTensor, positions: &[u32], rope: &Rope) -> Result<BurnTensor> {
+        let [n, c] = x.0.dims();
+        let d = rope.head_dim;
+        if d == 0 || d % 2 != 0 || c % d != 0 || positions.len() != n {
+            return Err(shape_err(
+                "rope",
+                format!("x [{n}, {c}], head_dim {d}, {} positions", positions.len()),
+            ));
+        }
+        let (heads, half) = (c / d, d / 2);
+        // Angles on the host, exactly as the reference computes them.
+        let freqs: Vec<f32> = (0..half)
+            .map(|i| rope.theta.powf(-2.0 * i as f32 / d as f32))
+            .collect();
+        let mut cos = Vec::with_capacity(n * half);
+        let mut sin = Vec::with_capacity(n * half);
+        for &p in positions {
+            for f in &freqs {
+                let (s, c) = (p as f32 * f).sin_cos();
+                sin.push(s);
+                cos.push(c);
+            }
+        }
+        // Lay each head out as [.., 2, half] (halves) or [.., half, 2]
+        // (interleaved pairs) and rotate the two parts.
+        let (shape, cs_shape, pair_dim) = match rope.style {
+            RopeStyle::Halves => ([n, heads, 2, half], [n, 1, 1, half], 2),
+            RopeStyle::Interleaved => ([n, heads, half, 2], [n, 1, half, 1], 3),
+        };
+        let cos = self.upload(cos, cs_shape);
+        let sin = self.upload(sin, cs_shape);
+        let x4: Tensor<4> = x.0.clone().reshape(shape);
+        let x0 = x4.clone().narrow(pair_dim, 0, 1);
+        let x1 = x4.narrow(pair_dim, 1, 1);
+        let y0 = x0.clone() * cos.clone() - x1.clone() * sin.clone();
+        let y1 = x0 * sin + x1 * cos;
+        let y = Tensor::cat(vec![y0, y1], pair_dim);
+        Ok(BurnTensor(y.reshape([n, c])))
+    }
+
+    fn select_rows(&self, x: &BurnTensor, rows: &[usize]) -> Result<BurnTensor> {
+        let [r, _] = x.0.dims();
+        if rows.is_empty() || rows.iter().any(|&i| i >= r) {
+            return Err(shape_err(
+                "select_rows",
+                format!("rows {rows:?} of a {r}-row tensor"),
+            ));
+        }
+        Ok(BurnTensor(
+            x.0.clone().select(0, self.indices(rows.iter().copied())),
+        ))
+    }
+
+    fn kv_new(&self, heads: &Heads) -> Result<BurnKv> {
+        if heads.n_kv_heads == 0 || heads.head_dim == 0 {
+            return Err(shape_err("kv_new", format!("{heads:?}")));
+        }
+        Ok(BurnKv {
+            k: None,
+            v: None,
+            len: 0,
+            cap: 0,
+            n_kv_heads: heads.n_kv_heads,
+            head_dim: heads.head_dim,
+        })
+    }
+
+    fn kv_len(&self, kv: &BurnKv) -> usize {
+        kv.len
+    }
+
+    fn kv_append(&self, kv: &mut BurnKv, k: &BurnTensor, v: &BurnTensor) -> Result<()> {
+        let (h, d) = (kv.n_kv_heads, kv.head_dim);
+        let [n, c] = k.0.dims();
+        if c != h * d || v.0.dims() != [n, c] {
+            return Err(shape_err(
+                "kv_append",
+                format!(
+                    "k {:?}, v {:?} into a cache of {h} heads × {d}",
+                    k.0.dims(),
+                    v.0.dims()
+                ),
+            ));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let (len, need) = (kv.len, kv.len + n);
+        if need > kv.cap {
+            let cap = need.max(2 * kv.cap).max(16);
+            let grow = |old: Option<Tensor<3>>| {
+                let fresh = Tensor::<3>::zeros([h, cap, d], (&self.device, DType::F32));
+                match old {
+                    Some(old) if len > 0 => {
+                        fresh.slice_assign(s![.., 0..len, ..], old.narrow(1, 0, len))
+                    }
+                    _ => fresh,
+                }
+            };
+            kv.k = Some(grow(kv.k.take()));
+            kv.v = Some(grow(kv.v.take()));
+            kv.cap = cap;
+        }
+        // [n, h*d] → [h, n, d], written at positions len..len+n.
+        let heads_first = |t: &Tensor<2>| t.clone().reshape([n, h, d]).swap_dims(0, 1);
+        let write = |buf: Option<Tensor<3>>, new: Tensor<3>| {
+            buf.map(|b| b.slice_assign(s![.., len..need, ..], new))
+        };
+        kv.k = write(kv.k.take(), heads_first(&k.0));
+        kv.v = write(kv.v.take(), heads_first(&v.0));
+        kv.len = need;
+        Ok(())
+    }
+
+    fn kv_truncate(&self, kv: &mut BurnKv, len: usize) -> Result<()> {
+        if len > kv.len {
+            return Err(shape_err(
+                "kv_truncate",
+                format!("to {len} of {} positions", kv.len),
+            ));
+        }
+        // Positions past `len` stay in the buffer as spare capacity.
+        kv.len = len;
+        Ok(())
+    }
+
+    fn kv_keep(&self, kv: &mut BurnKv, positions: &[usize]) -> Result<()> {
+        if positions.windows(2).any(|w| w[0] >= w[1])
+            || positions.last().is_some_and(|&p| p >= kv.len)
+        {
+            return Err(shape_err(
+                "kv_keep",
+                format!("positions must increase and stay below {}", kv.len),
+            ));
+        }
+        if positions.is_empty() {
+            kv.len = 0;
+            return Ok(());
+        }
+        if positions.iter().enumerate().all(|(i, &p)| i == p) {
+            // Already a prefix: nothing moves.
+            kv.len = positions.len();
+            return Ok(());
+        }
+        let idx = self.indices(positions.iter().copied());
+        kv.k = kv.k.take().map(|t| t.select(1, idx.clone()));
+        kv.v = kv.v.take().map(|t| t.select(1, idx));
+        kv.len = positions.len();
+        kv.cap = positions.len();
+        Ok(())
+    }
+
+    fn attention(
+        &self,
+        q: &BurnTensor,
+        kv: &BurnKv,
+        mask: &Mask,
+        heads: &Heads,
+    ) -> Result<BurnTensor> {
+        let [n, qc] = q.0.dims();
+        let (hq, hkv, d) = (heads.n_heads, heads.n_kv_heads, heads.head_dim);
+        if hkv == 0 || hq % hkv != 0 || qc != hq * d || hkv != kv.n_kv_heads || d != kv.head_dim {
+            return Err(shape_err(
+                "attention",
+                format!(
+                    "q [{n}, {qc}] with heads {heads:?} over a cache of {} heads × {}",
+                    kv.n_kv_heads, kv.head_dim
+                ),
+            ));
+        }
+        let t = kv.len;
+        mask.validate(n, t)?;
+        let (Some(k), Some(v)) = (&kv.k, &kv.v) else {
+            return Err(shape_err("attention", "empty KV cache".into()));
+        };
+        let group = hq / hkv;
+        // Query head h reads KV head h / group: gather each KV head's group
+        // of query heads into one batch row, [hkv, group * n, d].
+        let q =
+            q.0.clone()
+                .reshape([n, hkv, group, d])
+                .permute([1, 2, 0, 3])
+                .reshape([hkv, group * n, d]);
+        let k = k.clone().narrow(1, 0, t);
+        let v = v.clone().narrow(1, 0, t);
+        let scale = 1.0 / (d as f32).sqrt();
+        let scores = q.matmul(k.swap_dims(1, 2)).mul_scalar(scale);
+        let bias = self.upload(mask.to_bias(), [1, 1, n, t]);
+        let scores: Tensor<4> = scores.reshape([hkv, group, n, t]) + bias;
+        let probs = softmax(scores, 3).reshape([hkv, group * n, t]);
+        let out = probs
+            .matmul(v)
+            .reshape([hkv, group, n, d])
+            .permute([2, 0, 1, 3])
+            .reshape([n, qc]);
+        Ok(BurnTensor(out))
+    }
+}

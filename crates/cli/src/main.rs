@@ -1,1 +1,253 @@
-fn main() {}
+//! `arbor`: run GGUF language models on small machines.
+
+mod bench;
+mod profile;
+mod progress;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use arbor_engine::{BackendKind, Engine, GenerateOptions, SamplingParams};
+use clap::{Args, Parser, Subcommand};
+
+/// The model `generate` uses when none is named.
+pub const DEFAULT_TARGET: &str = "qwen2.5-coder-1.5b";
+/// The draft that pairs with the default target.
+pub const DEFAULT_DRAFT: &str = "qwen2.5-coder-0.5b";
+
+#[derive(Parser)]
+#[command(
+    name = "arbor",
+    version,
+    about = "Run large language models fast under a memory limit"
+)]
+struct Cli {
+    /// Device profile (TOML: backend, threads); flags override it.
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Worker threads for the CPU backends.
+    #[arg(long, global = true)]
+    threads: Option<usize>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Download models (default: the default pair and smollm2-135m) or datasets into the cache.
+    Fetch {
+        /// Short model names.
+        names: Vec<String>,
+        /// Datasets to fetch too (mt-bench, sharegpt, brown).
+        #[arg(long = "dataset")]
+        datasets: Vec<String>,
+    },
+    /// Generate text; the text goes to stdout, statistics to stderr.
+    Generate(GenerateArgs),
+    /// Print the token ids of a text as a JSON array.
+    Tokenize {
+        #[arg(long)]
+        model: String,
+        #[arg(long)]
+        text: String,
+    },
+    /// Perplexity of a model on a text file (or a dataset name, e.g. `brown`).
+    Perplexity {
+        #[arg(long)]
+        model: String,
+        #[arg(long)]
+        file: String,
+        /// Window length in tokens.
+        #[arg(long, default_value_t = 512)]
+        ctx: usize,
+        /// Use only the first N tokens of the text.
+        #[arg(long)]
+        max_tokens: Option<usize>,
+        #[arg(long)]
+        backend: Option<String>,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        which: bench::BenchCommand,
+    },
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    /// Model path or short name (default: qwen2.5-coder-1.5b, fetched if missing).
+    #[arg(long)]
+    model: Option<String>,
+    #[arg(long)]
+    prompt: String,
+    /// Wrap the prompt in the model's chat template.
+    #[arg(long)]
+    chat: bool,
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// candle, flex, ndarray or wgpu.
+    #[arg(long)]
+    backend: Option<String>,
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
+    let cli = Cli::parse();
+    let profile = match &cli.config {
+        Some(path) => profile::Profile::load(path)?,
+        None => profile::Profile::default(),
+    };
+    profile::set_threads(cli.threads.or(profile.threads))?;
+    let pick =
+        |flag: &Option<String>| profile::backend(flag.as_deref().or(profile.backend.as_deref()));
+    match cli.command {
+        Command::Fetch { names, datasets } => fetch(names, datasets),
+        Command::Generate(args) => generate(&args, pick(&args.backend)?),
+        Command::Tokenize { model, text } => {
+            let path = arbor_fetch::resolve_model(&model)?;
+            let file = arbor_gguf::GgufFile::open(&path)?;
+            let tok = arbor_engine::Tokenizer::from_gguf(file.header())?;
+            println!("{}", serde_json::to_string(&tok.encode(&text)?)?);
+            Ok(())
+        }
+        Command::Perplexity {
+            model,
+            file,
+            ctx,
+            max_tokens,
+            backend,
+        } => perplexity(&model, &file, ctx, max_tokens, pick(&backend)?),
+        Command::Bench { which } => bench::run(which, &pick),
+    }
+}
+
+fn fetch(names: Vec<String>, datasets: Vec<String>) -> Result<()> {
+    let names = if names.is_empty() && datasets.is_empty() {
+        vec![
+            DEFAULT_TARGET.into(),
+            DEFAULT_DRAFT.into(),
+            "smollm2-135m".into(),
+        ]
+    } else {
+        names
+    };
+    for name in &names {
+        let spec = arbor_fetch::model_spec(name).with_context(|| {
+            let known: Vec<_> = arbor_fetch::MODELS.iter().map(|m| m.name).collect();
+            format!("unknown model `{name}` (known: {})", known.join(", "))
+        })?;
+        let path = arbor_fetch::fetch_model(spec, &mut progress::fetch_bar())?;
+        println!("{name}\t{}", path.display());
+    }
+    for name in &datasets {
+        let path = arbor_fetch::fetch_dataset(name, &mut progress::fetch_bar())?;
+        println!("{name}\t{}", path.display());
+    }
+    Ok(())
+}
+
+/// A model path or short name; the default target is fetched when missing.
+fn model_path(model: Option<&str>) -> Result<PathBuf> {
+    match model {
+        Some(m) => Ok(arbor_fetch::resolve_model(m)?),
+        None => {
+            let spec =
+                arbor_fetch::model_spec(DEFAULT_TARGET).context("default model is registered")?;
+            Ok(arbor_fetch::fetch_model(spec, &mut progress::fetch_bar())?)
+        }
+    }
+}
+
+pub fn load(path: &std::path::Path, backend: BackendKind) -> Result<Engine> {
+    let mut bar = progress::load_bar(path);
+    let engine = Engine::load(path, backend, &mut bar)
+        .with_context(|| format!("loading {} on {backend}", path.display()))?;
+    Ok(engine)
+}
+
+fn generate(args: &GenerateArgs, backend: BackendKind) -> Result<()> {
+    let path = model_path(args.model.as_deref())?;
+    let mut engine = load(&path, backend)?;
+    let prompt = engine.prompt_tokens(&args.prompt, args.chat)?;
+    let options = GenerateOptions {
+        max_tokens: args.max_tokens,
+        sampling: SamplingParams {
+            temperature: args.temperature,
+            top_k: args.top_k,
+            top_p: args.top_p,
+            min_p: args.min_p,
+            seed: args.seed,
+        },
+        stop_tokens: None,
+    };
+    let mut out = std::io::stdout().lock();
+    let g = engine.generate(&prompt, &options, &mut |piece| {
+        let _ = out.write_all(piece.as_bytes());
+        let _ = out.flush();
+    })?;
+    drop(out);
+    if !g.text.ends_with('\n') {
+        println!();
+    }
+    let s = &g.stats;
+    eprintln!(
+        "[{backend}] prompt {} tok at {:.1} tok/s, generated {} tok at {:.1} tok/s ({:?}), peak RSS {}",
+        s.prompt_tokens,
+        s.prefill_tok_s(),
+        s.generated_tokens,
+        s.decode_tok_s(),
+        s.stop,
+        progress::human_bytes(profile::peak_rss_bytes().unwrap_or(0)),
+    );
+    Ok(())
+}
+
+fn perplexity(
+    model: &str,
+    file: &str,
+    ctx: usize,
+    max_tokens: Option<usize>,
+    backend: BackendKind,
+) -> Result<()> {
+    let text_path = if std::path::Path::new(file).exists() {
+        PathBuf::from(file)
+    } else if arbor_fetch::dataset_spec(file).is_some() {
+        arbor_fetch::fetch_dataset(file, &mut progress::fetch_bar())?
+    } else {
+        bail!("no file `{file}` (and it is not a dataset name: mt-bench, sharegpt, brown)");
+    };
+    let text = std::fs::read_to_string(&text_path)
+        .with_context(|| format!("reading {}", text_path.display()))?;
+    let mut engine = load(&arbor_fetch::resolve_model(model)?, backend)?;
+    let mut tokens = engine.tokenizer().encode(&text)?;
+    if let Some(n) = max_tokens {
+        tokens.truncate(n);
+    }
+    let start = std::time::Instant::now();
+    let ppl = engine.perplexity(&tokens, ctx, &mut progress::count_bar("windows"))?;
+    eprintln!(
+        "[{backend}] {} tokens, ctx {ctx}, {:.1} s",
+        tokens.len(),
+        start.elapsed().as_secs_f64()
+    );
+    println!("{ppl:.4}");
+    Ok(())
+}

@@ -1,1 +1,146 @@
+//! The engine: loads a GGUF model with its tokenizer onto a backend and runs
+//! generation and evaluation over the [`LanguageModel`] interface. It owns
+//! no numerics of its own; strategies (speculative decoding, paging) will be
+//! small compositions here.
 
+mod backends;
+mod generate;
+mod perplexity;
+
+use std::path::{Path, PathBuf};
+
+pub use arbor_model::{Config, LanguageModel, Logits, Mask};
+pub use arbor_sampling::{SamplingParams, argmax};
+pub use arbor_tokenizer::{ChatMessage, Role, Tokenizer};
+pub use backends::BackendKind;
+pub use generate::{GenerateOptions, Generation, GenerationStats, StopReason};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Gguf(#[from] arbor_gguf::GgufError),
+    #[error(transparent)]
+    Model(#[from] arbor_model::ModelError),
+    #[error(transparent)]
+    Tokenizer(#[from] arbor_tokenizer::TokenizerError),
+    #[error(transparent)]
+    Sampling(#[from] arbor_sampling::SamplingError),
+    #[error("backend `{0}` is not compiled into this build (enable the cargo feature `{0}`)")]
+    BackendNotCompiled(BackendKind),
+    #[error("unknown backend `{0}` (choose candle, flex, ndarray or wgpu)")]
+    UnknownBackend(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// Loads the model of an open GGUF file onto a backend (no tokenizer).
+pub fn load_model(
+    kind: BackendKind,
+    file: &arbor_gguf::GgufFile,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Box<dyn LanguageModel>> {
+    backends::load(kind, file, progress)
+}
+
+/// A model, its tokenizer, and where they came from.
+pub struct Engine {
+    model: Box<dyn LanguageModel>,
+    tokenizer: Tokenizer,
+    path: PathBuf,
+}
+
+impl Engine {
+    /// Opens a GGUF file and loads it onto `backend`;
+    /// `progress(done, total)` counts tensors.
+    pub fn load(
+        path: &Path,
+        backend: BackendKind,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Self> {
+        let file = arbor_gguf::GgufFile::open(path)?;
+        let tokenizer = Tokenizer::from_gguf(file.header())?;
+        let model = backends::load(backend, &file, progress)?;
+        Ok(Self {
+            model,
+            tokenizer,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Wraps an already-loaded model (tests, custom backends).
+    pub fn from_parts(model: Box<dyn LanguageModel>, tokenizer: Tokenizer, path: PathBuf) -> Self {
+        Self {
+            model,
+            tokenizer,
+            path,
+        }
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    pub fn model(&self) -> &dyn LanguageModel {
+        self.model.as_ref()
+    }
+
+    pub fn model_mut(&mut self) -> &mut dyn LanguageModel {
+        self.model.as_mut()
+    }
+
+    /// The model and the tokenizer at once, for loops that need both.
+    pub fn parts_mut(&mut self) -> (&mut dyn LanguageModel, &Tokenizer) {
+        (self.model.as_mut(), &self.tokenizer)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Token ids of `text` (raw, or wrapped in the model's chat template as
+    /// one user turn).
+    pub fn prompt_tokens(&self, text: &str, chat: bool) -> Result<Vec<u32>> {
+        let text = if chat {
+            self.tokenizer.chat_prompt(&[ChatMessage {
+                role: Role::User,
+                content: text.to_string(),
+            }])?
+        } else {
+            text.to_string()
+        };
+        let ids = self.tokenizer.encode(&text)?;
+        if ids.is_empty() {
+            return Err(EngineError::Invalid("the prompt is empty".into()));
+        }
+        Ok(ids)
+    }
+
+    /// Generates from `prompt` (token ids), calling `on_text` with each
+    /// newly completed piece of text.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        options: &GenerateOptions,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation> {
+        generate::generate(
+            self.model.as_mut(),
+            &self.tokenizer,
+            prompt,
+            options,
+            on_text,
+        )
+    }
+
+    /// Perplexity of `tokens`, in windows of `ctx` tokens.
+    pub fn perplexity(
+        &mut self,
+        tokens: &[u32],
+        ctx: usize,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<f64> {
+        perplexity::perplexity(self.model.as_mut(), tokens, ctx, progress)
+    }
+}

@@ -12,12 +12,14 @@
 
 mod parse;
 pub mod quant;
+mod write;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use parse::parse_header;
-pub use quant::dequantize;
+pub use quant::{dequantize, dequantize_into, dequantize_rows, repack_q5_0_to_q8_0};
+pub use write::GgufWriter;
 
 /// GGUF files start with these four bytes.
 pub const MAGIC: [u8; 4] = *b"GGUF";
@@ -36,7 +38,9 @@ pub enum GgufError {
     BadMagic([u8; 4]),
     #[error("unsupported GGUF version {0} (arbor reads versions 2 and 3)")]
     UnsupportedVersion(u32),
-    #[error("file truncated: needed {needed} bytes at offset {offset} while reading {what}, file has {len}")]
+    #[error(
+        "file truncated: needed {needed} bytes at offset {offset} while reading {what}, file has {len}"
+    )]
     Truncated {
         what: &'static str,
         offset: u64,
@@ -59,6 +63,17 @@ pub enum GgufError {
     },
     #[error("no tensor named `{0}`")]
     MissingTensor(String),
+    #[error("{n} elements is not a whole number of {ty} blocks ({} elements each)", .ty.block_len())]
+    PartialBlock { ty: GgmlType, n: usize },
+    #[error("{n} elements of {ty} take {expected} bytes, got {len}")]
+    DataLength {
+        ty: GgmlType,
+        n: usize,
+        expected: u64,
+        len: usize,
+    },
+    #[error("row {row} is out of range for a matrix of {rows} rows")]
+    RowOutOfRange { row: usize, rows: usize },
 }
 
 pub type Result<T, E = GgufError> = std::result::Result<T, E>;
@@ -146,7 +161,10 @@ impl GgmlType {
             Self::Q5_0 => 2 + 4 + 16,
             Self::Q5_1 => 2 + 2 + 4 + 16,
             Self::Q8_0 => 2 + 32,
-            Self::Q8_1 => 4 + 4 + 32,
+            // Two f16 (scale and block sum), as ggml's block_q8_1 has them
+            // (older ggml and the gguf Python package's size table have two
+            // f32). ggml uses Q8_1 for activations; files rarely hold it.
+            Self::Q8_1 => 2 + 2 + 32,
             Self::Q2_K => 256 / 16 + 256 / 4 + 2 + 2,
             Self::Q3_K => 256 / 8 + 256 / 4 + 12 + 2,
             Self::Q4_K => 2 + 2 + 12 + 256 / 2,
@@ -160,7 +178,7 @@ impl GgmlType {
     /// of blocks (or the size overflows).
     pub fn bytes_for(self, n: u64) -> Option<u64> {
         let bl = self.block_len() as u64;
-        if n % bl != 0 {
+        if !n.is_multiple_of(bl) {
             return None;
         }
         (n / bl).checked_mul(self.block_bytes() as u64)
@@ -317,7 +335,8 @@ impl Header {
     }
 
     fn require(&self, key: &str) -> Result<&Value> {
-        self.get(key).ok_or_else(|| GgufError::MissingKey(key.into()))
+        self.get(key)
+            .ok_or_else(|| GgufError::MissingKey(key.into()))
     }
 
     fn wrong(key: &str, expected: &'static str, v: &Value) -> GgufError {
@@ -335,7 +354,8 @@ impl Header {
 
     pub fn get_u64(&self, key: &str) -> Result<u64> {
         let v = self.require(key)?;
-        v.as_u64().ok_or_else(|| Self::wrong(key, "unsigned integer", v))
+        v.as_u64()
+            .ok_or_else(|| Self::wrong(key, "unsigned integer", v))
     }
 
     pub fn get_usize(&self, key: &str) -> Result<usize> {
@@ -357,7 +377,10 @@ impl Header {
     pub fn get_str_array(&self, key: &str) -> Result<Vec<&str>> {
         self.get_array(key)?
             .iter()
-            .map(|v| v.as_str().ok_or_else(|| Self::wrong(key, "array of strings", v)))
+            .map(|v| {
+                v.as_str()
+                    .ok_or_else(|| Self::wrong(key, "array of strings", v))
+            })
             .collect()
     }
 
@@ -365,7 +388,10 @@ impl Header {
     pub fn get_i64_array(&self, key: &str) -> Result<Vec<i64>> {
         self.get_array(key)?
             .iter()
-            .map(|v| v.as_i64().ok_or_else(|| Self::wrong(key, "array of integers", v)))
+            .map(|v| {
+                v.as_i64()
+                    .ok_or_else(|| Self::wrong(key, "array of integers", v))
+            })
             .collect()
     }
 
@@ -373,7 +399,10 @@ impl Header {
     pub fn get_f64_array(&self, key: &str) -> Result<Vec<f64>> {
         self.get_array(key)?
             .iter()
-            .map(|v| v.as_f64().ok_or_else(|| Self::wrong(key, "array of numbers", v)))
+            .map(|v| {
+                v.as_f64()
+                    .ok_or_else(|| Self::wrong(key, "array of numbers", v))
+            })
             .collect()
     }
 

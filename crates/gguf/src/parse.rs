@@ -31,7 +31,10 @@ impl<'a> Reader<'a> {
     }
 
     fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N]> {
-        Ok(self.take(N as u64, what)?.try_into().expect("length checked"))
+        Ok(self
+            .take(N as u64, what)?
+            .try_into()
+            .expect("length checked"))
     }
 
     fn u8(&mut self, what: &'static str) -> Result<u8> {
@@ -144,7 +147,9 @@ pub fn parse_header(buf: &[u8]) -> Result<Header> {
         let ty = r.u32("metadata value type")?;
         let value = r.value(ty, 0)?;
         if metadata.insert(key.clone(), value).is_some() {
-            return Err(GgufError::Invalid(format!("duplicate metadata key `{key}`")));
+            return Err(GgufError::Invalid(format!(
+                "duplicate metadata key `{key}`"
+            )));
         }
     }
 
@@ -183,8 +188,10 @@ pub fn parse_header(buf: &[u8]) -> Result<Header> {
             .iter()
             .try_fold(1u64, |acc, &d| acc.checked_mul(d))
             .filter(|&n| n > 0)
-            .ok_or_else(|| GgufError::Invalid(format!("tensor `{name}` has bad dimensions {dims:?}")))?;
-        if dims[0] % ty.block_len() as u64 != 0 {
+            .ok_or_else(|| {
+                GgufError::Invalid(format!("tensor `{name}` has bad dimensions {dims:?}"))
+            })?;
+        if !dims[0].is_multiple_of(ty.block_len() as u64) {
             return Err(GgufError::Invalid(format!(
                 "tensor `{name}`: row length {} is not a multiple of the {ty} block length {}",
                 dims[0],
@@ -194,7 +201,7 @@ pub fn parse_header(buf: &[u8]) -> Result<Header> {
         let size = ty
             .bytes_for(n)
             .ok_or_else(|| GgufError::Invalid(format!("tensor `{name}` is too large")))?;
-        if offset % alignment != 0 {
+        if !offset.is_multiple_of(alignment) {
             return Err(GgufError::Invalid(format!(
                 "tensor `{name}` offset {offset} is not aligned to {alignment}"
             )));
@@ -214,7 +221,10 @@ pub fn parse_header(buf: &[u8]) -> Result<Header> {
     let mut names = std::collections::HashSet::with_capacity(tensors.len());
     for t in &tensors {
         if !names.insert(t.name.as_str()) {
-            return Err(GgufError::Invalid(format!("duplicate tensor name `{}`", t.name)));
+            return Err(GgufError::Invalid(format!(
+                "duplicate tensor name `{}`",
+                t.name
+            )));
         }
         let end = t.offset.checked_add(t.size);
         if end.is_none_or(|e| e > data_len) {
@@ -226,8 +236,10 @@ pub fn parse_header(buf: &[u8]) -> Result<Header> {
             });
         }
     }
-    let mut spans: Vec<(u64, u64, &str)> =
-        tensors.iter().map(|t| (t.offset, t.offset + t.size, t.name.as_str())).collect();
+    let mut spans: Vec<(u64, u64, &str)> = tensors
+        .iter()
+        .map(|t| (t.offset, t.offset + t.size, t.name.as_str()))
+        .collect();
     spans.sort_unstable();
     for w in spans.windows(2) {
         if w[1].0 < w[0].1 {

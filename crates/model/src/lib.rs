@@ -1,1 +1,81 @@
+//! Transformer models, written once against [`arbor_tensor::Backend`].
+//!
+//! [`decoder`] holds the llama/qwen2 family. [`LanguageModel`] is the
+//! object-safe face the engine drives: feed tokens at explicit positions
+//! under an explicit mask, read logits for chosen rows, and edit the KV cache
+//! (truncate, keep only some positions).
 
+pub mod decoder;
+pub mod testing;
+
+pub use arbor_tensor::Mask;
+pub use decoder::{Config, Decoder};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Tensor(#[from] arbor_tensor::Error),
+    #[error(transparent)]
+    Gguf(#[from] arbor_gguf::GgufError),
+    #[error("unsupported architecture `{0}` (arbor runs llama and qwen2)")]
+    UnsupportedArchitecture(String),
+    #[error("bad model: {0}")]
+    Invalid(String),
+    #[error("bad input: {0}")]
+    Input(String),
+}
+
+pub type Result<T, E = ModelError> = std::result::Result<T, E>;
+
+/// Logits for some rows of a forward pass, row-major `[rows, vocab]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Logits {
+    pub rows: usize,
+    pub vocab: usize,
+    pub data: Vec<f32>,
+}
+
+impl Logits {
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.vocab..(i + 1) * self.vocab]
+    }
+}
+
+/// What the engine needs from a model, whatever its backend.
+pub trait LanguageModel: Send {
+    /// Runs `tokens` (at `positions`, attending as `mask` allows over the
+    /// cached positions followed by these tokens) and appends their keys
+    /// and values to the cache. Returns logits for the rows in
+    /// `logit_rows` (indices into `tokens`).
+    fn forward(
+        &mut self,
+        tokens: &[u32],
+        positions: &[u32],
+        mask: &Mask,
+        logit_rows: &[usize],
+    ) -> Result<Logits>;
+
+    /// Number of cached positions.
+    fn cache_len(&self) -> usize;
+    /// Drops cached positions from `len` on.
+    fn truncate_cache(&mut self, len: usize) -> Result<()>;
+    /// Keeps only these cached positions (strictly increasing), compacted.
+    fn keep_cache(&mut self, positions: &[usize]) -> Result<()>;
+
+    fn config(&self) -> &Config;
+    /// Backend name (`candle`, `flex`, ...).
+    fn backend_name(&self) -> &'static str;
+
+    /// Causal forward of `tokens` after the cache, positions continuing
+    /// from the cache length; logits of the last token only.
+    fn step(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Err(ModelError::Input("no tokens to run".into()));
+        }
+        let past = self.cache_len();
+        let positions: Vec<u32> = (past..past + tokens.len()).map(|p| p as u32).collect();
+        let mask = Mask::causal(past, tokens.len());
+        let logits = self.forward(tokens, &positions, &mask, &[tokens.len() - 1])?;
+        Ok(logits.data)
+    }
+}

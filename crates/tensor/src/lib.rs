@@ -137,7 +137,9 @@ impl Mask {
                 ),
             });
         }
-        if let Some(r) = (0..rows).find(|&r| !self.allowed[r * cols..(r + 1) * cols].contains(&true)) {
+        if let Some(r) =
+            (0..rows).find(|&r| !self.allowed[r * cols..(r + 1) * cols].contains(&true))
+        {
             return Err(Error::Shape {
                 op: "attention mask",
                 detail: format!("row {r} attends to nothing"),

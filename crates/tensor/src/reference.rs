@@ -88,7 +88,11 @@ mod tests {
 
     #[test]
     fn rope_at_position_zero_is_identity_and_preserves_norm() {
-        let r = Rope { style: RopeStyle::Halves, theta: 10000.0, head_dim: 4 };
+        let r = Rope {
+            style: RopeStyle::Halves,
+            theta: 10000.0,
+            head_dim: 4,
+        };
         let orig = [1.0, 2.0, 3.0, 4.0, 0.5, -1.0, 2.0, 0.0];
         let mut x = orig;
         rope(&mut x, 4, &[0, 7], &r);
@@ -101,11 +105,22 @@ mod tests {
 
     #[test]
     fn attention_with_one_visible_key_returns_its_value() {
-        let h = Heads { n_heads: 2, n_kv_heads: 1, head_dim: 2 };
+        let h = Heads {
+            n_heads: 2,
+            n_kv_heads: 1,
+            head_dim: 2,
+        };
         let q = [1.0, 0.0, 0.0, 1.0];
         let k = [1.0, 1.0, -1.0, 3.0];
         let v = [10.0, 20.0, 30.0, 40.0];
-        let mask = Mask { rows: 1, cols: 2, allowed: vec![false, true] };
-        assert_eq!(attention(&q, &k, &v, &mask, &h), vec![30.0, 40.0, 30.0, 40.0]);
+        let mask = Mask {
+            rows: 1,
+            cols: 2,
+            allowed: vec![false, true],
+        };
+        assert_eq!(
+            attention(&q, &k, &v, &mask, &h),
+            vec![30.0, 40.0, 30.0, 40.0]
+        );
     }
 }

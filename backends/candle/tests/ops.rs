@@ -1,0 +1,317 @@
+//! The candle backend against the host reference implementations.
+
+use arbor_backend_candle::CandleBackend;
+use arbor_tensor::{Backend, GgmlType, Heads, Mask, Rope, RopeStyle, WeightData, reference};
+use half::f16;
+
+/// A small deterministic generator (xorshift) for test data in [-1, 1).
+struct Gen(u64);
+impl Gen {
+    fn next(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.next()).collect()
+    }
+}
+
+/// Q8_0 blocks for `x`: per 32 values an f16 scale, then 32 i8.
+fn q8_0(x: &[f32]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for block in x.chunks(32) {
+        let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+        let inv = if d == 0.0 { 0.0 } else { 1.0 / d };
+        out.extend(block.iter().map(|v| (v * inv).round() as i8 as u8));
+    }
+    out
+}
+
+/// Q5_0 blocks whose values are `(q - 16) * d` for the given 5-bit `q`s.
+fn q5_0(qs: &[u8], d: f32) -> Vec<u8> {
+    let mut out = Vec::new();
+    for block in qs.chunks(32) {
+        out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+        let mut qh = 0u32;
+        for (j, &q) in block.iter().enumerate() {
+            qh |= ((q as u32 >> 4) & 1) << j;
+        }
+        out.extend_from_slice(&qh.to_le_bytes());
+        for j in 0..16 {
+            out.push((block[j] & 0x0F) | ((block[j + 16] & 0x0F) << 4));
+        }
+    }
+    out
+}
+
+fn host_matmul(x: &[f32], w: &[f32], n: usize, k: usize, m: usize) -> Vec<f32> {
+    let mut out = vec![0.0; n * m];
+    for i in 0..n {
+        for j in 0..m {
+            out[i * m + j] = (0..k).map(|t| x[i * k + t] * w[j * k + t]).sum();
+        }
+    }
+    out
+}
+
+fn assert_close(a: &[f32], b: &[f32], tol: f32, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    let scale = b.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!(
+            (x - y).abs() <= tol * scale,
+            "{what}[{i}]: {x} vs {y} (scale {scale})"
+        );
+    }
+}
+
+#[test]
+fn matmul_on_f32_and_quantized_weights_matches_host_math() {
+    let be = CandleBackend::new();
+    let mut g = Gen(1);
+    let (n, k, m) = (3, 64, 40);
+    let x = g.vec(n * k);
+    let w = g.vec(m * k);
+    let xt = be.tensor(&x, n, k).unwrap();
+
+    let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let wf = be
+        .weight(WeightData {
+            name: "w",
+            ty: GgmlType::F32,
+            rows: m,
+            cols: k,
+            bytes: &bytes,
+        })
+        .unwrap();
+    let got = be.to_vec(&be.matmul(&xt, &wf).unwrap()).unwrap();
+    assert_close(&got, &host_matmul(&x, &w, n, k, m), 1e-5, "f32 matmul");
+
+    // Quantized weights: compare against the dequantized weight; candle
+    // also quantizes the activations to 8 bits, hence the looser bound.
+    let q = q8_0(&w);
+    let wq_data = WeightData {
+        name: "wq",
+        ty: GgmlType::Q8_0,
+        rows: m,
+        cols: k,
+        bytes: &q,
+    };
+    let deq = wq_data.to_f32().unwrap();
+    let wq = be.weight(wq_data).unwrap();
+    let got = be.to_vec(&be.matmul(&xt, &wq).unwrap()).unwrap();
+    assert_close(&got, &host_matmul(&x, &deq, n, k, m), 2e-2, "q8_0 matmul");
+}
+
+#[test]
+fn q5_0_weights_are_repacked_losslessly() {
+    let be = CandleBackend::new();
+    let (m, k) = (4, 64);
+    let qs: Vec<u8> = (0..m * k).map(|i| (i * 7 % 32) as u8).collect();
+    let bytes = q5_0(&qs, 0.25);
+    let data = WeightData {
+        name: "w5",
+        ty: GgmlType::Q5_0,
+        rows: m,
+        cols: k,
+        bytes: &bytes,
+    };
+    let expected: Vec<f32> = qs.iter().map(|&q| (q as f32 - 16.0) * 0.25).collect();
+    assert_eq!(data.to_f32().unwrap(), expected);
+    let w = be.weight(data).unwrap();
+    assert_eq!(w.held_as(), GgmlType::Q8_0);
+    // Embedding rows come straight from the stored blocks: exact.
+    let rows = be.to_vec(&be.embed(&w, &[2, 0]).unwrap()).unwrap();
+    assert_eq!(rows[..k], expected[2 * k..3 * k]);
+    assert_eq!(rows[k..], expected[..k]);
+    assert!(be.embed(&w, &[4]).is_err(), "id past the table is an error");
+}
+
+#[test]
+fn elementwise_ops_match_host_math() {
+    let be = CandleBackend::new();
+    let mut g = Gen(2);
+    let (a, b, w) = (g.vec(12), g.vec(4), g.vec(4));
+    let at = be.tensor(&a, 3, 4).unwrap();
+    let bt = be.tensor(&b, 1, 4).unwrap();
+    let sum = be.to_vec(&be.add(&at, &bt).unwrap()).unwrap();
+    assert_close(
+        &sum,
+        &a.iter()
+            .enumerate()
+            .map(|(i, v)| v + b[i % 4])
+            .collect::<Vec<_>>(),
+        1e-6,
+        "add",
+    );
+
+    let sw = be.to_vec(&be.swiglu(&at, &at).unwrap()).unwrap();
+    let expect: Vec<f32> = a.iter().map(|&v| v / (1.0 + (-v).exp()) * v).collect();
+    assert_close(&sw, &expect, 1e-6, "swiglu");
+
+    let wt = be.tensor(&w, 1, 4).unwrap();
+    let n = be.to_vec(&be.rms_norm(&at, &wt, 1e-6).unwrap()).unwrap();
+    for r in 0..3 {
+        let row = &a[r * 4..r * 4 + 4];
+        let rms = (row.iter().map(|v| v * v).sum::<f32>() / 4.0 + 1e-6).sqrt();
+        let expect: Vec<f32> = row.iter().zip(&w).map(|(v, w)| v / rms * w).collect();
+        assert_close(&n[r * 4..r * 4 + 4], &expect, 1e-5, "rms_norm");
+    }
+    let sel = be.to_vec(&be.select_rows(&at, &[2, 0]).unwrap()).unwrap();
+    assert_eq!(sel[..4], a[8..12]);
+    assert_eq!(sel[4..], a[..4]);
+    assert!(be.add(&at, &be.tensor(&a[..8], 2, 4).unwrap()).is_err());
+}
+
+#[test]
+fn rope_matches_reference_in_both_styles() {
+    let be = CandleBackend::new();
+    let mut g = Gen(3);
+    for style in [RopeStyle::Interleaved, RopeStyle::Halves] {
+        let rope = Rope {
+            style,
+            theta: 10000.0,
+            head_dim: 8,
+        };
+        let x = g.vec(3 * 16);
+        let pos = [0, 5, 1000];
+        let got = be
+            .to_vec(
+                &be.rope(&be.tensor(&x, 3, 16).unwrap(), &pos, &rope)
+                    .unwrap(),
+            )
+            .unwrap();
+        let mut expect = x.clone();
+        reference::rope(&mut expect, 16, &pos, &rope);
+        assert_close(&got, &expect, 1e-5, "rope");
+    }
+}
+
+#[test]
+fn attention_and_cache_edits_match_reference() {
+    let be = CandleBackend::with_f32_attention();
+    let mut g = Gen(4);
+    let h = Heads {
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 8,
+    };
+    let kvd = 16;
+    let mut kv = be.kv_new(&h).unwrap();
+    let (mut ks, mut vs) = (Vec::new(), Vec::new());
+    for rows in [3, 1, 4] {
+        let (k, v) = (g.vec(rows * kvd), g.vec(rows * kvd));
+        be.kv_append(
+            &mut kv,
+            &be.tensor(&k, rows, kvd).unwrap(),
+            &be.tensor(&v, rows, kvd).unwrap(),
+        )
+        .unwrap();
+        ks.extend(k);
+        vs.extend(v);
+    }
+    assert_eq!(be.kv_len(&kv), 8);
+    // A tree-shaped mask: every row sees the first 3 positions plus some.
+    let q = g.vec(2 * 32);
+    let mut allowed = vec![false; 16];
+    for c in [0, 1, 2, 4, 6] {
+        allowed[c] = true;
+    }
+    for c in [0, 1, 2, 3, 5, 7] {
+        allowed[8 + c] = true;
+    }
+    let mask = Mask {
+        rows: 2,
+        cols: 8,
+        allowed,
+    };
+    let qt = be.tensor(&q, 2, 32).unwrap();
+    let got = be
+        .to_vec(&be.attention(&qt, &kv, &mask, &h).unwrap())
+        .unwrap();
+    assert_close(
+        &got,
+        &reference::attention(&q, &ks, &vs, &mask, &h),
+        1e-5,
+        "attention",
+    );
+
+    // Keep positions 0, 2, 5 and compare with the gathered reference.
+    let keep = [0, 2, 5];
+    be.kv_keep(&mut kv, &keep).unwrap();
+    let gather = |src: &[f32]| {
+        keep.iter()
+            .flat_map(|&p| src[p * kvd..(p + 1) * kvd].to_vec())
+            .collect::<Vec<_>>()
+    };
+    let full = Mask::causal(2, 1);
+    let q1 = be.tensor(&q[..32], 1, 32).unwrap();
+    let got = be
+        .to_vec(&be.attention(&q1, &kv, &full, &h).unwrap())
+        .unwrap();
+    assert_close(
+        &got,
+        &reference::attention(&q[..32], &gather(&ks), &gather(&vs), &full, &h),
+        1e-5,
+        "kept",
+    );
+
+    be.kv_truncate(&mut kv, 1).unwrap();
+    assert_eq!(be.kv_len(&kv), 1);
+    assert!(be.kv_truncate(&mut kv, 2).is_err());
+    assert!(be.kv_keep(&mut kv, &[3]).is_err());
+    assert!(
+        be.attention(
+            &q1,
+            &kv,
+            &Mask {
+                rows: 1,
+                cols: 1,
+                allowed: vec![false]
+            },
+            &h
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn default_attention_rounds_operands_to_f16() {
+    let (f16, f32) = (CandleBackend::new(), CandleBackend::with_f32_attention());
+    let h = Heads {
+        n_heads: 2,
+        n_kv_heads: 1,
+        head_dim: 4,
+    };
+    let mut g = Gen(5);
+    let (k, v, q) = (g.vec(3 * 4), g.vec(3 * 4), g.vec(8));
+    let round = |x: &[f32]| {
+        x.iter()
+            .map(|v| f16::from_f32(*v).to_f32())
+            .collect::<Vec<_>>()
+    };
+    let run = |be: &CandleBackend, k: &[f32], v: &[f32], q: &[f32]| {
+        let mut kv = be.kv_new(&h).unwrap();
+        be.kv_append(
+            &mut kv,
+            &be.tensor(k, 3, 4).unwrap(),
+            &be.tensor(v, 3, 4).unwrap(),
+        )
+        .unwrap();
+        be.to_vec(
+            &be.attention(&be.tensor(q, 1, 8).unwrap(), &kv, &Mask::causal(2, 1), &h)
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    let a = run(&f16, &k, &v, &q);
+    // The same as f32 attention over rounded operands, up to the rounding
+    // of the attention weights.
+    let b = run(&f32, &round(&k), &round(&v), &round(&q));
+    assert_close(&a, &b, 2e-3, "f16 attention");
+    assert_ne!(a, run(&f32, &k, &v, &q));
+}

@@ -1,0 +1,125 @@
+//! `arbor bench`: speed measurements printed as JSON lines.
+
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+use arbor_engine::{BackendKind, LanguageModel};
+use clap::Subcommand;
+
+use crate::profile;
+
+/// A fixed English/code text, repeated to make prompts of any length.
+const FILLER: &str = "The quick brown fox jumps over the lazy dog. \
+def add(a, b):\n    return a + b\n\nIn 1887 the committee met in the old town hall to discuss the budget. ";
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Prefill and decode speed of one or more models (one JSON object per model).
+    Decode {
+        /// Model paths or short names (repeat the flag or separate with commas).
+        #[arg(long, required = true, value_delimiter = ',')]
+        model: Vec<String>,
+        /// Tokens to decode.
+        #[arg(long, default_value_t = 64)]
+        tokens: usize,
+        /// Prompt length for the prefill measurement.
+        #[arg(long, default_value_t = 128)]
+        prompt_tokens: usize,
+        #[arg(long)]
+        backend: Option<String>,
+    },
+}
+
+pub fn run(
+    which: BenchCommand,
+    pick: &dyn Fn(&Option<String>) -> Result<BackendKind>,
+) -> Result<()> {
+    match which {
+        BenchCommand::Decode {
+            model,
+            tokens,
+            prompt_tokens,
+            backend,
+        } => {
+            if tokens == 0 || prompt_tokens == 0 {
+                bail!("--tokens and --prompt-tokens must be at least 1");
+            }
+            let backend = pick(&backend)?;
+            for m in &model {
+                let row = decode(m, backend, tokens, prompt_tokens)?;
+                println!("{}", serde_json::to_string(&row)?);
+            }
+            Ok(())
+        }
+    }
+}
+
+#[derive(serde::Serialize)]
+struct DecodeRow {
+    model: String,
+    backend: String,
+    threads: usize,
+    prompt_tokens: usize,
+    decode_tokens: usize,
+    load_secs: f64,
+    prefill_tok_s: f64,
+    decode_tok_s: f64,
+    peak_rss_bytes: u64,
+}
+
+fn decode(
+    model: &str,
+    backend: BackendKind,
+    tokens: usize,
+    prompt_tokens: usize,
+) -> Result<DecodeRow> {
+    let path = arbor_fetch::resolve_model(model)?;
+    profile::reset_peak_rss();
+    let start = Instant::now();
+    let mut engine = crate::load(&path, backend)?;
+    let load_secs = start.elapsed().as_secs_f64();
+    let filler = engine.tokenizer().encode(FILLER)?;
+    let prompt: Vec<u32> = filler.iter().copied().cycle().take(prompt_tokens).collect();
+    let m = engine.model_mut();
+
+    // Warm-up: the first calls pay for one-time weight repacking.
+    m.truncate_cache(0)?;
+    m.step(&prompt[..prompt.len().min(16)])?;
+    m.step(&prompt[..1])?;
+
+    m.truncate_cache(0)?;
+    let start = Instant::now();
+    let mut logits = Vec::new();
+    for chunk in prompt.chunks(512) {
+        logits = m.step(chunk)?;
+    }
+    let prefill = start.elapsed().as_secs_f64();
+
+    let start = Instant::now();
+    for _ in 0..tokens {
+        let next = arbor_engine::argmax(&logits).unwrap_or(0);
+        logits = step_or_wrap(m, next, &prompt)?;
+    }
+    let decode = start.elapsed().as_secs_f64();
+
+    Ok(DecodeRow {
+        model: model.to_string(),
+        backend: backend.to_string(),
+        threads: rayon::current_num_threads(),
+        prompt_tokens,
+        decode_tokens: tokens,
+        load_secs,
+        prefill_tok_s: prompt_tokens as f64 / prefill,
+        decode_tok_s: tokens as f64 / decode,
+        peak_rss_bytes: profile::peak_rss_bytes().unwrap_or(0),
+    })
+}
+
+/// One decode step; restarts from the prompt if the context would overflow.
+fn step_or_wrap(m: &mut dyn LanguageModel, next: u32, prompt: &[u32]) -> Result<Vec<f32>> {
+    if m.cache_len() + 1 >= m.config().context_length {
+        m.truncate_cache(0)?;
+        return Ok(m.step(prompt)?);
+    }
+    Ok(m.step(&[next])?)
+}

@@ -1,0 +1,78 @@
+//! Progress bars on stderr (hidden when stderr is not a terminal).
+
+use std::path::Path;
+
+use arbor_fetch::Progress;
+use indicatif::{ProgressBar, ProgressStyle};
+
+pub fn human_bytes(b: u64) -> String {
+    indicatif::HumanBytes(b).to_string()
+}
+
+/// A bar for `arbor_fetch` downloads and assembly.
+pub fn fetch_bar() -> impl FnMut(Progress) {
+    let mut bar: Option<ProgressBar> = None;
+    move |p| match p {
+        Progress::Start { what, total_bytes } => {
+            let b = ProgressBar::new(total_bytes).with_style(
+                ProgressStyle::with_template(
+                    "{msg:30} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+                )
+                .expect("valid template")
+                .progress_chars("=> "),
+            );
+            b.set_message(what);
+            bar = Some(b);
+        }
+        Progress::Advance { bytes } => {
+            if let Some(b) = &bar {
+                b.inc(bytes);
+            }
+        }
+        Progress::Message(m) => match &bar {
+            Some(b) => b.println(m),
+            None => eprintln!("{m}"),
+        },
+        Progress::Done => {
+            if let Some(b) = bar.take() {
+                b.finish_and_clear();
+            }
+        }
+    }
+}
+
+/// A bar counting things (tensors, windows, prompts).
+pub fn count_bar(what: &'static str) -> impl FnMut(usize, usize) {
+    let mut bar: Option<ProgressBar> = None;
+    move |done, total| {
+        let b = bar.get_or_insert_with(|| {
+            ProgressBar::new(total as u64).with_style(
+                ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} {elapsed}")
+                    .expect("valid template")
+                    .progress_chars("=> "),
+            )
+        });
+        b.set_message(what);
+        b.set_position(done as u64);
+        if done >= total {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// A bar for loading a model's tensors.
+pub fn load_bar(path: &Path) -> impl FnMut(usize, usize) {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut inner = count_bar("loading tensors");
+    let mut announced = false;
+    move |done, total| {
+        if !announced {
+            eprintln!("loading {name}");
+            announced = true;
+        }
+        inner(done, total)
+    }
+}

@@ -1,0 +1,91 @@
+//! Picks a backend at run time among those compiled in.
+
+use arbor_gguf::GgufFile;
+use arbor_model::{Decoder, LanguageModel};
+
+use crate::{EngineError, Result};
+
+/// The backends arbor knows; which are usable depends on cargo features.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// candle-core on the CPU, matmuls on quantized blocks (default).
+    Candle,
+    /// burn's flex CPU backend, weights dequantized.
+    Flex,
+    /// burn's ndarray CPU backend, weights dequantized.
+    Ndarray,
+    /// burn's wgpu GPU backend (Vulkan, Metal, DX12, or lavapipe on a CPU).
+    Wgpu,
+}
+
+impl BackendKind {
+    pub const ALL: [BackendKind; 4] = [Self::Candle, Self::Flex, Self::Ndarray, Self::Wgpu];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Candle => "candle",
+            Self::Flex => "flex",
+            Self::Ndarray => "ndarray",
+            Self::Wgpu => "wgpu",
+        }
+    }
+
+    /// Whether this build includes the backend.
+    pub fn is_compiled(self) -> bool {
+        match self {
+            Self::Candle => cfg!(feature = "candle"),
+            Self::Flex => cfg!(feature = "flex"),
+            Self::Ndarray => cfg!(feature = "ndarray"),
+            Self::Wgpu => cfg!(feature = "wgpu"),
+        }
+    }
+
+    /// The backends compiled into this build.
+    pub fn compiled() -> Vec<BackendKind> {
+        Self::ALL.into_iter().filter(|b| b.is_compiled()).collect()
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = EngineError;
+    fn from_str(s: &str) -> Result<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|b| b.name() == s)
+            .ok_or_else(|| EngineError::UnknownBackend(s.to_string()))
+    }
+}
+
+fn boxed<B: arbor_tensor::Backend>(
+    backend: B,
+    file: &GgufFile,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Box<dyn LanguageModel>> {
+    Ok(Box::new(Decoder::load(backend, file, progress)?))
+}
+
+pub(crate) fn load(
+    kind: BackendKind,
+    file: &GgufFile,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Box<dyn LanguageModel>> {
+    let _ = (&file, &progress);
+    match kind {
+        #[cfg(feature = "candle")]
+        BackendKind::Candle => boxed(arbor_backend_candle::CandleBackend::new(), file, progress),
+        #[cfg(feature = "flex")]
+        BackendKind::Flex => boxed(arbor_backend_burn::BurnBackend::flex(), file, progress),
+        #[cfg(feature = "ndarray")]
+        BackendKind::Ndarray => boxed(arbor_backend_burn::BurnBackend::ndarray(), file, progress),
+        #[cfg(feature = "wgpu")]
+        BackendKind::Wgpu => boxed(arbor_backend_burn::BurnBackend::wgpu(), file, progress),
+        #[allow(unreachable_patterns)]
+        other => Err(EngineError::BackendNotCompiled(other)),
+    }
+}

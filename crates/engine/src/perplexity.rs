@@ -1,0 +1,53 @@
+//! Perplexity over a token stream, in independent windows.
+
+use arbor_model::{LanguageModel, Mask};
+
+use crate::{EngineError, Result};
+
+/// Tokens per forward pass inside a window; bounds the logits held at once
+/// (rows × vocabulary floats).
+const CHUNK: usize = 64;
+
+/// `exp(mean negative log-likelihood)` of every token after the first in
+/// each window of `ctx` tokens (each window starts from an empty cache).
+/// `progress(done, total)` counts windows.
+pub fn perplexity(
+    model: &mut dyn LanguageModel,
+    tokens: &[u32],
+    ctx: usize,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<f64> {
+    if ctx < 2 || tokens.len() < 2 {
+        return Err(EngineError::Invalid(format!(
+            "perplexity needs a window of at least 2 tokens and a text of at least 2 (got ctx {ctx}, {} tokens)",
+            tokens.len()
+        )));
+    }
+    let windows: Vec<&[u32]> = tokens.chunks(ctx).filter(|w| w.len() >= 2).collect();
+    let (mut nll, mut count) = (0f64, 0usize);
+    for (wi, window) in windows.iter().enumerate() {
+        model.truncate_cache(0)?;
+        for (ci, chunk) in window.chunks(CHUNK).enumerate() {
+            let past = ci * CHUNK;
+            let positions: Vec<u32> = (past..past + chunk.len()).map(|p| p as u32).collect();
+            let rows: Vec<usize> = (0..chunk.len()).collect();
+            let logits =
+                model.forward(chunk, &positions, &Mask::causal(past, chunk.len()), &rows)?;
+            for r in rows {
+                let Some(&target) = window.get(past + r + 1) else {
+                    break;
+                };
+                nll -= log_softmax_at(logits.row(r), target as usize);
+                count += 1;
+            }
+        }
+        progress(wi + 1, windows.len());
+    }
+    Ok((nll / count as f64).exp())
+}
+
+fn log_softmax_at(row: &[f32], i: usize) -> f64 {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = row.iter().map(|&l| (l as f64 - max).exp()).sum();
+    row[i] as f64 - max - sum.ln()
+}

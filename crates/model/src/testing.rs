@@ -1,0 +1,150 @@
+//! Tiny random models as GGUF files, for tests of everything that runs a
+//! model: caches, masks, backends, and (later) speculative decoding, where
+//! deliberately good or bad drafts are needed.
+
+use arbor_gguf::{GgmlType, GgufWriter, Value};
+
+/// The shape of a random model.
+#[derive(Debug, Clone)]
+pub struct TinySpec {
+    /// `llama` or `qwen2` (qwen2 adds Q/K/V biases and rotates halves).
+    pub arch: &'static str,
+    pub vocab: usize,
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub ffn: usize,
+    pub layers: usize,
+    /// Storage of the matrices: F32, F16 or Q8_0.
+    pub weight_type: GgmlType,
+    /// Without `output.weight` the head is the embedding.
+    pub tied: bool,
+    pub seed: u64,
+}
+
+impl Default for TinySpec {
+    fn default() -> Self {
+        Self {
+            arch: "llama",
+            vocab: 300,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            ffn: 96,
+            layers: 2,
+            weight_type: GgmlType::F32,
+            tied: false,
+            seed: 1,
+        }
+    }
+}
+
+/// Uniform values in `[-scale, scale)` from a seeded xorshift generator.
+struct Gen(u64);
+
+impl Gen {
+    fn values(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                self.0 ^= self.0 << 13;
+                self.0 ^= self.0 >> 7;
+                self.0 ^= self.0 << 17;
+                ((self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * scale
+            })
+            .collect()
+    }
+}
+
+/// Q8_0 blocks for `x` (length a multiple of 32).
+pub fn quantize_q8_0(x: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(x.len() / 32 * 34);
+    for block in x.chunks(32) {
+        let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = half::f16::from_f32(amax / 127.0);
+        out.extend_from_slice(&d.to_le_bytes());
+        let inv = if d.to_f32() == 0.0 {
+            0.0
+        } else {
+            1.0 / d.to_f32()
+        };
+        out.extend(
+            block
+                .iter()
+                .map(|v| (v * inv).round().clamp(-127.0, 127.0) as i8 as u8),
+        );
+    }
+    out
+}
+
+impl TinySpec {
+    /// A GGUF writer holding the model's metadata and random weights; add
+    /// tokenizer metadata to it if the model will be loaded by the engine.
+    pub fn writer(&self) -> GgufWriter {
+        let mut w = GgufWriter::new();
+        let a = self.arch;
+        let key = |k: &str| format!("{a}.{k}");
+        w.add_meta("general.architecture", Value::String(a.into()));
+        w.add_meta(key("embedding_length"), Value::U32(self.hidden as u32));
+        w.add_meta(key("feed_forward_length"), Value::U32(self.ffn as u32));
+        w.add_meta(key("block_count"), Value::U32(self.layers as u32));
+        w.add_meta(key("attention.head_count"), Value::U32(self.heads as u32));
+        w.add_meta(
+            key("attention.head_count_kv"),
+            Value::U32(self.kv_heads as u32),
+        );
+        w.add_meta(key("attention.layer_norm_rms_epsilon"), Value::F32(1e-5));
+        w.add_meta(key("rope.freq_base"), Value::F32(10_000.0));
+        w.add_meta(key("context_length"), Value::U32(512));
+
+        let mut g = Gen(self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let kv = self.hidden / self.heads * self.kv_heads;
+        let mut matrix = |w: &mut GgufWriter, name: &str, rows: usize, cols: usize| {
+            let data = g.values(rows * cols, 1.5 / (cols as f32).sqrt());
+            let dims = [cols as u64, rows as u64];
+            match self.weight_type {
+                GgmlType::F16 => w.add_tensor_f16(name, &dims, &data),
+                GgmlType::Q8_0 => w.add_tensor(name, &dims, GgmlType::Q8_0, quantize_q8_0(&data)),
+                _ => w.add_tensor_f32(name, &dims, &data),
+            };
+        };
+        matrix(&mut w, "token_embd.weight", self.vocab, self.hidden);
+        if !self.tied {
+            matrix(&mut w, "output.weight", self.vocab, self.hidden);
+        }
+        let vector = |w: &mut GgufWriter, name: &str, len: usize, base: f32| {
+            let data: Vec<f32> = Gen(len as u64 + name.len() as u64)
+                .values(len, 0.2)
+                .into_iter()
+                .map(|v| v + base)
+                .collect();
+            w.add_tensor_f32(name, &[len as u64], &data);
+        };
+        vector(&mut w, "output_norm.weight", self.hidden, 1.0);
+        for i in 0..self.layers {
+            let p = |s: &str| format!("blk.{i}.{s}");
+            vector(&mut w, &p("attn_norm.weight"), self.hidden, 1.0);
+            vector(&mut w, &p("ffn_norm.weight"), self.hidden, 1.0);
+            matrix(&mut w, &p("attn_q.weight"), self.hidden, self.hidden);
+            matrix(&mut w, &p("attn_k.weight"), kv, self.hidden);
+            matrix(&mut w, &p("attn_v.weight"), kv, self.hidden);
+            matrix(&mut w, &p("attn_output.weight"), self.hidden, self.hidden);
+            matrix(&mut w, &p("ffn_gate.weight"), self.ffn, self.hidden);
+            matrix(&mut w, &p("ffn_up.weight"), self.ffn, self.hidden);
+            matrix(&mut w, &p("ffn_down.weight"), self.hidden, self.ffn);
+            if self.arch == "qwen2" {
+                vector(&mut w, &p("attn_q.bias"), self.hidden, 0.0);
+                vector(&mut w, &p("attn_k.bias"), kv, 0.0);
+                vector(&mut w, &p("attn_v.bias"), kv, 0.0);
+            }
+        }
+        w
+    }
+}
+
+/// Writes `w` to a fresh file in the temporary directory and returns its
+/// path; `tag` keeps concurrent tests apart.
+pub fn write_temp(w: &GgufWriter, tag: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("arbor-{tag}-{}.gguf", std::process::id()));
+    w.write(&path).expect("temporary directory is writable");
+    path
+}
