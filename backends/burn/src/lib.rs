@@ -85,8 +85,10 @@ impl BurnBackend {
         Self::with_device(Device::flex(), "flex")
     }
 
-    /// The ndarray CPU backend.
+    /// The ndarray CPU backend (deprecated by burn 0.22 in favour of flex,
+    /// kept for comparison).
     #[cfg(feature = "ndarray")]
+    #[allow(deprecated)]
     pub fn ndarray() -> Self {
         Self::with_device(Device::ndarray(), "ndarray")
     }
@@ -261,7 +263,7 @@ impl arbor_tensor::Backend for BurnBackend {
     fn rope(&self, x: &BurnTensor, positions: &[u32], rope: &Rope) -> Result<BurnTensor> {
         let [n, c] = x.0.dims();
         let d = rope.head_dim;
-        if d == 0 || d % 2 != 0 || c % d != 0 || positions.len() != n {
+        if d == 0 || !d.is_multiple_of(2) || !c.is_multiple_of(d) || positions.len() != n {
             return Err(shape_err(
                 "rope",
                 format!("x [{n}, {c}], head_dim {d}, {} positions", positions.len()),
@@ -419,7 +421,12 @@ impl arbor_tensor::Backend for BurnBackend {
     ) -> Result<BurnTensor> {
         let [n, qc] = q.0.dims();
         let (hq, hkv, d) = (heads.n_heads, heads.n_kv_heads, heads.head_dim);
-        if hkv == 0 || hq % hkv != 0 || qc != hq * d || hkv != kv.n_kv_heads || d != kv.head_dim {
+        if hkv == 0
+            || !hq.is_multiple_of(hkv)
+            || qc != hq * d
+            || hkv != kv.n_kv_heads
+            || d != kv.head_dim
+        {
             return Err(shape_err(
                 "attention",
                 format!(

@@ -13,7 +13,7 @@
 
 use std::borrow::Cow;
 
-use arbor_tensor::{Backend, Error, GgmlType, Heads, Mask, Result, Rope, RopeStyle, WeightData};
+use arbor_tensor::{Backend, Error, GgmlType, Heads, Mask, Result, Rope, WeightData, reference};
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{Device, Module, Tensor};
 use half::slice::HalfFloatSliceExt;
@@ -306,31 +306,8 @@ impl Backend for CandleBackend {
                 ),
             ));
         }
-        let half = d / 2;
-        let inv_freq: Vec<f32> = (0..half)
-            .map(|i| rope.theta.powf(-2.0 * i as f32 / d as f32))
-            .collect();
         let mut out = x.clone();
-        for (row, &pos) in out.data.chunks_exact_mut(x.cols).zip(positions) {
-            let cs: Vec<(f32, f32)> = inv_freq
-                .iter()
-                .map(|f| {
-                    let (s, c) = (pos as f32 * f).sin_cos();
-                    (c, s)
-                })
-                .collect();
-            for head in row.chunks_exact_mut(d) {
-                for (i, &(cos, sin)) in cs.iter().enumerate() {
-                    let (a, b) = match rope.style {
-                        RopeStyle::Interleaved => (2 * i, 2 * i + 1),
-                        RopeStyle::Halves => (i, i + half),
-                    };
-                    let (x0, x1) = (head[a], head[b]);
-                    head[a] = x0 * cos - x1 * sin;
-                    head[b] = x0 * sin + x1 * cos;
-                }
-            }
-        }
+        reference::rope(&mut out.data, x.cols, positions, rope);
         Ok(out)
     }
 

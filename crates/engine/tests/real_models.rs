@@ -111,3 +111,45 @@ fn qwen_0_5b_matches_llama_cpp() {
         assert_eq!(greedy(&mut engine, prompt, 20).1, expected, "prompt {prompt:?}");
     }
 }
+
+#[test]
+fn generation_stops_at_a_stop_token_and_rejects_bad_options() {
+    let Some(path) = model("smollm2-135m") else { return };
+    let mut engine = Engine::load(&path, BackendKind::Candle, &mut |_, _| {}).unwrap();
+    let (tokens, _) = greedy(&mut engine, "The capital of France is", 6);
+    let ids = engine.prompt_tokens("The capital of France is", false).unwrap();
+    let options = GenerateOptions {
+        max_tokens: 50,
+        stop_tokens: Some(vec![tokens[4]]),
+        ..GenerateOptions::default()
+    };
+    let g = engine.generate(&ids, &options, &mut |_| {}).unwrap();
+    assert_eq!(g.tokens, tokens[..4]);
+    assert_eq!(g.stats.stop, arbor_engine::StopReason::StopToken);
+
+    let bad = GenerateOptions {
+        sampling: arbor_engine::SamplingParams {
+            temperature: -1.0,
+            ..Default::default()
+        },
+        ..GenerateOptions::default()
+    };
+    assert!(engine.generate(&ids, &bad, &mut |_| {}).is_err());
+    assert!(engine.prompt_tokens("", false).is_err());
+
+    // Seeded sampling is reproducible.
+    let sampled = |engine: &mut Engine, seed| {
+        let options = GenerateOptions {
+            max_tokens: 8,
+            stop_tokens: Some(vec![]),
+            sampling: arbor_engine::SamplingParams {
+                temperature: 0.9,
+                top_p: 0.95,
+                seed,
+                ..Default::default()
+            },
+        };
+        engine.generate(&ids, &options, &mut |_| {}).unwrap().tokens
+    };
+    assert_eq!(sampled(&mut engine, 3), sampled(&mut engine, 3));
+}

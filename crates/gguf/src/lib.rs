@@ -471,6 +471,26 @@ impl GgufFile {
         &self.map[start..start + info.size as usize]
     }
 
+    /// Tells the OS that a tensor's pages will not be read again soon, so
+    /// a loader that has copied the tensor does not keep the file's pages
+    /// resident as well (the peak memory of loading is then about one copy
+    /// of the weights, not two). Advisory: errors are ignored.
+    pub fn release(&self, info: &TensorInfo) {
+        let page = 4096;
+        let start = (self.header.data_offset + info.offset) as usize;
+        // Only whole pages inside the tensor, so neighbours stay cached.
+        let first = start.next_multiple_of(page);
+        let end = (start + info.size as usize) / page * page;
+        if end > first {
+            // SAFETY: the map is read-only and file-backed; dropping its pages
+            // only means they are read from the file again if touched.
+            let _ = unsafe {
+                self.map
+                    .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, end - first)
+            };
+        }
+    }
+
     /// A tensor's index entry and its bytes, by name.
     pub fn tensor(&self, name: &str) -> Result<(&TensorInfo, &[u8])> {
         let info = self.header.tensor(name)?;

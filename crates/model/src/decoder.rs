@@ -173,6 +173,7 @@ impl<B: Backend> Loader<'_, B> {
             cols,
             bytes: self.file.tensor_bytes(info),
         })?;
+        self.file.release(info);
         self.tick();
         Ok(w)
     }

@@ -9,11 +9,17 @@ use crate::{Heads, Mask, Rope, RopeStyle};
 pub fn rope(x: &mut [f32], cols: usize, positions: &[u32], rope: &Rope) {
     let d = rope.head_dim;
     let half = d / 2;
+    let inv_freq: Vec<f32> = (0..half)
+        .map(|i| rope.theta.powf(-2.0 * i as f32 / d as f32))
+        .collect();
+    let mut cos_sin = vec![(0f32, 0f32); half];
     for (row, &pos) in x.chunks_exact_mut(cols).zip(positions) {
+        for (cs, f) in cos_sin.iter_mut().zip(&inv_freq) {
+            let (sin, cos) = (pos as f32 * f).sin_cos();
+            *cs = (cos, sin);
+        }
         for head in row.chunks_exact_mut(d) {
-            for i in 0..half {
-                let freq = rope.theta.powf(-2.0 * i as f32 / d as f32);
-                let (sin, cos) = (pos as f32 * freq).sin_cos();
+            for (i, &(cos, sin)) in cos_sin.iter().enumerate() {
                 let (a, b) = match rope.style {
                     RopeStyle::Interleaved => (2 * i, 2 * i + 1),
                     RopeStyle::Halves => (i, i + half),
@@ -101,6 +107,22 @@ mod tests {
         let n1: f32 = x[4..].iter().map(|v| v * v).sum();
         assert!((n0 - n1).abs() < 1e-4);
         assert_ne!(x[4..], orig[4..]);
+    }
+
+    #[test]
+    fn rope_pairs_dimensions_as_the_style_says() {
+        // head_dim 4: pair 0 turns by `pos` radians, pair 1 by pos/100.
+        let (c, s) = (1f32.cos(), 1f32.sin());
+        for (style, expect) in [
+            (RopeStyle::Halves, [c, 0.0, s, 0.0]),
+            (RopeStyle::Interleaved, [c, s, 0.0, 0.0]),
+        ] {
+            let mut x = [1.0, 0.0, 0.0, 0.0];
+            rope(&mut x, 4, &[1], &Rope { style, theta: 10000.0, head_dim: 4 });
+            for (a, b) in x.iter().zip(expect) {
+                assert!((a - b).abs() < 1e-6, "{style:?}: {x:?}");
+            }
+        }
     }
 
     #[test]
