@@ -164,7 +164,7 @@ impl Backend for CandleBackend {
         let expected =
             w.ty.bytes_for((w.rows * w.cols) as u64)
                 .filter(|&b| b == w.bytes.len() as u64);
-        if expected.is_none() || w.cols % w.ty.block_len() != 0 {
+        if expected.is_none() || !w.cols.is_multiple_of(w.ty.block_len()) {
             return Err(shape_err(
                 "weight",
                 format!(
@@ -295,7 +295,8 @@ impl Backend for CandleBackend {
 
     fn rope(&self, x: &HostTensor, positions: &[u32], rope: &Rope) -> Result<HostTensor> {
         let d = rope.head_dim;
-        if positions.len() != x.rows || d == 0 || d % 2 != 0 || x.cols % d != 0 {
+        if positions.len() != x.rows || d == 0 || !d.is_multiple_of(2) || !x.cols.is_multiple_of(d)
+        {
             return Err(shape_err(
                 "rope",
                 format!(
@@ -387,7 +388,9 @@ impl Backend for CandleBackend {
 
     fn attention(&self, q: &HostTensor, kv: &HostKv, mask: &Mask, h: &Heads) -> Result<HostTensor> {
         let d = h.head_dim;
-        if q.cols != h.n_heads * d || kv.kv_dim != h.n_kv_heads * d || h.n_heads % h.n_kv_heads != 0
+        if q.cols != h.n_heads * d
+            || kv.kv_dim != h.n_kv_heads * d
+            || !h.n_heads.is_multiple_of(h.n_kv_heads)
         {
             return Err(shape_err(
                 "attention",

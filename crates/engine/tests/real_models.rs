@@ -33,7 +33,9 @@ fn greedy(engine: &mut Engine, prompt: &str, n: usize) -> (Vec<u32>, String) {
         ..GenerateOptions::default()
     };
     let mut streamed = String::new();
-    let g = engine.generate(&ids, &options, &mut |s| streamed.push_str(s)).unwrap();
+    let g = engine
+        .generate(&ids, &options, &mut |s| streamed.push_str(s))
+        .unwrap();
     assert_eq!(g.tokens.len(), n);
     assert_eq!(streamed, g.text, "streamed text equals the final text");
     (g.tokens, g.text)
@@ -44,8 +46,11 @@ fn greedy(engine: &mut Engine, prompt: &str, n: usize) -> (Vec<u32>, String) {
 /// next candidate): the reference counted one more token than it says.
 #[test]
 fn smollm2_matches_llama_cpp() {
-    let Some(path) = model("smollm2-135m") else { return };
-    let expected = " Paris.\n\nThe United States has a population of approximately 311 million people.\n\n";
+    let Some(path) = model("smollm2-135m") else {
+        return;
+    };
+    let expected =
+        " Paris.\n\nThe United States has a population of approximately 311 million people.\n\n";
     let mut engine = Engine::load(&path, BackendKind::Candle, &mut |_, _| {}).unwrap();
     let (tokens, text) = greedy(&mut engine, "The capital of France is", 21);
     assert_eq!(text, expected);
@@ -61,16 +66,24 @@ fn smollm2_matches_llama_cpp() {
 /// weights in f32.)
 #[test]
 fn smollm2_backends_agree() {
-    let Some(path) = model("smollm2-135m") else { return };
+    let Some(path) = model("smollm2-135m") else {
+        return;
+    };
     let text = "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\nThe capital of France is Paris.";
     let mut runs = Vec::new();
-    for kind in BackendKind::compiled().into_iter().filter(|k| *k != BackendKind::Wgpu) {
+    for kind in BackendKind::compiled()
+        .into_iter()
+        .filter(|k| *k != BackendKind::Wgpu)
+    {
         let mut engine = Engine::load(&path, kind, &mut |_, _| {}).unwrap();
         let ids = engine.prompt_tokens(text, false).unwrap();
         let rows: Vec<usize> = (0..ids.len()).collect();
         let positions: Vec<u32> = (0..ids.len() as u32).collect();
         let mask = arbor_engine::Mask::causal(0, ids.len());
-        let logits = engine.model_mut().forward(&ids, &positions, &mask, &rows).unwrap();
+        let logits = engine
+            .model_mut()
+            .forward(&ids, &positions, &mask, &rows)
+            .unwrap();
         runs.push((kind, logits));
     }
     let (k0, l0) = &runs[0];
@@ -79,23 +92,40 @@ fn smollm2_backends_agree() {
         for r in 0..l0.rows {
             let (a, b) = (l0.row(r), l.row(r));
             let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let d = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+            let d = a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f32::max);
             // Measured: at most 5.7% of the largest logit on this text.
-            assert!(d < 0.08 * scale, "{k0} vs {k} row {r}: logits differ by {d} (max |logit| {scale})");
+            assert!(
+                d < 0.08 * scale,
+                "{k0} vs {k} row {r}: logits differ by {d} (max |logit| {scale})"
+            );
             let mut order: Vec<usize> = (0..a.len()).collect();
             order.sort_by(|&i, &j| a[j].total_cmp(&a[i]));
             if a[order[0]] - a[order[1]] > 0.5 {
                 decided += 1;
-                assert_eq!(arbor_engine::argmax(b), Some(order[0] as u32), "{k0} vs {k} row {r}");
+                assert_eq!(
+                    arbor_engine::argmax(b),
+                    Some(order[0] as u32),
+                    "{k0} vs {k} row {r}"
+                );
             }
         }
-        assert!(decided * 2 > l0.rows, "most positions have a clear winner ({decided} of {})", l0.rows);
+        assert!(
+            decided * 2 > l0.rows,
+            "most positions have a clear winner ({decided} of {})",
+            l0.rows
+        );
     }
 }
 
 #[test]
 fn qwen_0_5b_matches_llama_cpp() {
-    let Some(path) = model("qwen2.5-coder-0.5b") else { return };
+    let Some(path) = model("qwen2.5-coder-0.5b") else {
+        return;
+    };
     let mut engine = Engine::load(&path, BackendKind::Candle, &mut |_, _| {}).unwrap();
     let cases = [
         (
@@ -108,16 +138,24 @@ fn qwen_0_5b_matches_llama_cpp() {
         ),
     ];
     for (prompt, expected) in cases {
-        assert_eq!(greedy(&mut engine, prompt, 20).1, expected, "prompt {prompt:?}");
+        assert_eq!(
+            greedy(&mut engine, prompt, 20).1,
+            expected,
+            "prompt {prompt:?}"
+        );
     }
 }
 
 #[test]
 fn generation_stops_at_a_stop_token_and_rejects_bad_options() {
-    let Some(path) = model("smollm2-135m") else { return };
+    let Some(path) = model("smollm2-135m") else {
+        return;
+    };
     let mut engine = Engine::load(&path, BackendKind::Candle, &mut |_, _| {}).unwrap();
     let (tokens, _) = greedy(&mut engine, "The capital of France is", 6);
-    let ids = engine.prompt_tokens("The capital of France is", false).unwrap();
+    let ids = engine
+        .prompt_tokens("The capital of France is", false)
+        .unwrap();
     let options = GenerateOptions {
         max_tokens: 50,
         stop_tokens: Some(vec![tokens[4]]),

@@ -485,8 +485,11 @@ impl GgufFile {
             // SAFETY: the map is read-only and file-backed; dropping its pages
             // only means they are read from the file again if touched.
             let _ = unsafe {
-                self.map
-                    .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, end - first)
+                self.map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    first,
+                    end - first,
+                )
             };
         }
     }

@@ -47,12 +47,12 @@ impl Config {
             )));
         }
         let head_dim = hidden / n_heads;
-        if let Some(v) = h.get(&key("rope.dimension_count")) {
-            if v.as_u64() != Some(head_dim as u64) {
-                return Err(ModelError::Invalid(format!(
-                    "partial rotary embeddings ({v:?} of {head_dim} dims) are not supported"
-                )));
-            }
+        if let Some(v) = h.get(&key("rope.dimension_count"))
+            && v.as_u64() != Some(head_dim as u64)
+        {
+            return Err(ModelError::Invalid(format!(
+                "partial rotary embeddings ({v:?} of {head_dim} dims) are not supported"
+            )));
         }
         let theta = match h.get(&key("rope.freq_base")) {
             Some(_) => h.get_f64(&key("rope.freq_base"))? as f32,

@@ -118,7 +118,16 @@ mod tests {
             (RopeStyle::Interleaved, [c, s, 0.0, 0.0]),
         ] {
             let mut x = [1.0, 0.0, 0.0, 0.0];
-            rope(&mut x, 4, &[1], &Rope { style, theta: 10000.0, head_dim: 4 });
+            rope(
+                &mut x,
+                4,
+                &[1],
+                &Rope {
+                    style,
+                    theta: 10000.0,
+                    head_dim: 4,
+                },
+            );
             for (a, b) in x.iter().zip(expect) {
                 assert!((a - b).abs() < 1e-6, "{style:?}: {x:?}");
             }
