@@ -58,25 +58,34 @@ fn ci() -> Result<(), String> {
     // tested; wgpu is built by the last step, for the burn backend's tests
     // on whatever Vulkan driver the machine has (lavapipe in CI).
     let cpu = "arbor-engine/ndarray";
-    let steps: [&[&str]; 4] = [
-        &["fmt", "--all", "--", "--check"],
-        &[
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--features",
-            cpu,
-            "--",
-            "-D",
-            "warnings",
-        ],
-        &["test", "--workspace", "--features", cpu],
-        &["test", "-p", "arbor-backend-burn", "--features", "wgpu"],
-    ];
     let start = Instant::now();
-    for args in steps {
-        step(args)?;
+    step(&["fmt", "--all", "--", "--check"])?;
+    step(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--features",
+        cpu,
+        "--",
+        "-D",
+        "warnings",
+    ])?;
+    // Build the tests first: that also builds the `arbor` binary the CLI
+    // tests run, with the same features, which then fetches the smoke-test
+    // model (cached in $ARBOR_HOME) without a build of its own.
+    step(&["test", "--workspace", "--features", cpu, "--no-run"])?;
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let arbor = format!("{target}/debug/arbor");
+    eprintln!("$ {arbor} fetch smollm2-135m");
+    let status = Command::new(&arbor)
+        .args(["fetch", "smollm2-135m"])
+        .status()
+        .map_err(|e| format!("running {arbor}: {e}"))?;
+    if !status.success() {
+        return Err(format!("{arbor} fetch smollm2-135m failed: {status}"));
     }
+    step(&["test", "--workspace", "--features", cpu])?;
+    step(&["test", "-p", "arbor-backend-burn", "--features", "wgpu"])?;
     eprintln!("xtask ci: all steps passed in {:.1?}", start.elapsed());
     Ok(())
 }

@@ -125,8 +125,7 @@ fn bad_input_exits_with_a_clear_error() {
             "smollm2-135m",
             "--prompt",
             "x",
-            "--temperature",
-            "-1",
+            "--temperature=-1",
         ]);
         assert_eq!(o.status.code(), Some(1));
         assert!(stderr(&o).contains("temperature"), "{}", stderr(&o));
