@@ -131,6 +131,10 @@ fn from_candle(t: &Tensor) -> Result<HostTensor> {
     Ok(HostTensor { data, rows, cols })
 }
 
+/// Attention with fewer (query row × key × head) scores than this runs on
+/// the calling thread.
+const PARALLEL_ATTENTION_MIN: usize = 1 << 16;
+
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     // Eight independent accumulators so the compiler vectorises the loop.
     let mut acc = [0f32; 8];
@@ -406,7 +410,7 @@ impl Backend for CandleBackend {
         let scale = 1.0 / (d as f32).sqrt();
         let mut out = vec![0f32; n * q.cols];
         // One task per (query row, head): each writes its own slice of `out`.
-        out.par_chunks_mut(d).enumerate().for_each(|(task, o)| {
+        let one = |(task, o): (usize, &mut [f32])| {
             let (i, head) = (task / h.n_heads, task % h.n_heads);
             let kvh = head / group;
             let qi = &q.data[i * q.cols + head * d..][..d];
@@ -426,7 +430,15 @@ impl Backend for CandleBackend {
             for (j, s) in scores {
                 axpy(o, self.round_one(s / sum), &kv.v[j * kvd + kvh * d..][..d]);
             }
-        });
+        };
+        // Decode-sized attention is a few microseconds of work: handing it
+        // to the thread pool costs more than it saves (and competes with
+        // candle's matmul workers for the cores).
+        if n * t * h.n_heads < PARALLEL_ATTENTION_MIN {
+            out.chunks_mut(d).enumerate().for_each(one);
+        } else {
+            out.par_chunks_mut(d).enumerate().for_each(one);
+        }
         Ok(HostTensor {
             data: out,
             rows: n,

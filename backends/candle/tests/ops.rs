@@ -315,3 +315,39 @@ fn default_attention_rounds_operands_to_f16() {
     assert_close(&a, &b, 2e-3, "f16 attention");
     assert_ne!(a, run(&f32, &k, &v, &q));
 }
+
+/// Large enough for the thread-pool path of attention.
+#[test]
+fn parallel_attention_matches_reference() {
+    let be = CandleBackend::with_f32_attention();
+    let mut g = Gen(6);
+    let h = Heads {
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 8,
+    };
+    let (n, past) = (96, 96);
+    let t = n + past;
+    let (k, v, q) = (g.vec(t * 16), g.vec(t * 16), g.vec(n * 32));
+    let mut kv = be.kv_new(&h).unwrap();
+    be.kv_append(
+        &mut kv,
+        &be.tensor(&k, t, 16).unwrap(),
+        &be.tensor(&v, t, 16).unwrap(),
+    )
+    .unwrap();
+    let mask = Mask::causal(past, n);
+    assert!(n * t * h.n_heads >= 1 << 16, "exercises the parallel path");
+    let got = be
+        .to_vec(
+            &be.attention(&be.tensor(&q, n, 32).unwrap(), &kv, &mask, &h)
+                .unwrap(),
+        )
+        .unwrap();
+    assert_close(
+        &got,
+        &reference::attention(&q, &k, &v, &mask, &h),
+        1e-5,
+        "parallel attention",
+    );
+}
