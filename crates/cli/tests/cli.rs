@@ -1,7 +1,6 @@
 //! The `arbor` command's contract: what goes to stdout, what to stderr, and
 //! clear errors (non-zero exit, no panic) for bad input.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn arbor(args: &[&str]) -> Output {
@@ -11,18 +10,8 @@ fn arbor(args: &[&str]) -> Output {
         .expect("arbor runs")
 }
 
-fn smollm2() -> Option<PathBuf> {
-    let path = arbor_fetch::model_path(arbor_fetch::model_spec("smollm2-135m").unwrap());
-    if path.exists() {
-        return Some(path);
-    }
-    let required = std::env::var("ARBOR_REQUIRE_MODELS").unwrap_or_default();
-    assert!(
-        !required.contains("smollm2-135m"),
-        "smollm2-135m is required but not fetched"
-    );
-    eprintln!("note: smollm2-135m not fetched; skipping");
-    None
+fn smollm2() -> Option<std::path::PathBuf> {
+    arbor_fetch::testing::cached_model("smollm2-135m")
 }
 
 fn stderr(o: &Output) -> String {

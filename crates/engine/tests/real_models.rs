@@ -5,25 +5,9 @@
 //! the model's name is listed in `ARBOR_REQUIRE_MODELS` (comma-separated;
 //! CI lists `smollm2-135m`, which it fetches first), in which case it fails.
 
-use std::path::PathBuf;
-
 use arbor_engine::{BackendKind, Engine, GenerateOptions};
 
-fn model(name: &str) -> Option<PathBuf> {
-    let spec = arbor_fetch::model_spec(name).expect("registered model");
-    let path = arbor_fetch::model_path(spec);
-    if path.exists() {
-        return Some(path);
-    }
-    let required = std::env::var("ARBOR_REQUIRE_MODELS").unwrap_or_default();
-    assert!(
-        !required.split(',').any(|r| r.trim() == name),
-        "{name} is required (ARBOR_REQUIRE_MODELS) but missing at {}; run `arbor fetch {name}`",
-        path.display()
-    );
-    eprintln!("note: {name} not fetched ({}); skipping", path.display());
-    None
-}
+use arbor_fetch::testing::cached_model as model;
 
 fn greedy(engine: &mut Engine, prompt: &str, n: usize) -> (Vec<u32>, String) {
     let ids = engine.prompt_tokens(prompt, false).unwrap();

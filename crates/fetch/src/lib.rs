@@ -725,3 +725,29 @@ fn run(mut cmd: Command) -> Result<bool, FetchError> {
 
 #[cfg(test)]
 mod tests;
+
+/// Helpers for tests that use real models.
+pub mod testing {
+    use std::path::PathBuf;
+
+    /// The cached file of model `name`, or `None` (with a note on stderr)
+    /// when it has not been fetched, so tests on real models skip on a
+    /// machine without them. A model listed in `ARBOR_REQUIRE_MODELS`
+    /// (comma-separated; CI lists the ones it fetches) must be there: its
+    /// absence panics, failing the test instead of skipping it.
+    pub fn cached_model(name: &str) -> Option<PathBuf> {
+        let spec = super::model_spec(name).unwrap_or_else(|| panic!("unknown model {name}"));
+        let path = super::model_path(spec);
+        if path.exists() {
+            return Some(path);
+        }
+        let required = std::env::var("ARBOR_REQUIRE_MODELS").unwrap_or_default();
+        assert!(
+            !required.split(',').any(|r| r.trim() == name),
+            "{name} is required (ARBOR_REQUIRE_MODELS) but missing at {}; run `arbor fetch {name}`",
+            path.display()
+        );
+        eprintln!("note: {name} not fetched ({}); skipping", path.display());
+        None
+    }
+}
