@@ -18,19 +18,6 @@ impl Gen {
     }
 }
 
-/// Q8_0 blocks for `x`: per 32 values an f16 scale, then 32 i8.
-fn q8_0(x: &[f32]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for block in x.chunks(32) {
-        let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let d = amax / 127.0;
-        out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
-        let inv = if d == 0.0 { 0.0 } else { 1.0 / d };
-        out.extend(block.iter().map(|v| (v * inv).round() as i8 as u8));
-    }
-    out
-}
-
 /// Q5_0 blocks whose values are `(q - 16) * d` for the given 5-bit `q`s.
 fn q5_0(qs: &[u8], d: f32) -> Vec<u8> {
     let mut out = Vec::new();
@@ -93,7 +80,7 @@ fn matmul_on_f32_and_quantized_weights_matches_host_math() {
 
     // Quantized weights: compare against the dequantized weight; candle
     // also quantizes the activations to 8 bits, hence the looser bound.
-    let q = q8_0(&w);
+    let q = arbor_gguf::quantize_q8_0(&w);
     let wq_data = WeightData {
         name: "wq",
         ty: GgmlType::Q8_0,

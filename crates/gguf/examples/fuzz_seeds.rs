@@ -17,24 +17,6 @@ fn noise(len: usize, mut seed: u64) -> Vec<u8> {
         .collect()
 }
 
-const TYPES: [GgmlType; 15] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q8_1,
-    GgmlType::Q2_K,
-    GgmlType::Q3_K,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-    GgmlType::Q8_K,
-];
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::args().nth(1).ok_or("usage: fuzz_seeds DIR")?;
     std::fs::create_dir_all(&dir)?;
@@ -65,7 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Value::Array(vec![]),
             ]),
         );
-    for (i, ty) in TYPES.into_iter().enumerate() {
+    for (i, ty) in GgmlType::ALL.into_iter().enumerate() {
         let bytes = noise(ty.block_bytes(), i as u64 + 1);
         w.add_tensor(format!("t.{ty}"), &[ty.block_len() as u64], ty, bytes);
     }

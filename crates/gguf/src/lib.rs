@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use parse::parse_header;
-pub use quant::{dequantize, dequantize_into, dequantize_rows, repack_q5_0_to_q8_0};
+pub use quant::{dequantize, dequantize_into, dequantize_rows, quantize_q8_0, repack_q5_0_to_q8_0};
 pub use write::GgufWriter;
 
 /// GGUF files start with these four bytes.
@@ -100,6 +100,25 @@ pub enum GgmlType {
 }
 
 impl GgmlType {
+    /// Every type arbor reads.
+    pub const ALL: [GgmlType; 15] = [
+        Self::F32,
+        Self::F16,
+        Self::BF16,
+        Self::Q4_0,
+        Self::Q4_1,
+        Self::Q5_0,
+        Self::Q5_1,
+        Self::Q8_0,
+        Self::Q8_1,
+        Self::Q2_K,
+        Self::Q3_K,
+        Self::Q4_K,
+        Self::Q5_K,
+        Self::Q6_K,
+        Self::Q8_K,
+    ];
+
     /// The type with this number in a GGUF tensor info, if arbor knows it.
     pub fn from_u32(v: u32) -> Option<Self> {
         Some(match v {

@@ -401,3 +401,26 @@ pub fn repack_q5_0_to_q8_0(bytes: &[u8]) -> Result<Vec<u8>> {
 
 #[cfg(test)]
 mod tests;
+
+/// Q8_0 blocks for `x` (length a multiple of 32): per block an f16 scale
+/// `max|x| / 127`, then the values divided by it, rounded to i8. Used to
+/// build test weights.
+pub fn quantize_q8_0(x: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(x.len() / 32 * 34);
+    for block in x.chunks(32) {
+        let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = f16::from_f32(amax / 127.0);
+        out.extend_from_slice(&d.to_le_bytes());
+        let inv = if d.to_f32() == 0.0 {
+            0.0
+        } else {
+            1.0 / d.to_f32()
+        };
+        out.extend(
+            block
+                .iter()
+                .map(|v| (v * inv).round().clamp(-127.0, 127.0) as i8 as u8),
+        );
+    }
+    out
+}

@@ -2,7 +2,7 @@
 //! model: caches, masks, backends, and (later) speculative decoding, where
 //! deliberately good or bad drafts are needed.
 
-use arbor_gguf::{GgmlType, GgufWriter, Value};
+use arbor_gguf::{GgmlType, GgufWriter, Value, quantize_q8_0};
 
 /// The shape of a random model.
 #[derive(Debug, Clone)]
@@ -53,27 +53,6 @@ impl Gen {
             })
             .collect()
     }
-}
-
-/// Q8_0 blocks for `x` (length a multiple of 32).
-pub fn quantize_q8_0(x: &[f32]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(x.len() / 32 * 34);
-    for block in x.chunks(32) {
-        let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let d = half::f16::from_f32(amax / 127.0);
-        out.extend_from_slice(&d.to_le_bytes());
-        let inv = if d.to_f32() == 0.0 {
-            0.0
-        } else {
-            1.0 / d.to_f32()
-        };
-        out.extend(
-            block
-                .iter()
-                .map(|v| (v * inv).round().clamp(-127.0, 127.0) as i8 as u8),
-        );
-    }
-    out
 }
 
 impl TinySpec {

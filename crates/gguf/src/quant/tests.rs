@@ -2,24 +2,6 @@
 
 use super::*;
 
-const ALL: [GgmlType; 15] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q8_1,
-    GgmlType::Q2_K,
-    GgmlType::Q3_K,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-    GgmlType::Q8_K,
-];
-
 fn h(v: f32) -> [u8; 2] {
     f16::from_f32(v).to_le_bytes()
 }
@@ -296,7 +278,7 @@ fn several_blocks_in_order() {
 
 #[test]
 fn every_type_decodes_whole_blocks() {
-    for ty in ALL {
+    for ty in GgmlType::ALL {
         let bytes = noise(3 * ty.block_bytes(), 42);
         let n = 3 * ty.block_len();
         let y = dequantize(ty, &bytes, n).unwrap();
@@ -314,7 +296,7 @@ fn every_type_decodes_whole_blocks() {
 
 #[test]
 fn size_mismatches_are_errors() {
-    for ty in ALL {
+    for ty in GgmlType::ALL {
         let (bl, bb) = (ty.block_len(), ty.block_bytes());
         if bl > 1 {
             let r = dequantize(ty, &vec![0u8; 3 * bb], 2 * bl + 1);
@@ -358,7 +340,7 @@ fn partial_block_for_scalar_types_is_impossible() {
 
 #[test]
 fn selected_rows_match_the_full_matrix() {
-    for ty in ALL {
+    for ty in GgmlType::ALL {
         let row_len = 2 * ty.block_len();
         let n_rows = 5;
         let bytes = noise(n_rows * 2 * ty.block_bytes(), 9);
@@ -415,4 +397,22 @@ fn q5_0_repacks_to_q8_0_exactly() {
     }
     assert!(repack_q5_0_to_q8_0(&bytes[..21]).is_err());
     assert!(repack_q5_0_to_q8_0(&[]).unwrap().is_empty());
+}
+
+#[test]
+fn quantize_q8_0_round_trips_within_half_a_step() {
+    let x: Vec<f32> = (0..64).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+    let q = quantize_q8_0(&x);
+    assert_eq!(q.len(), 2 * 34);
+    let y = dequantize(GgmlType::Q8_0, &q, 64).unwrap();
+    for (block, (xs, ys)) in x.chunks(32).zip(y.chunks(32)).enumerate() {
+        let step = xs.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+        for (a, b) in xs.iter().zip(ys) {
+            assert!(
+                (a - b).abs() <= 0.51 * step + 1e-3,
+                "block {block}: {a} vs {b}"
+            );
+        }
+    }
+    assert!(quantize_q8_0(&[0.0; 32]).iter().skip(2).all(|&b| b == 0));
 }
