@@ -338,3 +338,73 @@ fn parallel_attention_matches_reference() {
         "parallel attention",
     );
 }
+
+/// Blocks of `ty` from random bytes, with every f16 scale set to a sane
+/// value (random bits would include NaNs and infinities).
+fn random_blocks(ty: GgmlType, n_blocks: usize, g: &mut Gen) -> Vec<u8> {
+    let size = ty.block_bytes();
+    let mut out: Vec<u8> = (0..n_blocks * size)
+        .map(|_| ((g.next() + 1.0) * 127.9) as u8)
+        .collect();
+    let scale = f16::from_f32(0.01).to_le_bytes();
+    for block in out.chunks_mut(size) {
+        let scale_offsets: &[usize] = match ty {
+            GgmlType::Q6_K => &[208],
+            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
+            _ => &[0],
+        };
+        for &o in scale_offsets {
+            block[o..o + 2].copy_from_slice(&scale);
+        }
+    }
+    out
+}
+
+/// Speculative decoding verifies many tokens in one pass and must
+/// reproduce one-token decoding exactly, so a row's matmul result may not
+/// depend on the other rows of the batch.
+#[test]
+fn batched_matmul_rows_equal_single_row_matmuls_bit_for_bit() {
+    let be = CandleBackend::new();
+    let mut g = Gen(0x5eed);
+    let (rows, cols) = (64, 512);
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ] {
+        let bytes = random_blocks(ty, rows * cols / ty.block_len(), &mut g);
+        let w = be
+            .weight(WeightData {
+                name: "w",
+                ty,
+                rows,
+                cols,
+                bytes: &bytes,
+            })
+            .unwrap();
+        for n in [2usize, 5, 16, 33] {
+            let x = g.vec(n * cols);
+            let batch = be
+                .to_vec(&be.matmul(&be.tensor(&x, n, cols).unwrap(), &w).unwrap())
+                .unwrap();
+            for i in 0..n {
+                let one = be
+                    .to_vec(
+                        &be.matmul(&be.tensor(&x[i * cols..][..cols], 1, cols).unwrap(), &w)
+                            .unwrap(),
+                    )
+                    .unwrap();
+                let got = &batch[i * rows..][..rows];
+                assert!(
+                    one.iter().zip(got).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{ty}: row {i} of a {n}-row batch differs from the same row alone"
+                );
+            }
+        }
+    }
+}
