@@ -1,16 +1,13 @@
-//! Autoregressive generation: prefill the prompt, then one token at a time.
-
-use std::time::Instant;
+//! Generation: tokens from [`arbor_speculative::decode`] (any strategy),
+//! turned into streamed text.
 
 use arbor_model::LanguageModel;
-use arbor_sampling::{Sampler, SamplingParams};
+use arbor_sampling::SamplingParams;
+use arbor_speculative::{DecodeOptions, Strategy, Verification};
 use arbor_tokenizer::Tokenizer;
 
-use crate::{EngineError, Result};
-
-/// Prompts are prefilled in chunks of this many tokens, which bounds the
-/// activation memory of long prompts.
-pub const PREFILL_CHUNK: usize = 512;
+use crate::Result;
+pub use arbor_speculative::{DecodeStats as GenerationStats, StopReason};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerateOptions {
@@ -18,6 +15,9 @@ pub struct GenerateOptions {
     pub sampling: SamplingParams,
     /// Tokens that end generation; `None` uses the tokenizer's end tokens.
     pub stop_tokens: Option<Vec<u32>>,
+    /// How tokens are produced; the speculative ones need a draft model.
+    pub strategy: Strategy,
+    pub verification: Verification,
 }
 
 impl Default for GenerateOptions {
@@ -26,40 +26,14 @@ impl Default for GenerateOptions {
             max_tokens: 128,
             sampling: SamplingParams::default(),
             stop_tokens: None,
+            strategy: Strategy::Autoregressive,
+            verification: Verification::Exact,
         }
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
-    MaxTokens,
-    StopToken,
-    ContextFull,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct GenerationStats {
-    pub prompt_tokens: usize,
-    pub generated_tokens: usize,
-    pub prefill_secs: f64,
-    pub decode_secs: f64,
-    pub stop: StopReason,
-}
-
-impl GenerationStats {
-    pub fn prefill_tok_s(&self) -> f64 {
-        self.prompt_tokens as f64 / self.prefill_secs.max(1e-9)
-    }
-
-    /// Decode speed: tokens after the first (which comes from the prefill)
-    /// over the time spent producing them.
-    pub fn decode_tok_s(&self) -> f64 {
-        self.generated_tokens.saturating_sub(1) as f64 / self.decode_secs.max(1e-9)
-    }
-}
-
 /// The generated tokens (without the prompt and without the stop token),
-/// their text and timings.
+/// their text and statistics.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Generation {
     pub tokens: Vec<u32>,
@@ -67,84 +41,50 @@ pub struct Generation {
     pub stats: GenerationStats,
 }
 
-/// Runs the prompt in chunks after an emptied cache; logits of its last
-/// token.
-pub fn prefill(model: &mut dyn LanguageModel, prompt: &[u32]) -> Result<Vec<f32>> {
-    if prompt.is_empty() {
-        return Err(EngineError::Invalid("the prompt is empty".into()));
-    }
-    model.truncate_cache(0)?;
-    let mut logits = Vec::new();
-    for chunk in prompt.chunks(PREFILL_CHUNK) {
-        logits = model.step(chunk)?;
-    }
-    Ok(logits)
-}
-
 pub fn generate(
-    model: &mut dyn LanguageModel,
+    target: &mut dyn LanguageModel,
+    draft: Option<&mut dyn LanguageModel>,
     tokenizer: &Tokenizer,
     prompt: &[u32],
     options: &GenerateOptions,
     on_text: &mut dyn FnMut(&str),
 ) -> Result<Generation> {
-    let mut sampler = Sampler::new(options.sampling)?;
-    let stop = options
-        .stop_tokens
-        .clone()
-        .unwrap_or_else(|| tokenizer.stop_ids());
-    let context = model.config().context_length;
-    if prompt.len() >= context {
-        return Err(EngineError::Invalid(format!(
-            "the prompt has {} tokens; the model's context is {context}",
-            prompt.len()
-        )));
-    }
-
-    let start = Instant::now();
-    let mut logits = prefill(model, prompt)?;
-    let prefill_secs = start.elapsed().as_secs_f64();
-
-    let start = Instant::now();
-    let mut stream = tokenizer.stream();
-    let mut tokens = Vec::new();
-    let mut text = String::new();
-    let reason = loop {
-        if tokens.len() >= options.max_tokens {
-            break StopReason::MaxTokens;
-        }
-        let next = sampler.sample(&logits)?;
-        if stop.contains(&next) {
-            break StopReason::StopToken;
-        }
-        tokens.push(next);
-        let piece = stream.push(next)?;
-        if !piece.is_empty() {
-            on_text(&piece);
-            text.push_str(&piece);
-        }
-        if tokens.len() >= options.max_tokens {
-            break StopReason::MaxTokens;
-        }
-        if model.cache_len() + 1 >= context {
-            break StopReason::ContextFull;
-        }
-        logits = model.step(&[next])?;
+    let opts = DecodeOptions {
+        max_tokens: options.max_tokens,
+        sampling: options.sampling,
+        stop_tokens: options
+            .stop_tokens
+            .clone()
+            .unwrap_or_else(|| tokenizer.stop_ids()),
+        strategy: options.strategy.clone(),
+        verification: options.verification,
     };
+    let mut stream = tokenizer.stream();
+    let mut text = String::new();
+    let mut failed = None;
+    let decoded = arbor_speculative::decode(target, draft, prompt, &opts, &mut |tokens| {
+        for &t in tokens {
+            match stream.push(t) {
+                Ok(piece) if !piece.is_empty() => {
+                    on_text(&piece);
+                    text.push_str(&piece);
+                }
+                Ok(_) => {}
+                Err(e) => failed = Some(e),
+            }
+        }
+    })?;
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
     let rest = stream.finish();
     if !rest.is_empty() {
         on_text(&rest);
         text.push_str(&rest);
     }
     Ok(Generation {
-        stats: GenerationStats {
-            prompt_tokens: prompt.len(),
-            generated_tokens: tokens.len(),
-            prefill_secs,
-            decode_secs: start.elapsed().as_secs_f64(),
-            stop: reason,
-        },
-        tokens,
+        tokens: decoded.tokens,
         text,
+        stats: decoded.stats,
     })
 }

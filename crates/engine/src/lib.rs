@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 
 pub use arbor_model::{Config, LanguageModel, Logits, Mask};
 pub use arbor_sampling::{SamplingParams, argmax};
+pub use arbor_speculative::{
+    LatencyProfile, SpecError, Strategy, TreeConfig, Typical, Verification,
+};
 pub use arbor_tokenizer::{ChatMessage, Role, Tokenizer};
 pub use backends::BackendKind;
 pub use generate::{GenerateOptions, Generation, GenerationStats, StopReason};
@@ -29,6 +32,13 @@ pub enum EngineError {
     BackendNotCompiled(BackendKind),
     #[error("unknown backend `{0}` (choose candle, flex, ndarray or wgpu)")]
     UnknownBackend(String),
+    #[error(transparent)]
+    Speculative(#[from] arbor_speculative::SpecError),
+    #[error(
+        "the draft model's vocabulary differs from the target's ({draft} vs {target} tokens, or \
+         different token strings): speculative decoding needs one shared tokenizer"
+    )]
+    VocabularyMismatch { draft: usize, target: usize },
     #[error("{0}")]
     Invalid(String),
 }
@@ -44,11 +54,13 @@ pub fn load_model(
     backends::load(kind, file, progress)
 }
 
-/// A model, its tokenizer, and where they came from.
+/// A model, its tokenizer, and where they came from; optionally a draft
+/// model sharing the tokenizer, for the speculative strategies.
 pub struct Engine {
     model: Box<dyn LanguageModel>,
     tokenizer: Tokenizer,
     path: PathBuf,
+    draft: Option<Box<dyn LanguageModel>>,
 }
 
 impl Engine {
@@ -66,7 +78,46 @@ impl Engine {
             model,
             tokenizer,
             path: path.to_path_buf(),
+            draft: None,
         })
+    }
+
+    /// Loads a draft model for the speculative strategies. Its tokenizer
+    /// must be the target's (same vocabulary, same token strings).
+    pub fn load_draft(
+        &mut self,
+        path: &Path,
+        backend: BackendKind,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<()> {
+        let file = arbor_gguf::GgufFile::open(path)?;
+        let tokenizer = Tokenizer::from_gguf(file.header())?;
+        if !tokenizer.same_vocabulary(&self.tokenizer) {
+            return Err(EngineError::VocabularyMismatch {
+                draft: tokenizer.vocab_size(),
+                target: self.tokenizer.vocab_size(),
+            });
+        }
+        let model = backends::load(backend, &file, progress)?;
+        self.set_draft(model)
+    }
+
+    /// Attaches an already-loaded draft model (tests, custom backends);
+    /// its vocabulary size must be the target's.
+    pub fn set_draft(&mut self, draft: Box<dyn LanguageModel>) -> Result<()> {
+        let (d, t) = (draft.config().vocab_size, self.model.config().vocab_size);
+        if d != t {
+            return Err(EngineError::VocabularyMismatch {
+                draft: d,
+                target: t,
+            });
+        }
+        self.draft = Some(draft);
+        Ok(())
+    }
+
+    pub fn draft(&self) -> Option<&dyn LanguageModel> {
+        self.draft.as_deref()
     }
 
     /// Wraps an already-loaded model (tests, custom backends).
@@ -75,6 +126,7 @@ impl Engine {
             model,
             tokenizer,
             path,
+            draft: None,
         }
     }
 
@@ -127,6 +179,9 @@ impl Engine {
     ) -> Result<Generation> {
         generate::generate(
             self.model.as_mut(),
+            self.draft
+                .as_mut()
+                .map(|d| d.as_mut() as &mut dyn LanguageModel),
             &self.tokenizer,
             prompt,
             options,

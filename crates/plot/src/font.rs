@@ -12,7 +12,11 @@ pub const GLYPH_HEIGHT: i32 = 7;
 /// The glyph for `c`; characters outside 32..=126 get the `?` glyph.
 pub fn glyph(c: char) -> &'static [u8; 7] {
     let code = c as u32;
-    let index = if (32..=126).contains(&code) { code - 32 } else { '?' as u32 - 32 };
+    let index = if (32..=126).contains(&code) {
+        code - 32
+    } else {
+        '?' as u32 - 32
+    };
     &GLYPHS[index as usize]
 }
 

@@ -1,1 +1,231 @@
+//! Decoding strategies over a target model and an optional draft model.
+//!
+//! - [`Strategy::Autoregressive`]: the target alone, one token per pass.
+//! - [`Strategy::Chain`]: classic speculative decoding; the draft proposes
+//!   `gamma` tokens one after another and the target checks them in one pass.
+//! - [`Strategy::Tree`]: the draft grows a token tree (LLMCad's
+//!   confidence-paced branches, decoded through tree masks so switching
+//!   branch costs nothing), verification starts when the tree's best
+//!   cumulative confidence drops under the adaptive threshold α, and the
+//!   tree sent to the target is cut to the size that maximises expected
+//!   tokens per second under the measured latency profile `L_fp(n)`.
+//! - [`Strategy::StaticTree`]: a fixed width × depth tree, for comparison.
+//!
+//! With greedy sampling and exact verification every strategy produces the
+//! target's own output token for token (the tests check it). At temperature
+//! > 0, exact verification is recursive rejection sampling, so outputs
+//! follow the target's distribution.
 
+mod profile;
+mod run;
+
+pub use profile::{LatencyProfile, PROFILE_SIZES, best_size};
+pub use run::decode;
+
+use arbor_sampling::SamplingParams;
+pub use arbor_tree::GrowConfig;
+pub use arbor_verify::Typical;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error(transparent)]
+    Model(#[from] arbor_model::ModelError),
+    #[error(transparent)]
+    Sampling(#[from] arbor_sampling::SamplingError),
+    #[error(transparent)]
+    Mask(#[from] arbor_mask::MaskError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub type Result<T, E = SpecError> = std::result::Result<T, E>;
+
+/// Settings of the tree strategy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TreeConfig {
+    pub grow: GrowConfig,
+    /// Initial verification threshold α.
+    pub alpha: f32,
+    /// Most draft tokens sent to one verification.
+    pub max_nodes: usize,
+    /// The target's latency profile; without it trees are only capped by
+    /// `max_nodes` and α.
+    pub profile: Option<LatencyProfile>,
+}
+
+impl Default for TreeConfig {
+    fn default() -> Self {
+        Self {
+            grow: GrowConfig::default(),
+            alpha: 0.01,
+            max_nodes: 32,
+            profile: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Strategy {
+    Autoregressive,
+    Chain { gamma: usize },
+    Tree(TreeConfig),
+    StaticTree { width: usize, depth: usize },
+}
+
+impl Strategy {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Strategy::Autoregressive => "autoregressive",
+            Strategy::Chain { .. } => "chain",
+            Strategy::Tree(_) => "tree",
+            Strategy::StaticTree { .. } => "static-tree",
+        }
+    }
+
+    pub fn needs_draft(&self) -> bool {
+        !matches!(self, Strategy::Autoregressive)
+    }
+
+    /// A strategy by name with default settings.
+    pub fn parse(name: &str) -> Result<Self> {
+        Ok(match name {
+            "autoregressive" | "ar" => Strategy::Autoregressive,
+            "chain" => Strategy::Chain { gamma: 5 },
+            "tree" => Strategy::Tree(TreeConfig::default()),
+            "static-tree" => Strategy::StaticTree { width: 2, depth: 4 },
+            other => {
+                return Err(SpecError::Invalid(format!(
+                    "unknown strategy `{other}` (choose autoregressive, chain, tree or static-tree)"
+                )));
+            }
+        })
+    }
+
+    fn validate(&self) -> Result<()> {
+        let bad = |m: &str| Err(SpecError::Invalid(m.to_string()));
+        match self {
+            Strategy::Chain { gamma } if *gamma == 0 || *gamma > 64 => {
+                bad("chain length (gamma) must be 1..=64")
+            }
+            Strategy::StaticTree { width, depth }
+                if *width == 0 || *depth == 0 || width.pow((*depth).min(8) as u32) > 4096 =>
+            {
+                bad("static tree width and depth must be >= 1 and the tree at most 4096 nodes")
+            }
+            Strategy::Tree(c) if c.max_nodes == 0 || c.max_nodes > 256 => {
+                bad("tree max_nodes must be 1..=256")
+            }
+            Strategy::Tree(c) if !(c.alpha > 0.0 && c.alpha < 1.0) => {
+                bad("alpha must be in (0, 1)")
+            }
+            Strategy::Tree(c)
+                if !(c.grow.branch_threshold > 0.0 && c.grow.branch_threshold <= 1.0) =>
+            {
+                bad("branch threshold must be in (0, 1]")
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// How drafted tokens are checked.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Verification {
+    /// Greedy: argmax matching. Temperature > 0: rejection sampling. The
+    /// output is the target's (greedy) or follows its distribution.
+    Exact,
+    /// Typical acceptance (not exact: accepts tokens the target finds
+    /// plausible).
+    Typical(Typical),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodeOptions {
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    pub stop_tokens: Vec<u32>,
+    pub strategy: Strategy,
+    pub verification: Verification,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    MaxTokens,
+    StopToken,
+    ContextFull,
+}
+
+/// Counters and timings of one decode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodeStats {
+    pub prompt_tokens: usize,
+    pub generated_tokens: usize,
+    pub prefill_secs: f64,
+    /// Wall time after the prefill.
+    pub decode_secs: f64,
+    /// Target passes that verified draft tokens.
+    pub verifications: usize,
+    /// Draft tokens the target accepted.
+    pub accepted_draft_tokens: usize,
+    /// Draft tokens proposed (put in a tree or chain).
+    pub draft_tokens: usize,
+    /// Plain one-token target passes (autoregressive, or the tree strategy
+    /// falling back when drafting does not pay).
+    pub target_steps: usize,
+    pub draft_secs: f64,
+    pub target_secs: f64,
+    pub stop: StopReason,
+}
+
+impl DecodeStats {
+    fn new(prompt_tokens: usize) -> Self {
+        Self {
+            prompt_tokens,
+            generated_tokens: 0,
+            prefill_secs: 0.0,
+            decode_secs: 0.0,
+            verifications: 0,
+            accepted_draft_tokens: 0,
+            draft_tokens: 0,
+            target_steps: 0,
+            draft_secs: 0.0,
+            target_secs: 0.0,
+            stop: StopReason::MaxTokens,
+        }
+    }
+
+    /// Tokens produced per target pass (verifications and plain steps; the
+    /// first token comes from the prefill): 1 for autoregressive decoding.
+    pub fn mean_accepted(&self) -> f64 {
+        let passes = self.verifications + self.target_steps;
+        if passes == 0 {
+            return 0.0;
+        }
+        self.generated_tokens.saturating_sub(1) as f64 / passes as f64
+    }
+
+    /// Draft tokens proposed but not accepted.
+    pub fn wasted_draft_tokens(&self) -> usize {
+        self.draft_tokens - self.accepted_draft_tokens
+    }
+
+    pub fn prefill_tok_s(&self) -> f64 {
+        self.prompt_tokens as f64 / self.prefill_secs.max(1e-9)
+    }
+
+    /// Tokens after the first over the time after the prefill.
+    pub fn decode_tok_s(&self) -> f64 {
+        self.generated_tokens.saturating_sub(1) as f64 / self.decode_secs.max(1e-9)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoded {
+    /// Generated tokens, without the prompt and without a stop token.
+    pub tokens: Vec<u32>,
+    pub stats: DecodeStats,
+}
+
+/// Prompts are prefilled in chunks of this many tokens, which bounds the
+/// activation memory of long prompts.
+pub const PREFILL_CHUNK: usize = 512;

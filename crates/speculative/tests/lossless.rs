@@ -1,0 +1,314 @@
+//! Speculative strategies on random tiny models: greedy outputs equal the
+//! target's own, token for token, whatever the draft (perfect, poor,
+//! adversarial); sampled outputs follow the target's distribution.
+
+use arbor_backend_candle::CandleBackend;
+use arbor_gguf::GgufFile;
+use arbor_model::testing::{TinySpec, write_temp};
+use arbor_model::{Config, Decoder, LanguageModel, Logits, Mask, Result};
+use arbor_sampling::SamplingParams;
+use arbor_speculative::{
+    DecodeOptions, GrowConfig, LatencyProfile, StopReason, Strategy, TreeConfig, Verification,
+    decode,
+};
+use proptest::prelude::*;
+use proptest::strategy::Strategy as _;
+
+fn tiny(spec: &TinySpec, tag: &str) -> Box<dyn LanguageModel> {
+    // Tests run in parallel: every file gets its own name.
+    static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = write_temp(&spec.writer(), &format!("{tag}-{n}"));
+    let file = GgufFile::open(&path).unwrap();
+    let model = Decoder::load(CandleBackend::new(), &file, &mut |_, _| {}).unwrap();
+    std::fs::remove_file(path).ok();
+    Box::new(model)
+}
+
+/// Rewrites a model's logits: `scale · logits` (a sharper or flatter
+/// model), negated when `adversarial` (most confident in the tokens the
+/// model finds least likely).
+struct Reshaped {
+    inner: Box<dyn LanguageModel>,
+    scale: f32,
+}
+
+impl LanguageModel for Reshaped {
+    fn forward(&mut self, t: &[u32], p: &[u32], m: &Mask, rows: &[usize]) -> Result<Logits> {
+        let mut l = self.inner.forward(t, p, m, rows)?;
+        l.data.iter_mut().for_each(|v| *v *= self.scale);
+        Ok(l)
+    }
+    fn cache_len(&self) -> usize {
+        self.inner.cache_len()
+    }
+    fn truncate_cache(&mut self, len: usize) -> Result<()> {
+        self.inner.truncate_cache(len)
+    }
+    fn keep_cache(&mut self, positions: &[usize]) -> Result<()> {
+        self.inner.keep_cache(positions)
+    }
+    fn config(&self) -> &Config {
+        self.inner.config()
+    }
+    fn backend_name(&self) -> &'static str {
+        "reshaped"
+    }
+}
+
+fn spec(seed: u64, vocab: usize) -> TinySpec {
+    TinySpec {
+        arch: "qwen2",
+        vocab,
+        seed,
+        ..TinySpec::default()
+    }
+}
+
+/// The target: a random model made confident (×12) so drafts that agree
+/// with it grow deep trees.
+fn target(vocab: usize) -> Box<dyn LanguageModel> {
+    Box::new(Reshaped {
+        inner: tiny(&spec(7, vocab), "spec-target"),
+        scale: 12.0,
+    })
+}
+
+#[derive(Debug, Clone, Copy)]
+enum DraftKind {
+    Perfect,
+    Poor,
+    Adversarial,
+}
+
+fn draft(kind: DraftKind, vocab: usize) -> Box<dyn LanguageModel> {
+    let (seed, scale) = match kind {
+        DraftKind::Perfect => (7, 12.0),
+        DraftKind::Poor => (8, 4.0),
+        DraftKind::Adversarial => (7, -12.0),
+    };
+    Box::new(Reshaped {
+        inner: tiny(&spec(seed, vocab), "spec-draft"),
+        scale,
+    })
+}
+
+fn opts(strategy: Strategy, max_tokens: usize, stop: Vec<u32>) -> DecodeOptions {
+    DecodeOptions {
+        max_tokens,
+        sampling: SamplingParams::default(),
+        stop_tokens: stop,
+        strategy,
+        verification: Verification::Exact,
+    }
+}
+
+fn profile() -> LatencyProfile {
+    // Verification cost rising with size, as on a CPU.
+    LatencyProfile {
+        points: vec![(1, 0.040), (4, 0.050), (8, 0.070), (16, 0.120), (64, 0.5)],
+    }
+}
+
+fn strategies() -> impl proptest::strategy::Strategy<Value = arbor_speculative::Strategy> {
+    prop_oneof![
+        (1usize..7).prop_map(|gamma| arbor_speculative::Strategy::Chain { gamma }),
+        (1usize..4, 1usize..4)
+            .prop_map(|(width, depth)| arbor_speculative::Strategy::StaticTree { width, depth }),
+        (
+            0.001f32..0.5,
+            1usize..40,
+            0.05f32..0.6,
+            1usize..4,
+            any::<bool>()
+        )
+            .prop_map(
+                |(alpha, max_nodes, branch_threshold, max_children, with_profile)| {
+                    arbor_speculative::Strategy::Tree(TreeConfig {
+                        grow: GrowConfig {
+                            branch_threshold,
+                            max_children,
+                        },
+                        alpha,
+                        max_nodes,
+                        profile: with_profile.then(profile),
+                    })
+                }
+            ),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn greedy_speculation_equals_target_only_decoding(
+        prompt in prop::collection::vec(0u32..300, 1..24),
+        max_tokens in 0usize..48,
+        stop in prop::collection::vec(0u32..300, 0..3),
+        strategy in strategies(),
+        kind in prop_oneof![Just(DraftKind::Perfect), Just(DraftKind::Poor), Just(DraftKind::Adversarial)],
+    ) {
+        let mut t = target(300);
+        let plain = decode(t.as_mut(), None, &prompt, &opts(arbor_speculative::Strategy::Autoregressive, max_tokens, stop.clone()), &mut |_| {}).unwrap();
+        let mut d = draft(kind, 300);
+        let mut streamed = Vec::new();
+        let spec = decode(t.as_mut(), Some(d.as_mut()), &prompt, &opts(strategy.clone(), max_tokens, stop), &mut |tok| streamed.extend_from_slice(tok)).unwrap();
+        prop_assert_eq!(&spec.tokens, &plain.tokens, "{:?} with a {:?} draft", strategy, kind);
+        prop_assert_eq!(spec.stats.stop, plain.stats.stop);
+        prop_assert_eq!(&streamed, &spec.tokens);
+        prop_assert!(spec.stats.accepted_draft_tokens <= spec.stats.draft_tokens);
+    }
+}
+
+#[test]
+fn a_perfect_draft_is_accepted_and_a_bad_one_is_not() {
+    let prompt = [1, 2, 3];
+    let tree = Strategy::Tree(TreeConfig::default());
+    let mut t = target(300);
+    let mut good = draft(DraftKind::Perfect, 300);
+    let g = decode(
+        t.as_mut(),
+        Some(good.as_mut()),
+        &prompt,
+        &opts(tree.clone(), 40, vec![]),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(
+        g.stats.mean_accepted() > 3.0,
+        "perfect draft: {:?}",
+        g.stats
+    );
+    let mut bad = draft(DraftKind::Adversarial, 300);
+    let b = decode(
+        t.as_mut(),
+        Some(bad.as_mut()),
+        &prompt,
+        &opts(tree, 40, vec![]),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(
+        b.stats.accepted_draft_tokens, 0,
+        "adversarial draft: {:?}",
+        b.stats
+    );
+    assert_eq!(b.tokens, g.tokens);
+    assert_eq!(g.stats.stop, StopReason::MaxTokens);
+}
+
+#[test]
+fn bad_requests_are_errors() {
+    let mut t = target(300);
+    let chain = opts(Strategy::Chain { gamma: 3 }, 4, vec![]);
+    assert!(
+        decode(t.as_mut(), None, &[1], &chain, &mut |_| {}).is_err(),
+        "no draft"
+    );
+    let mut other = tiny(&spec(3, 200), "spec-small-vocab");
+    let err = decode(t.as_mut(), Some(other.as_mut()), &[1], &chain, &mut |_| {}).unwrap_err();
+    assert!(err.to_string().contains("vocabulary"), "{err}");
+    let zero = opts(Strategy::Chain { gamma: 0 }, 4, vec![]);
+    let mut d = draft(DraftKind::Perfect, 300);
+    assert!(decode(t.as_mut(), Some(d.as_mut()), &[1], &zero, &mut |_| {}).is_err());
+    let ar = opts(Strategy::Autoregressive, 4, vec![]);
+    assert!(
+        decode(t.as_mut(), None, &[], &ar, &mut |_| {}).is_err(),
+        "empty prompt"
+    );
+}
+
+/// Upper 0.1% point of χ² with `k` degrees of freedom (Wilson–Hilferty).
+fn chi2_critical(k: f64) -> f64 {
+    let z = 3.09;
+    k * (1.0 - 2.0 / (9.0 * k) + z * (2.0 / (9.0 * k)).sqrt()).powi(3)
+}
+
+/// At temperature 1 the tree strategy's first three tokens follow the
+/// target's distribution: χ² over all 125 sequences of a 5-token
+/// vocabulary, 12,000 seeds, with a draft that differs from the target.
+#[test]
+fn tree_sampling_matches_the_target_distribution() {
+    let vocab = 5;
+    let mut t: Box<dyn LanguageModel> = Box::new(Reshaped {
+        inner: tiny(&spec(11, vocab), "chi-target"),
+        scale: 2.0,
+    });
+    // The same network, flatter: close to the target but not equal.
+    let mut d: Box<dyn LanguageModel> = Box::new(Reshaped {
+        inner: tiny(&spec(11, vocab), "chi-draft"),
+        scale: 1.2,
+    });
+    let prompt = [1u32, 3];
+    let softmax = |l: &[f32]| arbor_sampling::softmax(l, 1.0);
+    // Exact sequence probabilities from the target, step by step.
+    let mut expected = vec![0f64; vocab * vocab * vocab];
+    let p0 = softmax(&t.step(&prompt).unwrap());
+    for a in 0..vocab {
+        t.truncate_cache(prompt.len()).unwrap();
+        let p1 = softmax(&t.step(&[a as u32]).unwrap());
+        for b in 0..vocab {
+            t.truncate_cache(prompt.len() + 1).unwrap();
+            let p2 = softmax(&t.step(&[b as u32]).unwrap());
+            for c in 0..vocab {
+                expected[(a * vocab + b) * vocab + c] = (p0[a] * p1[b] * p2[c]) as f64;
+            }
+        }
+    }
+    let n = 12_000;
+    let mut counts = vec![0u64; expected.len()];
+    let mut accepted = 0;
+    for seed in 0..n {
+        let o = DecodeOptions {
+            sampling: SamplingParams {
+                temperature: 1.0,
+                seed,
+                ..SamplingParams::default()
+            },
+            ..opts(
+                Strategy::Tree(TreeConfig {
+                    grow: GrowConfig {
+                        branch_threshold: 0.2,
+                        max_children: 3,
+                    },
+                    alpha: 0.001,
+                    ..TreeConfig::default()
+                }),
+                3,
+                vec![],
+            )
+        };
+        let out = decode(t.as_mut(), Some(d.as_mut()), &prompt, &o, &mut |_| {}).unwrap();
+        let s = &out.tokens;
+        counts[(s[0] as usize * vocab + s[1] as usize) * vocab + s[2] as usize] += 1;
+        accepted += out.stats.accepted_draft_tokens;
+    }
+    // Cells expected fewer than 5 times are pooled into one (the usual
+    // condition for the χ² approximation to hold).
+    let (mut chi2, mut cells, mut pooled_obs, mut pooled_exp) = (0.0, 0, 0.0, 0.0);
+    for (&c, &e) in counts.iter().zip(&expected) {
+        let e = e * n as f64;
+        if e < 5.0 {
+            pooled_obs += c as f64;
+            pooled_exp += e;
+        } else {
+            chi2 += (c as f64 - e).powi(2) / e;
+            cells += 1;
+        }
+    }
+    if pooled_exp > 0.0 {
+        chi2 += (pooled_obs - pooled_exp).powi(2) / pooled_exp;
+        cells += 1;
+    }
+    assert!(cells > 30, "too few cells to test: {cells}");
+    let critical = chi2_critical((cells - 1) as f64);
+    assert!(
+        chi2 < critical,
+        "χ² = {chi2:.1} ≥ {critical:.1} over {cells} cells"
+    );
+    assert!(
+        accepted > n as usize / 4,
+        "the draft was hardly used: {accepted} accepted"
+    );
+}
