@@ -28,6 +28,9 @@ pub enum BenchCommand {
         #[arg(long)]
         backend: Option<String>,
     },
+    /// Speculative strategies against autoregressive decoding on a prompt
+    /// set: a table (or JSON lines) and a bar chart.
+    Spec(crate::spec::BenchSpecArgs),
 }
 
 pub fn run(
@@ -50,6 +53,10 @@ pub fn run(
                 println!("{}", serde_json::to_string(&row)?);
             }
             Ok(())
+        }
+        BenchCommand::Spec(args) => {
+            let backend = pick(&args.backend)?;
+            crate::spec::bench_spec(&args, backend)
         }
     }
 }

@@ -3,6 +3,7 @@
 mod bench;
 mod profile;
 mod progress;
+mod spec;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -100,6 +101,15 @@ struct GenerateArgs {
     /// candle, flex, ndarray or wgpu.
     #[arg(long)]
     backend: Option<String>,
+    /// Draft model (path or short name) for the speculative strategies.
+    #[arg(long)]
+    draft: Option<String>,
+    /// autoregressive, chain, tree or static-tree (default: tree with a
+    /// draft, autoregressive without).
+    #[arg(long)]
+    strategy: Option<String>,
+    #[command(flatten)]
+    spec: spec::StrategyArgs,
 }
 
 fn main() {
@@ -186,6 +196,39 @@ pub fn load(path: &std::path::Path, backend: BackendKind) -> Result<Engine> {
 fn generate(args: &GenerateArgs, backend: BackendKind) -> Result<()> {
     let path = model_path(args.model.as_deref())?;
     let mut engine = load(&path, backend)?;
+    let strategy_name = args.strategy.clone().unwrap_or_else(|| {
+        if args.draft.is_some() {
+            "tree"
+        } else {
+            "autoregressive"
+        }
+        .into()
+    });
+    let needs_draft = arbor_engine::Strategy::parse(&strategy_name)?.needs_draft();
+    if needs_draft && args.draft.is_none() {
+        bail!("--strategy {strategy_name} needs a draft model (--draft qwen2.5-coder-0.5b)");
+    }
+    let mut draft_path = None;
+    if let Some(d) = &args.draft {
+        let draft = spec::draft_path(d)?;
+        {
+            let mut bar = progress::load_bar(&draft);
+            engine
+                .load_draft(&draft, backend, &mut bar)
+                .with_context(|| format!("loading draft {}", draft.display()))?;
+        }
+        draft_path = Some(draft);
+    }
+    let profile = if strategy_name == "tree" && !args.spec.no_profile {
+        Some(spec::latency_profiles(
+            &mut engine,
+            draft_path.as_deref(),
+            backend,
+        )?)
+    } else {
+        None
+    };
+    let strategy = args.spec.strategy(&strategy_name, profile.as_ref())?;
     let prompt = engine.prompt_tokens(&args.prompt, args.chat)?;
     let options = GenerateOptions {
         max_tokens: args.max_tokens,
@@ -197,6 +240,8 @@ fn generate(args: &GenerateArgs, backend: BackendKind) -> Result<()> {
             seed: args.seed,
         },
         stop_tokens: None,
+        strategy,
+        verification: args.spec.verification()?,
     };
     let mut out = std::io::stdout().lock();
     let g = engine.generate(&prompt, &options, &mut |piece| {
@@ -217,6 +262,19 @@ fn generate(args: &GenerateArgs, backend: BackendKind) -> Result<()> {
         s.stop,
         progress::human_bytes(profile::peak_rss_bytes().unwrap_or(0)),
     );
+    if needs_draft {
+        eprintln!(
+            "[{strategy_name}] {} verifications, mean accepted {:.2} tokens per target pass, \
+             draft tokens {} ({} wasted), {} plain target steps, draft {:.2} s, target {:.2} s",
+            s.verifications,
+            s.mean_accepted(),
+            s.draft_tokens,
+            s.wasted_draft_tokens(),
+            s.target_steps,
+            s.draft_secs,
+            s.target_secs,
+        );
+    }
     Ok(())
 }
 

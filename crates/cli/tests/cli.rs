@@ -121,3 +121,117 @@ fn bad_input_exits_with_a_clear_error() {
     }
     std::fs::remove_dir_all(dir).ok();
 }
+
+#[test]
+fn speculative_generate_needs_a_draft_and_matches_plain_output() {
+    let o = arbor(&[
+        "generate",
+        "--strategy",
+        "chain",
+        "--prompt",
+        "hi",
+        "--model",
+        "x.gguf",
+    ]);
+    assert!(!o.status.success());
+    let Some(_) = smollm2() else { return };
+    let o = arbor(&[
+        "generate",
+        "--model",
+        "smollm2-135m",
+        "--strategy",
+        "chain",
+        "--prompt",
+        "hi",
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("needs a draft model"), "{}", stderr(&o));
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "--model",
+            "smollm2-135m",
+            "--prompt",
+            "The three primary colours are",
+            "--max-tokens",
+            "24",
+        ];
+        args.extend_from_slice(extra);
+        let o = arbor(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        (String::from_utf8(o.stdout.clone()).unwrap(), stderr(&o))
+    };
+    let (plain, _) = run(&[]);
+    // SmolLM2 drafting for itself: every draft token is accepted.
+    for strategy in ["chain", "tree", "static-tree"] {
+        let (text, err) = run(&["--draft", "smollm2-135m", "--strategy", strategy]);
+        assert_eq!(text, plain, "{strategy}");
+        assert!(err.contains("verifications"), "{strategy}: {err}");
+    }
+}
+
+#[test]
+fn bench_spec_prints_one_json_object_per_strategy() {
+    let Some(_) = smollm2() else { return };
+    let dir = std::env::temp_dir().join(format!("arbor-bench-spec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prompts = dir.join("prompts.jsonl");
+    std::fs::write(&prompts, "\"Name a fruit.\"\n\"Count to five.\"\n").unwrap();
+    let plot = dir.join("chart.png");
+    let o = arbor(&[
+        "bench",
+        "spec",
+        "--target",
+        "smollm2-135m",
+        "--draft",
+        "smollm2-135m",
+        "--prompts",
+        prompts.to_str().unwrap(),
+        "--max-tokens",
+        "12",
+        "--strategies",
+        "chain,tree",
+        "--no-profile",
+        "--json",
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: Vec<serde_json::Value> = String::from_utf8(o.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["autoregressive", "chain", "tree"]);
+    for r in &rows {
+        for key in [
+            "prompts",
+            "identical",
+            "tok_s",
+            "ms_per_token",
+            "mean_accepted",
+            "verifications_per_100",
+            "speedup_vs_autoregressive",
+            "peak_bytes",
+        ] {
+            assert!(r.get(key).is_some(), "missing {key} in {r}");
+        }
+        assert_eq!(r["prompts"], 2);
+        assert_eq!(r["identical"], 2, "greedy speculation is lossless: {r}");
+    }
+    assert!(
+        rows[1]["mean_accepted"].as_f64().unwrap() > 1.5,
+        "a perfect draft is accepted"
+    );
+    let png = std::fs::read(&plot).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
+    assert!(
+        stderr(&o).contains("| strategy |"),
+        "the table goes to stderr with --json"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 pub use arbor_model::{Config, LanguageModel, Logits, Mask};
 pub use arbor_sampling::{SamplingParams, argmax};
 pub use arbor_speculative::{
-    LatencyProfile, SpecError, Strategy, TreeConfig, Typical, Verification,
+    LatencyProfile, PROFILE_SIZES, SpecError, Strategy, TreeConfig, Typical, Verification,
 };
 pub use arbor_tokenizer::{ChatMessage, Role, Tokenizer};
 pub use backends::BackendKind;
@@ -118,6 +118,10 @@ impl Engine {
 
     pub fn draft(&self) -> Option<&dyn LanguageModel> {
         self.draft.as_deref()
+    }
+
+    pub fn draft_mut(&mut self) -> Option<&mut (dyn LanguageModel + 'static)> {
+        self.draft.as_deref_mut()
     }
 
     /// Wraps an already-loaded model (tests, custom backends).

@@ -170,8 +170,66 @@ fn generation_stops_at_a_stop_token_and_rejects_bad_options() {
                 seed,
                 ..Default::default()
             },
+            ..GenerateOptions::default()
         };
         engine.generate(&ids, &options, &mut |_| {}).unwrap().tokens
     };
     assert_eq!(sampled(&mut engine, 3), sampled(&mut engine, 3));
+}
+
+/// Greedy speculative decoding on real files equals target-only decoding:
+/// SmolLM2 drafting for itself (CI), and the Qwen pair when cached.
+#[test]
+fn speculative_strategies_reproduce_target_only_output() {
+    use arbor_engine::{Strategy, TreeConfig};
+    let pairs = [
+        ("smollm2-135m", "smollm2-135m"),
+        ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"),
+    ];
+    for (t, d) in pairs {
+        let (Some(tp), Some(dp)) = (model(t), model(d)) else {
+            continue;
+        };
+        let mut engine = Engine::load(&tp, BackendKind::Candle, &mut |_, _| {}).unwrap();
+        engine
+            .load_draft(&dp, BackendKind::Candle, &mut |_, _| {})
+            .unwrap();
+        for prompt in ["def quicksort(xs):", "Write a haiku about the sea."] {
+            let ids = engine.prompt_tokens(prompt, true).unwrap();
+            let run = |engine: &mut Engine, strategy: Strategy| {
+                let options = GenerateOptions {
+                    max_tokens: 40,
+                    strategy,
+                    ..GenerateOptions::default()
+                };
+                engine.generate(&ids, &options, &mut |_| {}).unwrap()
+            };
+            let plain = run(&mut engine, Strategy::Autoregressive);
+            for strategy in [
+                Strategy::Chain { gamma: 4 },
+                Strategy::Tree(TreeConfig::default()),
+                Strategy::StaticTree { width: 2, depth: 3 },
+            ] {
+                let g = run(&mut engine, strategy.clone());
+                assert_eq!(g.tokens, plain.tokens, "{t}/{d} {strategy:?} on {prompt:?}");
+                assert!(g.stats.verifications > 0);
+            }
+        }
+    }
+}
+
+/// A draft with another vocabulary is refused when loading.
+#[test]
+fn a_draft_with_another_vocabulary_is_refused() {
+    let (Some(qwen), Some(smol)) = (model("qwen2.5-coder-0.5b"), model("smollm2-135m")) else {
+        return;
+    };
+    let mut engine = Engine::load(&smol, BackendKind::Candle, &mut |_, _| {}).unwrap();
+    let err = engine
+        .load_draft(&qwen, BackendKind::Candle, &mut |_, _| {})
+        .unwrap_err();
+    assert!(
+        matches!(err, arbor_engine::EngineError::VocabularyMismatch { .. }),
+        "{err}"
+    );
 }

@@ -225,14 +225,14 @@ mod tests {
             let m = tree_mask(prefix, &parents).unwrap();
             let depth = depths(&parents).unwrap();
             m.validate(parents.len(), prefix + parents.len()).unwrap();
-            for i in 0..parents.len() {
+            for (i, d) in depth.iter().enumerate() {
                 let count = (0..m.cols).filter(|&c| m.get(i, c)).count();
-                prop_assert_eq!(count, prefix + depth[i] + 1);
+                prop_assert_eq!(count, prefix + d + 1);
                 let mut anc = vec![false; parents.len()];
                 let mut cur = Some(i);
                 while let Some(a) = cur { anc[a] = true; cur = parents[a]; }
-                for j in 0..parents.len() {
-                    prop_assert_eq!(m.get(i, prefix + j), anc[j]);
+                for (j, &a) in anc.iter().enumerate() {
+                    prop_assert_eq!(m.get(i, prefix + j), a);
                 }
             }
         }

@@ -12,9 +12,9 @@
 //! - [`Strategy::StaticTree`]: a fixed width × depth tree, for comparison.
 //!
 //! With greedy sampling and exact verification every strategy produces the
-//! target's own output token for token (the tests check it). At temperature
-//! > 0, exact verification is recursive rejection sampling, so outputs
-//! follow the target's distribution.
+//! target's own output token for token (the tests check it). Above
+//! temperature 0, exact verification is recursive rejection sampling, so
+//! outputs follow the target's distribution.
 
 mod profile;
 mod run;
@@ -51,6 +51,10 @@ pub struct TreeConfig {
     /// The target's latency profile; without it trees are only capped by
     /// `max_nodes` and α.
     pub profile: Option<LatencyProfile>,
+    /// The draft's latency profile. With both profiles, each round first
+    /// checks that drafting can beat plain decoding at the observed
+    /// acceptance rate, and decodes plainly when it cannot.
+    pub draft_profile: Option<LatencyProfile>,
 }
 
 impl Default for TreeConfig {
@@ -60,6 +64,7 @@ impl Default for TreeConfig {
             alpha: 0.01,
             max_nodes: 32,
             profile: None,
+            draft_profile: None,
         }
     }
 }
@@ -195,13 +200,21 @@ impl DecodeStats {
     }
 
     /// Tokens produced per target pass (verifications and plain steps; the
-    /// first token comes from the prefill): 1 for autoregressive decoding.
+    /// first token comes from the prefill, a final stop token counts as
+    /// produced): 1 for autoregressive decoding.
     pub fn mean_accepted(&self) -> f64 {
         let passes = self.verifications + self.target_steps;
         if passes == 0 {
             return 0.0;
         }
-        self.generated_tokens.saturating_sub(1) as f64 / passes as f64
+        self.produced_after_prefill() as f64 / passes as f64
+    }
+
+    /// Tokens the target passes after the prefill produced, a final stop
+    /// token included.
+    pub fn produced_after_prefill(&self) -> usize {
+        let stop = usize::from(self.stop == StopReason::StopToken);
+        (self.generated_tokens + stop).saturating_sub(1)
     }
 
     /// Draft tokens proposed but not accepted.

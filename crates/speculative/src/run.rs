@@ -144,24 +144,16 @@ impl Run<'_, '_> {
             Strategy::Tree(c) => Fallback::new(c.alpha),
             _ => Fallback::new(0.01),
         };
-        let mut guard = Guard::default();
         while self.done.is_none() {
             match &strategy {
                 Strategy::Autoregressive => self.target_step(on)?,
                 Strategy::Chain { gamma } => self.round_chain(*gamma, on)?,
                 Strategy::StaticTree { width, depth } => self.round_static(*width, *depth, on)?,
                 Strategy::Tree(cfg) => {
-                    if guard.plain_steps_left > 0 {
-                        guard.plain_steps_left -= 1;
-                        self.target_step(on)?;
-                    } else {
-                        let t = Instant::now();
-                        let before = self.seq.len();
+                    if self.drafting_pays(cfg) {
                         self.round_tree(cfg, &mut fallback, on)?;
-                        if let Some(p) = &cfg.profile {
-                            let rate = (self.seq.len() - before) as f64 / t.elapsed().as_secs_f64();
-                            guard.observe(rate, 1.0 / p.at(1));
-                        }
+                    } else {
+                        self.target_step(on)?;
                     }
                 }
             }
@@ -408,7 +400,7 @@ impl Run<'_, '_> {
             };
             leaf = tree.push(leaf, tok, prob);
             dists.push(None);
-            if tree.len() - 1 >= budget || self.opts.stop_tokens.contains(&tok) {
+            if tree.len() > budget || self.opts.stop_tokens.contains(&tok) {
                 break;
             }
             logits = self.draft_feed(&tree, &mut fed, &[leaf])?;
@@ -462,6 +454,32 @@ impl Run<'_, '_> {
         let ids: Vec<usize> = (0..tree.len()).collect();
         self.verify(&tree, &dists, &fed, &ids, on)?;
         Ok(())
+    }
+
+    /// Whether a draft round is expected to produce tokens faster than
+    /// plain decoding (`1 / L_fp(1)`): the best chain length `k` at the
+    /// observed acceptance rate `a`, expecting `Σ_{i≤k} a^i` tokens for
+    /// the draft's catch-up, `k − 1` draft steps and a `k + 1`-token
+    /// verification. Without both latency profiles it always drafts.
+    fn drafting_pays(&mut self, cfg: &TreeConfig) -> bool {
+        let (Some(target), Some(draft)) = (&cfg.profile, &cfg.draft_profile) else {
+            return true;
+        };
+        let plain = 1.0 / target.at(1);
+        let behind = self.seq.len() - self.draft.as_deref().map_or(0, |d| d.cache_len());
+        let a = self.accept_rate.clamp(0.0, 0.99);
+        let mut tokens = 1.0;
+        for k in 1..=cfg.max_nodes {
+            tokens += a.powi(k as i32);
+            // Steady state: the draft re-reads one or two tokens per round
+            // (a longer first catch-up is paid once).
+            let cost =
+                draft.at(behind.clamp(1, 2)) + (k - 1) as f64 * draft.at(1) + target.at(k + 1);
+            if tokens / cost > plain {
+                return true;
+            }
+        }
+        false
     }
 
     /// Whether one more draft step on `leaf` is expected to raise the
@@ -592,28 +610,4 @@ fn top_probs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
     top.into_iter()
         .map(|(t, l)| (t, (l - max).exp() / sum))
         .collect()
-}
-
-/// Decides when the tree strategy decodes plainly instead: when its recent
-/// tokens per second fall under the target's one-token rate, plain steps
-/// take over for a while (longer after each consecutive miss).
-#[derive(Debug, Default)]
-struct Guard {
-    rate: Option<f64>,
-    misses: u32,
-    plain_steps_left: usize,
-}
-
-impl Guard {
-    fn observe(&mut self, round_rate: f64, plain_rate: f64) {
-        let r = ema(self.rate, round_rate);
-        self.rate = Some(r);
-        if r < plain_rate {
-            self.misses += 1;
-            self.plain_steps_left = 4usize << self.misses.min(4);
-            self.rate = None;
-        } else {
-            self.misses = 0;
-        }
-    }
 }

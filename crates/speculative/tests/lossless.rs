@@ -110,31 +110,34 @@ fn profile() -> LatencyProfile {
     }
 }
 
+fn scaled(p: &LatencyProfile, f: f64) -> LatencyProfile {
+    LatencyProfile {
+        points: p.points.iter().map(|&(n, s)| (n, s * f)).collect(),
+    }
+}
+
 fn strategies() -> impl proptest::strategy::Strategy<Value = arbor_speculative::Strategy> {
     prop_oneof![
         (1usize..7).prop_map(|gamma| arbor_speculative::Strategy::Chain { gamma }),
         (1usize..4, 1usize..4)
             .prop_map(|(width, depth)| arbor_speculative::Strategy::StaticTree { width, depth }),
-        (
-            0.001f32..0.5,
-            1usize..40,
-            0.05f32..0.6,
-            1usize..4,
-            any::<bool>()
-        )
-            .prop_map(
-                |(alpha, max_nodes, branch_threshold, max_children, with_profile)| {
-                    arbor_speculative::Strategy::Tree(TreeConfig {
-                        grow: GrowConfig {
-                            branch_threshold,
-                            max_children,
-                        },
-                        alpha,
-                        max_nodes,
-                        profile: with_profile.then(profile),
-                    })
-                }
-            ),
+        (0.001f32..0.5, 1usize..40, 0.05f32..0.6, 1usize..4, 0u8..4).prop_map(
+            |(alpha, max_nodes, branch_threshold, max_children, profiles)| {
+                // 0: no profiles; 1: target only; 2: a cheap draft (drafting
+                // pays); 3: a draft as slow as the target (plain decoding).
+                let draft_cost = if profiles == 2 { 0.1 } else { 1.0 };
+                arbor_speculative::Strategy::Tree(TreeConfig {
+                    grow: GrowConfig {
+                        branch_threshold,
+                        max_children,
+                    },
+                    alpha,
+                    max_nodes,
+                    profile: (profiles > 0).then(profile),
+                    draft_profile: (profiles > 1).then(|| scaled(&profile(), draft_cost)),
+                })
+            },
+        ),
     ]
 }
 
