@@ -8,18 +8,21 @@
 //! candle's Q8_0 path is several times faster than its Q5_0 one. That costs
 //! 34/22 of those tensors' bytes.
 //!
-//! Q6_K matrices bypass candle's repacked tile kernels: those serve
-//! multi-row inputs with different arithmetic than the one-row kernel, so
-//! a token's logits would depend on how many tokens were batched with it,
-//! and speculative decoding (which verifies many tokens at once) could not
-//! reproduce one-token decoding bit for bit. We call candle's plain block
-//! matmul instead, which runs every row through the same dot products.
+//! Q6_K matrices bypass candle's repacked tile kernels for inputs of up to
+//! [`EXACT_BATCH_ROWS`] rows: those kernels round differently from the
+//! one-row kernel, so a token's logits would depend on how many tokens were
+//! batched with it, and speculative decoding (which verifies many tokens at
+//! once) could not reproduce one-token decoding bit for bit. We call
+//! candle's plain block matmul on the same blocks instead, which runs every
+//! row through the same dot products. Larger inputs (prompt prefill) keep
+//! the faster tile kernels.
 //!
 //! Small ops (norms, RoPE, SwiGLU, attention) are written here over slices,
 //! parallelised with rayon where they are big enough to matter.
 
 use std::borrow::Cow;
 
+use arbor_tensor::EXACT_BATCH_ROWS;
 use arbor_tensor::{Backend, Error, GgmlType, Heads, Mask, Result, Rope, WeightData, reference};
 use candle_core::quantized::k_quants::{self, BlockQ6K};
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
@@ -50,7 +53,7 @@ pub struct HostTensor {
 
 /// A weight matrix in candle's quantized (or float) form.
 pub struct CandleWeight {
-    kernel: Kernel,
+    mm: QMatMul,
     ty: GgmlType,
     rows: usize,
     cols: usize,
@@ -63,33 +66,41 @@ impl CandleWeight {
     }
 }
 
-enum Kernel {
-    Candle(QMatMul),
-    /// Q6_K blocks multiplied with the row-by-row kernel (see the module
-    /// docs).
-    Q6K(Vec<BlockQ6K>),
-}
-
-/// Copies Q6_K bytes into blocks (GGUF data is not aligned for them).
-fn q6k_blocks(bytes: &[u8]) -> Vec<BlockQ6K> {
-    let size = std::mem::size_of::<BlockQ6K>();
-    debug_assert_eq!(bytes.len() % size, 0);
-    let n = bytes.len() / size;
-    let mut blocks: Vec<BlockQ6K> = Vec::with_capacity(n);
-    // SAFETY: BlockQ6K is a repr(C) struct of byte arrays and an f16 with
-    // no padding (candle asserts its size), so any bytes are a valid value;
-    // the copy fills exactly `n` blocks before the length is set.
-    unsafe {
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), blocks.as_mut_ptr() as *mut u8, n * size);
-        blocks.set_len(n);
+/// The Q6_K blocks of a weight, borrowed from candle's storage (a
+/// `Vec<BlockQ6K>`, so aligned for them), or `None` for other types.
+fn q6k_blocks(mm: &QMatMul) -> Option<Cow<'_, [BlockQ6K]>> {
+    let QMatMul::QTensor(qt) = mm else {
+        return None;
+    };
+    if qt.dtype() != GgmlDType::Q6K {
+        return None;
     }
-    blocks
-}
-
-fn q6k_bytes(blocks: &[BlockQ6K]) -> &[u8] {
-    // SAFETY: see `q6k_blocks`; reading the blocks as bytes is always valid.
-    unsafe {
-        std::slice::from_raw_parts(blocks.as_ptr() as *const u8, std::mem::size_of_val(blocks))
+    let bytes = match qt.data().ok()? {
+        Cow::Borrowed(b) => b,
+        Cow::Owned(_) => return None,
+    };
+    let size = std::mem::size_of::<BlockQ6K>();
+    if !bytes.len().is_multiple_of(size) {
+        return None;
+    }
+    let n = bytes.len() / size;
+    if (bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<BlockQ6K>()) {
+        // SAFETY: candle stores Q6_K tensors as a `Vec<BlockQ6K>`; the
+        // pointer is aligned (checked) and the length is whole blocks.
+        Some(Cow::Borrowed(unsafe {
+            std::slice::from_raw_parts(bytes.as_ptr() as *const BlockQ6K, n)
+        }))
+    } else {
+        let mut blocks: Vec<BlockQ6K> = Vec::with_capacity(n);
+        // SAFETY: BlockQ6K is a repr(C) struct of byte arrays and an f16
+        // with no padding (candle asserts its size), so any bytes are a
+        // valid value; exactly `n` blocks are written before the length is
+        // set.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), blocks.as_mut_ptr() as *mut u8, n * size);
+            blocks.set_len(n);
+        }
+        Some(Cow::Owned(blocks))
     }
 }
 
@@ -226,16 +237,11 @@ impl Backend for CandleBackend {
             ),
             ty => (ty, Cow::Borrowed(w.bytes)),
         };
-        let kernel = if ty == GgmlType::Q6_K {
-            Kernel::Q6K(q6k_blocks(&bytes))
-        } else {
-            let storage =
-                QStorage::from_data(bytes, &Device::Cpu, candle_dtype(ty)).map_err(err)?;
-            let qt = QTensor::new(storage, (w.rows, w.cols)).map_err(err)?;
-            Kernel::Candle(QMatMul::from_qtensor(qt).map_err(err)?)
-        };
+        let storage = QStorage::from_data(bytes, &Device::Cpu, candle_dtype(ty)).map_err(err)?;
+        let qt = QTensor::new(storage, (w.rows, w.cols)).map_err(err)?;
+        let mm = QMatMul::from_qtensor(qt).map_err(err)?;
         Ok(CandleWeight {
-            kernel,
+            mm,
             ty,
             rows: w.rows,
             cols: w.cols,
@@ -271,26 +277,9 @@ impl Backend for CandleBackend {
                 format!("token id {bad} is outside a vocabulary of {}", table.rows),
             ));
         }
-        match &table.kernel {
-            Kernel::Candle(mm) => {
-                let ids = Tensor::from_slice(ids, ids.len(), &Device::Cpu).map_err(err)?;
-                from_candle(&mm.embedding(&ids).map_err(err)?)
-            }
-            Kernel::Q6K(blocks) => {
-                let rows: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
-                let data = arbor_gguf::dequantize_rows(
-                    GgmlType::Q6_K,
-                    q6k_bytes(blocks),
-                    table.cols,
-                    &rows,
-                )?;
-                Ok(HostTensor {
-                    data,
-                    rows: ids.len(),
-                    cols: table.cols,
-                })
-            }
-        }
+        let mm = &table.mm;
+        let ids = Tensor::from_slice(ids, ids.len(), &Device::Cpu).map_err(err)?;
+        from_candle(&mm.embedding(&ids).map_err(err)?)
     }
 
     fn matmul(&self, x: &HostTensor, w: &CandleWeight) -> Result<HostTensor> {
@@ -303,19 +292,19 @@ impl Backend for CandleBackend {
                 ),
             ));
         }
-        match &w.kernel {
-            Kernel::Candle(mm) => from_candle(&mm.forward(&to_candle(x)?).map_err(err)?),
-            Kernel::Q6K(blocks) => {
-                let mut data = vec![0f32; x.rows * w.rows];
-                k_quants::matmul((x.rows, x.cols, w.rows), &x.data, blocks, &mut data)
-                    .map_err(err)?;
-                Ok(HostTensor {
-                    data,
-                    rows: x.rows,
-                    cols: w.rows,
-                })
-            }
+        let mm = &w.mm;
+        if x.rows <= EXACT_BATCH_ROWS
+            && let Some(blocks) = q6k_blocks(mm)
+        {
+            let mut data = vec![0f32; x.rows * w.rows];
+            k_quants::matmul((x.rows, x.cols, w.rows), &x.data, &blocks, &mut data).map_err(err)?;
+            return Ok(HostTensor {
+                data,
+                rows: x.rows,
+                cols: w.rows,
+            });
         }
+        from_candle(&mm.forward(&to_candle(x)?).map_err(err)?)
     }
 
     fn add(&self, a: &HostTensor, b: &HostTensor) -> Result<HostTensor> {

@@ -89,9 +89,10 @@ fn decode(
     let prompt: Vec<u32> = filler.iter().copied().cycle().take(prompt_tokens).collect();
     let m = engine.model_mut();
 
-    // Warm-up: the first calls pay for one-time weight repacking.
+    // Warm-up: the first calls pay for one-time weight repacking (batch
+    // kernels are picked by batch size, so warm up with the real one).
     m.truncate_cache(0)?;
-    m.step(&prompt[..prompt.len().min(16)])?;
+    m.step(&prompt[..prompt.len().min(512)])?;
     m.step(&prompt[..1])?;
 
     m.truncate_cache(0)?;

@@ -475,9 +475,7 @@ fn render_table(rows: &[Row], args: &BenchSpecArgs) -> String {
 fn draw(rows: &[Row], path: &Path, args: &BenchSpecArgs) -> Result<()> {
     let chart = arbor_plot::BarChart {
         title: format!(
-            "{} -> {}: tok/s, {} prompts of {}, {} tokens",
-            args.draft,
-            args.target,
+            "tok/s, {} {} prompts, {} new tokens",
             rows.first().map_or(0, |r| r.prompts),
             args.prompts,
             args.max_tokens

@@ -109,16 +109,16 @@ impl Strategy {
     fn validate(&self) -> Result<()> {
         let bad = |m: &str| Err(SpecError::Invalid(m.to_string()));
         match self {
-            Strategy::Chain { gamma } if *gamma == 0 || *gamma > 64 => {
-                bad("chain length (gamma) must be 1..=64")
+            Strategy::Chain { gamma } if *gamma == 0 || *gamma > MAX_DRAFT_TOKENS => {
+                bad("chain length (gamma) must be 1..=63")
             }
             Strategy::StaticTree { width, depth }
                 if *width == 0 || *depth == 0 || width.pow((*depth).min(8) as u32) > 4096 =>
             {
                 bad("static tree width and depth must be >= 1 and the tree at most 4096 nodes")
             }
-            Strategy::Tree(c) if c.max_nodes == 0 || c.max_nodes > 256 => {
-                bad("tree max_nodes must be 1..=256")
+            Strategy::Tree(c) if c.max_nodes == 0 || c.max_nodes > MAX_DRAFT_TOKENS => {
+                bad("tree max_nodes must be 1..=63")
             }
             Strategy::Tree(c) if !(c.alpha > 0.0 && c.alpha < 1.0) => {
                 bad("alpha must be in (0, 1)")
@@ -238,6 +238,12 @@ pub struct Decoded {
     pub tokens: Vec<u32>,
     pub stats: DecodeStats,
 }
+
+/// Most draft tokens one verification carries: with the root, one
+/// verification pass stays within the rows a backend computes exactly as
+/// one-token passes ([`arbor_tensor::EXACT_BATCH_ROWS`]). Larger static
+/// trees are cut to their first nodes.
+pub const MAX_DRAFT_TOKENS: usize = arbor_tensor::EXACT_BATCH_ROWS - 1;
 
 /// Prompts are prefilled in chunks of this many tokens, which bounds the
 /// activation memory of long prompts.

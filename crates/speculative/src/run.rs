@@ -418,7 +418,7 @@ impl Run<'_, '_> {
         depth: usize,
         on: &mut dyn FnMut(&[u32]),
     ) -> Result<()> {
-        let budget = self.budget(4096);
+        let budget = self.budget(crate::MAX_DRAFT_TOKENS);
         if budget == 0 {
             return self.target_step(on);
         }

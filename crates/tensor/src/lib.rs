@@ -149,6 +149,12 @@ impl Mask {
     }
 }
 
+/// Forward passes of at most this many rows must give every row exactly
+/// (bit for bit) what a one-row pass gives it: speculative decoding verifies
+/// up to this many tokens at once and must reproduce one-token decoding.
+/// Larger batches (prompt prefill) may trade that for speed.
+pub const EXACT_BATCH_ROWS: usize = 64;
+
 /// The operations a transformer forward pass is written against.
 ///
 /// Shapes are given as `[rows, cols]`; `x` always has one row per token.
