@@ -66,42 +66,30 @@ impl CandleWeight {
     }
 }
 
-/// The Q6_K blocks of a weight, borrowed from candle's storage (a
-/// `Vec<BlockQ6K>`, so aligned for them), or `None` for other types.
-fn q6k_blocks(mm: &QMatMul) -> Option<Cow<'_, [BlockQ6K]>> {
+/// The Q6_K blocks of a weight, borrowed from candle's storage, or `None`
+/// for other types.
+fn q6k_blocks(mm: &QMatMul) -> Option<&[BlockQ6K]> {
     let QMatMul::QTensor(qt) = mm else {
         return None;
     };
     if qt.dtype() != GgmlDType::Q6K {
         return None;
     }
-    let bytes = match qt.data().ok()? {
-        Cow::Borrowed(b) => b,
-        Cow::Owned(_) => return None,
+    // On the CPU the data is borrowed from candle's `Vec<BlockQ6K>`.
+    let Ok(Cow::Borrowed(bytes)) = qt.data() else {
+        return None;
     };
     let size = std::mem::size_of::<BlockQ6K>();
-    if !bytes.len().is_multiple_of(size) {
+    let aligned = (bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<BlockQ6K>());
+    if !aligned || !bytes.len().is_multiple_of(size) {
         return None;
     }
-    let n = bytes.len() / size;
-    if (bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<BlockQ6K>()) {
-        // SAFETY: candle stores Q6_K tensors as a `Vec<BlockQ6K>`; the
-        // pointer is aligned (checked) and the length is whole blocks.
-        Some(Cow::Borrowed(unsafe {
-            std::slice::from_raw_parts(bytes.as_ptr() as *const BlockQ6K, n)
-        }))
-    } else {
-        let mut blocks: Vec<BlockQ6K> = Vec::with_capacity(n);
-        // SAFETY: BlockQ6K is a repr(C) struct of byte arrays and an f16
-        // with no padding (candle asserts its size), so any bytes are a
-        // valid value; exactly `n` blocks are written before the length is
-        // set.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), blocks.as_mut_ptr() as *mut u8, n * size);
-            blocks.set_len(n);
-        }
-        Some(Cow::Owned(blocks))
-    }
+    // SAFETY: aligned and whole blocks (checked); BlockQ6K is a repr(C)
+    // struct of byte arrays and an f16 with no padding (candle asserts its
+    // size), so the bytes are valid blocks.
+    Some(unsafe {
+        std::slice::from_raw_parts(bytes.as_ptr() as *const BlockQ6K, bytes.len() / size)
+    })
 }
 
 /// One layer's KV cache: `len` rows of `kv_dim` keys and values.
@@ -297,7 +285,7 @@ impl Backend for CandleBackend {
             && let Some(blocks) = q6k_blocks(mm)
         {
             let mut data = vec![0f32; x.rows * w.rows];
-            k_quants::matmul((x.rows, x.cols, w.rows), &x.data, &blocks, &mut data).map_err(err)?;
+            k_quants::matmul((x.rows, x.cols, w.rows), &x.data, blocks, &mut data).map_err(err)?;
             return Ok(HostTensor {
                 data,
                 rows: x.rows,

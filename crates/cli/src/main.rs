@@ -210,7 +210,7 @@ fn generate(args: &GenerateArgs, backend: BackendKind) -> Result<()> {
     }
     let mut draft_path = None;
     if let Some(d) = &args.draft {
-        let draft = spec::draft_path(d)?;
+        let draft = spec::fetch_or_resolve(d)?;
         {
             let mut bar = progress::load_bar(&draft);
             engine

@@ -318,8 +318,8 @@ pub fn bench_spec(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
         }
     }
     let prompts = load_prompts(&args.prompts, args.limit)?;
-    let target = draft_path(&args.target)?;
-    let draft = draft_path(&args.draft)?;
+    let target = fetch_or_resolve(&args.target)?;
+    let draft = fetch_or_resolve(&args.draft)?;
     let mut engine = crate::load(&target, backend)?;
     {
         let mut bar = progress::load_bar(&draft);
@@ -494,8 +494,8 @@ fn draw(rows: &[Row], path: &Path, args: &BenchSpecArgs) -> Result<()> {
     Ok(())
 }
 
-/// A draft model path, or a registered short name (fetched if missing).
-pub fn draft_path(name: &str) -> Result<PathBuf> {
+/// A model path, or a registered short name (fetched if missing).
+pub fn fetch_or_resolve(name: &str) -> Result<PathBuf> {
     match arbor_fetch::model_spec(name) {
         Some(spec) => Ok(arbor_fetch::fetch_model(spec, &mut progress::fetch_bar())?),
         None => Ok(arbor_fetch::resolve_model(name)?),

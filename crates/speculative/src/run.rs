@@ -125,7 +125,7 @@ impl Run<'_, '_> {
         let start = Instant::now();
         self.target.truncate_cache(0)?;
         let mut logits = Vec::new();
-        for chunk in self.seq.clone().chunks(PREFILL_CHUNK) {
+        for chunk in self.seq.chunks(PREFILL_CHUNK) {
             logits = self.target.step(chunk)?;
         }
         self.stats.prefill_secs = start.elapsed().as_secs_f64();
@@ -216,8 +216,8 @@ impl Run<'_, '_> {
     /// Feeds the draft every committed token it has not seen (the root
     /// last) and returns its logits after the root.
     fn draft_catch_up(&mut self) -> Result<(Fed, Vec<f32>)> {
-        let seq = self.seq.clone();
-        let d = self.draft();
+        let seq = &self.seq;
+        let d = self.draft.as_deref_mut().expect("checked in decode()");
         if d.cache_len() >= seq.len() {
             d.truncate_cache(seq.len() - 1)?;
         }
@@ -256,20 +256,12 @@ impl Run<'_, '_> {
                 q: None,
             };
         }
-        let admit = |sorted: &[(u32, f32)]| {
-            1 + sorted
-                .iter()
-                .skip(1)
-                .take(width - 1)
-                .take_while(|c| threshold.is_none_or(|th| c.1 > th))
-                .count()
-        };
         if self.sampling_mode {
             // How many children is decided from q alone, before drawing:
             // rejection sampling without replacement stays exact only if
             // the candidate count does not depend on the candidates.
             let cand = filtered(logits, &self.opts.sampling);
-            let k = admit(&cand).min(cand.len());
+            let k = arbor_tree::admitted(&cand, width, threshold);
             let mut q = vec![0f32; self.vocab];
             for &(t, p) in &cand {
                 q[t as usize] = p;
@@ -282,7 +274,7 @@ impl Run<'_, '_> {
             }
         } else {
             let top = top_probs(logits, width);
-            let k = admit(&top);
+            let k = arbor_tree::admitted(&top, width, threshold);
             Proposal {
                 children: top[..k].to_vec(),
                 q: None,
@@ -494,8 +486,7 @@ impl Run<'_, '_> {
         let Some(step) = self.draft_step else {
             return true;
         };
-        let mut cums: Vec<f32> = g.tree().nodes()[1..].iter().map(|n| n.cum).collect();
-        cums.sort_by(|a, b| b.total_cmp(a));
+        let cums = g.tree().confidences();
         let (n, _) = best_size(&cums, profile);
         let tau: f64 = 1.0 + cums[..n].iter().map(|&c| c as f64).sum::<f64>();
         let now = tau / (spent + profile.at(n + 1));
@@ -550,9 +541,7 @@ impl Run<'_, '_> {
         // sampling.)
         let (tree, old) = match &cfg.profile {
             Some(profile) if !self.sampling_mode => {
-                let mut cums: Vec<f32> = grown.nodes()[1..].iter().map(|n| n.cum).collect();
-                cums.sort_by(|a, b| b.total_cmp(a));
-                let (n, _) = best_size(&cums, profile);
+                let (n, _) = best_size(&grown.confidences(), profile);
                 grown.top(n)
             }
             _ => (grown.clone(), (0..grown.len()).collect()),
@@ -569,21 +558,10 @@ impl Run<'_, '_> {
         // α follows the best-matching branch: the deepest grown branch
         // through the last accepted node (the whole tree if none was).
         let from = accepted.last().map_or(0, |&a| old[a]);
-        let n_all = deepest_below(&grown, from).max(1);
+        let n_all = grown.deepest_below(from).max(1);
         fallback.update(n_all, accepted.len().min(n_all), t_c.max(1e-6));
         Ok(())
     }
-}
-
-/// Depth of the deepest node in the subtree under `node`.
-fn deepest_below(tree: &TokenTree, node: usize) -> usize {
-    let mut best = tree.node(node).depth;
-    let mut stack = vec![node];
-    while let Some(n) = stack.pop() {
-        best = best.max(tree.node(n).depth);
-        stack.extend_from_slice(&tree.node(n).children);
-    }
-    best
 }
 
 /// The `k` most probable tokens with their softmax probabilities, most

@@ -53,6 +53,19 @@ pub fn pace(branches: &[Option<(f32, usize)>], total: usize) -> Option<usize> {
     best.map(|b| b.0)
 }
 
+/// How many of `candidates` (most probable first) become children: the
+/// first always, the next ones while their probability exceeds `threshold`
+/// (all of them without one), at most `max_children` in all.
+pub fn admitted(candidates: &[(u32, f32)], max_children: usize, threshold: Option<f32>) -> usize {
+    let extra = candidates
+        .iter()
+        .skip(1)
+        .take(max_children.saturating_sub(1))
+        .take_while(|c| threshold.is_none_or(|th| c.1 > th))
+        .count();
+    candidates.len().min(1 + extra)
+}
+
 /// Grows a [`TokenTree`] one draft step at a time.
 ///
 /// The caller runs the draft model: [`Grower::next`] names the leaf to feed
@@ -130,13 +143,12 @@ impl Grower {
     /// children: the first always, the others while above the branch
     /// threshold, at most `max_children`.
     pub fn pick<'a>(&self, candidates: &'a [(u32, f32)]) -> &'a [(u32, f32)] {
-        let extra = candidates
-            .iter()
-            .skip(1)
-            .take(self.config.max_children.saturating_sub(1))
-            .take_while(|c| c.1 > self.config.branch_threshold)
-            .count();
-        &candidates[..candidates.len().min(1 + extra)]
+        let k = admitted(
+            candidates,
+            self.config.max_children,
+            Some(self.config.branch_threshold),
+        );
+        &candidates[..k]
     }
 
     /// Adds `children` (first = continuation of `node`'s branch, the rest

@@ -15,7 +15,7 @@ mod fallback;
 mod grow;
 
 pub use fallback::Fallback;
-pub use grow::{Branch, GrowConfig, Grower, pace};
+pub use grow::{Branch, GrowConfig, Grower, admitted, pace};
 
 /// One node of a [`TokenTree`].
 #[derive(Debug, Clone, PartialEq)]
@@ -144,6 +144,26 @@ impl TokenTree {
         self.nodes[1..].iter().map(|n| n.cum).sum()
     }
 
+    /// The non-root nodes' cumulative confidences, most confident first:
+    /// `1 + ` the sum of the first `n` is the expected number of tokens a
+    /// verification of the `n` most confident nodes yields.
+    pub fn confidences(&self) -> Vec<f32> {
+        let mut cums: Vec<f32> = self.nodes[1..].iter().map(|n| n.cum).collect();
+        cums.sort_by(|a, b| b.total_cmp(a));
+        cums
+    }
+
+    /// Depth of the deepest node in the subtree under `node`.
+    pub fn deepest_below(&self, node: usize) -> usize {
+        let mut best = self.nodes[node].depth;
+        let mut stack = vec![node];
+        while let Some(n) = stack.pop() {
+            best = best.max(self.nodes[n].depth);
+            stack.extend_from_slice(&self.nodes[n].children);
+        }
+        best
+    }
+
     /// The root and the `n` most confident other nodes, as a new tree
     /// (ancestor-closed, since confidence never grows along a path), with
     /// the old id of every kept node.
@@ -221,6 +241,12 @@ mod tests {
         assert_eq!(t.child_with_token(0, 9), None);
         let e = 0.6 + 0.3 + 0.3 + 0.27 + 0.243;
         assert!((t.expected_accepted() - e).abs() < 1e-5);
+        let c = t.confidences();
+        assert_eq!(c.len(), 5);
+        assert!(c.windows(2).all(|w| w[0] >= w[1]) && (c[0] - 0.6).abs() < 1e-6);
+        assert_eq!(t.deepest_below(0), 3);
+        assert_eq!(t.deepest_below(1), 2);
+        assert_eq!(t.deepest_below(5), 3);
     }
 
     #[test]
