@@ -13,7 +13,7 @@
 //! burn checks shapes by panicking, so every op validates its inputs first
 //! and reports mismatches as [`Error::Shape`].
 
-use arbor_tensor::{Error, Heads, Mask, Result, Rope, RopeStyle, WeightData};
+use arbor_tensor::{Error, GgmlType, Heads, Mask, Result, Rope, RopeStyle, WeightData};
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData, s};
 
@@ -178,6 +178,10 @@ impl arbor_tensor::Backend for BurnBackend {
 
     fn weight(&self, w: WeightData<'_>) -> Result<BurnWeight> {
         self.weight_f32(&w.to_f32()?, w.rows, w.cols)
+    }
+
+    fn weight_bytes(&self, _ty: GgmlType, rows: usize, cols: usize) -> u64 {
+        (rows * cols * 4) as u64
     }
 
     fn tensor(&self, data: &[f32], rows: usize, cols: usize) -> Result<BurnTensor> {

@@ -8,21 +8,26 @@
 //! candle's Q8_0 path is several times faster than its Q5_0 one. That costs
 //! 34/22 of those tensors' bytes.
 //!
-//! Q6_K matrices bypass candle's repacked tile kernels for inputs of up to
-//! [`EXACT_BATCH_ROWS`] rows: those kernels round differently from the
-//! one-row kernel, so a token's logits would depend on how many tokens were
-//! batched with it, and speculative decoding (which verifies many tokens at
-//! once) could not reproduce one-token decoding bit for bit. We call
-//! candle's plain block matmul on the same blocks instead, which runs every
-//! row through the same dot products. Larger inputs (prompt prefill) keep
-//! the faster tile kernels.
+//! Q6_K matrices never use candle's repacked tile kernels: those run only
+//! for inputs of more than one row and round differently from the one-row
+//! kernel, so a token's logits would depend on how many tokens were batched
+//! with it, and speculative decoding (which verifies many tokens at once)
+//! could not reproduce one-token decoding bit for bit. We call candle's
+//! plain block matmul on the same blocks instead, which runs every row
+//! through the same dot products, at every batch size (prefill included, so
+//! a prompt's KV cache does not depend on how it was chunked either).
+//!
+//! Q4_K (and Q8_0 on VNNI CPUs) matrices go through candle's tiles at every
+//! batch size; we keep only the tiles and free the GGUF blocks (see
+//! [`packed`]), which nearly halves what those weights hold.
 //!
 //! Small ops (norms, RoPE, SwiGLU, attention) are written here over slices,
 //! parallelised with rayon where they are big enough to matter.
 
 use std::borrow::Cow;
 
-use arbor_tensor::EXACT_BATCH_ROWS;
+mod packed;
+
 use arbor_tensor::{Backend, Error, GgmlType, Heads, Mask, Result, Rope, WeightData, reference};
 use candle_core::quantized::k_quants::{self, BlockQ6K};
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
@@ -57,12 +62,18 @@ pub struct CandleWeight {
     ty: GgmlType,
     rows: usize,
     cols: usize,
+    held: u64,
 }
 
 impl CandleWeight {
     /// The type the weight is held in (Q8_0 for a repacked Q5_0).
     pub fn held_as(&self) -> GgmlType {
         self.ty
+    }
+
+    /// Bytes the weight holds.
+    pub fn held_bytes(&self) -> u64 {
+        self.held
     }
 }
 
@@ -168,6 +179,37 @@ fn from_candle(t: &Tensor) -> Result<HostTensor> {
     Ok(HostTensor { data, rows, cols })
 }
 
+fn check_weight(w: &WeightData<'_>) -> Result<()> {
+    let expected =
+        w.ty.bytes_for((w.rows * w.cols) as u64)
+            .filter(|&b| b == w.bytes.len() as u64);
+    if expected.is_none() || !w.cols.is_multiple_of(w.ty.block_len()) {
+        return Err(shape_err(
+            "weight",
+            format!(
+                "`{}`: {} bytes of {} do not make a {}x{} matrix",
+                w.name,
+                w.bytes.len(),
+                w.ty,
+                w.rows,
+                w.cols
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The type and bytes a weight is held in: Q5_0 becomes Q8_0.
+fn held_form<'a>(w: &WeightData<'a>) -> Result<(GgmlType, Cow<'a, [u8]>)> {
+    Ok(match w.ty {
+        GgmlType::Q5_0 => (
+            GgmlType::Q8_0,
+            Cow::Owned(arbor_gguf::quant::repack_q5_0_to_q8_0(w.bytes)?),
+        ),
+        ty => (ty, Cow::Borrowed(w.bytes)),
+    })
+}
+
 /// Attention with fewer (query row × key × head) scores than this runs on
 /// the calling thread.
 const PARALLEL_ATTENTION_MIN: usize = 1 << 16;
@@ -202,38 +244,36 @@ impl Backend for CandleBackend {
     }
 
     fn weight(&self, w: WeightData<'_>) -> Result<CandleWeight> {
-        let expected =
-            w.ty.bytes_for((w.rows * w.cols) as u64)
-                .filter(|&b| b == w.bytes.len() as u64);
-        if expected.is_none() || !w.cols.is_multiple_of(w.ty.block_len()) {
-            return Err(shape_err(
-                "weight",
-                format!(
-                    "`{}`: {} bytes of {} do not make a {}x{} matrix",
-                    w.name,
-                    w.bytes.len(),
-                    w.ty,
-                    w.rows,
-                    w.cols
-                ),
-            ));
+        check_weight(&w)?;
+        let (ty, bytes) = held_form(&w)?;
+        if let Some(mm) = packed::pack(candle_dtype(ty), w.rows, w.cols, &bytes).map_err(err)? {
+            return Ok(CandleWeight {
+                mm,
+                ty,
+                rows: w.rows,
+                cols: w.cols,
+                held: self.weight_bytes(w.ty, w.rows, w.cols),
+            });
         }
-        let (ty, bytes): (GgmlType, Cow<[u8]>) = match w.ty {
-            GgmlType::Q5_0 => (
-                GgmlType::Q8_0,
-                Cow::Owned(arbor_gguf::quant::repack_q5_0_to_q8_0(w.bytes)?),
-            ),
-            ty => (ty, Cow::Borrowed(w.bytes)),
+        self.plain_weight(ty, &w, bytes)
+    }
+
+    fn embedding_table(&self, w: WeightData<'_>) -> Result<CandleWeight> {
+        check_weight(&w)?;
+        let (ty, bytes) = held_form(&w)?;
+        self.plain_weight(ty, &w, bytes)
+    }
+
+    fn weight_bytes(&self, ty: GgmlType, rows: usize, cols: usize) -> u64 {
+        let held = if ty == GgmlType::Q5_0 {
+            GgmlType::Q8_0
+        } else {
+            ty
         };
-        let storage = QStorage::from_data(bytes, &Device::Cpu, candle_dtype(ty)).map_err(err)?;
-        let qt = QTensor::new(storage, (w.rows, w.cols)).map_err(err)?;
-        let mm = QMatMul::from_qtensor(qt).map_err(err)?;
-        Ok(CandleWeight {
-            mm,
-            ty,
-            rows: w.rows,
-            cols: w.cols,
-        })
+        packed::tiles_for(candle_dtype(held), rows, cols)
+            .map(|b| b as u64)
+            .or_else(|| held.bytes_for((rows * cols) as u64))
+            .unwrap_or(0)
     }
 
     fn tensor(&self, data: &[f32], rows: usize, cols: usize) -> Result<HostTensor> {
@@ -281,9 +321,7 @@ impl Backend for CandleBackend {
             ));
         }
         let mm = &w.mm;
-        if x.rows <= EXACT_BATCH_ROWS
-            && let Some(blocks) = q6k_blocks(mm)
-        {
+        if let Some(blocks) = q6k_blocks(mm) {
             let mut data = vec![0f32; x.rows * w.rows];
             k_quants::matmul((x.rows, x.cols, w.rows), &x.data, blocks, &mut data).map_err(err)?;
             return Ok(HostTensor {
@@ -498,6 +536,26 @@ impl Backend for CandleBackend {
 }
 
 impl CandleBackend {
+    /// A weight in candle's ordinary block storage.
+    fn plain_weight(
+        &self,
+        ty: GgmlType,
+        w: &WeightData<'_>,
+        bytes: Cow<[u8]>,
+    ) -> Result<CandleWeight> {
+        let held = bytes.len() as u64;
+        let storage = QStorage::from_data(bytes, &Device::Cpu, candle_dtype(ty)).map_err(err)?;
+        let qt = QTensor::new(storage, (w.rows, w.cols)).map_err(err)?;
+        let mm = QMatMul::from_qtensor(qt).map_err(err)?;
+        Ok(CandleWeight {
+            mm,
+            ty,
+            rows: w.rows,
+            cols: w.cols,
+            held,
+        })
+    }
+
     /// Values as the attention sees them: rounded to f16 (exactly
     /// representable in the f32 they are kept in) unless f32 attention was
     /// asked for.

@@ -30,7 +30,7 @@ pub enum BenchCommand {
     },
     /// Speculative strategies against autoregressive decoding on a prompt
     /// set: a table (or JSON lines) and a bar chart.
-    Spec(crate::spec::BenchSpecArgs),
+    Spec(Box<crate::spec::BenchSpecArgs>),
 }
 
 pub fn run(

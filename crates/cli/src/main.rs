@@ -1,6 +1,7 @@
 //! `arbor`: run GGUF language models on small machines.
 
 mod bench;
+mod budget;
 mod profile;
 mod progress;
 mod spec;
@@ -110,6 +111,10 @@ struct GenerateArgs {
     strategy: Option<String>,
     #[command(flatten)]
     spec: spec::StrategyArgs,
+    /// Run inside this many bytes for the whole process (e.g. 1.3GiB):
+    /// target layers that do not fit are streamed from disk.
+    #[arg(long)]
+    memory_budget: Option<String>,
 }
 
 fn main() {
@@ -195,7 +200,6 @@ pub fn load(path: &std::path::Path, backend: BackendKind) -> Result<Engine> {
 
 fn generate(args: &GenerateArgs, backend: BackendKind) -> Result<()> {
     let path = model_path(args.model.as_deref())?;
-    let mut engine = load(&path, backend)?;
     let strategy_name = args.strategy.clone().unwrap_or_else(|| {
         if args.draft.is_some() {
             "tree"
@@ -204,21 +208,36 @@ fn generate(args: &GenerateArgs, backend: BackendKind) -> Result<()> {
         }
         .into()
     });
+    let variant = spec::Variant::parse(&strategy_name)?;
+    let strategy_name = variant.base.to_string();
     let needs_draft = arbor_engine::Strategy::parse(&strategy_name)?.needs_draft();
     if needs_draft && args.draft.is_none() {
         bail!("--strategy {strategy_name} needs a draft model (--draft qwen2.5-coder-0.5b)");
     }
-    let mut draft_path = None;
-    if let Some(d) = &args.draft {
-        let draft = spec::fetch_or_resolve(d)?;
-        {
-            let mut bar = progress::load_bar(&draft);
-            engine
-                .load_draft(&draft, backend, &mut bar)
-                .with_context(|| format!("loading draft {}", draft.display()))?;
+    let draft_path = match &args.draft {
+        Some(d) if needs_draft => Some(spec::fetch_or_resolve(d)?),
+        _ => None,
+    };
+    let budget = args
+        .memory_budget
+        .as_deref()
+        .map(arbor_engine::parse_bytes)
+        .transpose()?;
+    let mut engine = match budget {
+        Some(b) => {
+            spec::load_budgeted(&path, draft_path.as_deref(), backend, b, variant.pipelined)?
         }
-        draft_path = Some(draft);
-    }
+        None => {
+            let mut engine = load(&path, backend)?;
+            if let Some(draft) = &draft_path {
+                let mut bar = progress::load_bar(draft);
+                engine
+                    .load_draft(draft, backend, &mut bar)
+                    .with_context(|| format!("loading draft {}", draft.display()))?;
+            }
+            engine
+        }
+    };
     let profile = if strategy_name == "tree" && !args.spec.no_profile {
         Some(spec::latency_profiles(
             &mut engine,
@@ -262,6 +281,19 @@ fn generate(args: &GenerateArgs, backend: BackendKind) -> Result<()> {
         s.stop,
         progress::human_bytes(profile::peak_rss_bytes().unwrap_or(0)),
     );
+    if let Some(m) = engine.memory() {
+        let st = &g.stream;
+        eprintln!(
+            "[memory] {}; streamed {} layers, {} ({:.2} GiB per 100 tokens), IO {:.2} s, build {:.2} s, compute waited {:.2} s",
+            m.summary(),
+            st.layers,
+            arbor_engine::format_bytes(st.bytes),
+            st.bytes as f64 / (1u64 << 30) as f64 * 100.0 / s.generated_tokens.max(1) as f64,
+            st.io_secs,
+            st.build_secs,
+            st.wait_secs,
+        );
+    }
     if needs_draft {
         eprintln!(
             "[{strategy_name}] {} verifications, mean accepted {:.2} tokens per target pass, \

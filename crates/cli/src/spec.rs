@@ -38,6 +38,21 @@ pub struct StrategyArgs {
 }
 
 impl StrategyArgs {
+    /// These settings as command-line flags (for child processes).
+    pub fn to_args(&self) -> Vec<String> {
+        let mut a = vec![
+            format!("--gamma={}", self.gamma),
+            format!("--alpha={}", self.alpha),
+            format!("--max-tree={}", self.max_tree),
+            format!("--branch-threshold={}", self.branch_threshold),
+            format!("--verify={}", self.verify),
+        ];
+        if self.no_profile {
+            a.push("--no-profile".into());
+        }
+        a
+    }
+
     pub fn verification(&self) -> Result<Verification> {
         Ok(match self.verify.as_str() {
             "exact" => Verification::Exact,
@@ -70,6 +85,55 @@ impl StrategyArgs {
     }
 }
 
+/// Direct-read throughput assumed when adjusting latency profiles for
+/// streamed layers (this machine's cold disk: about 0.9 GB/s).
+const DISK_BYTES_PER_SEC: f64 = 0.9e9;
+
+/// A strategy name as the memory-budget benchmarks spell it: a decoding
+/// strategy plus how streamed layers load (`autoregressive-pipelined`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Variant {
+    pub base: &'static str,
+    pub pipelined: bool,
+}
+
+impl Variant {
+    pub fn parse(name: &str) -> Result<Self> {
+        let (base, pipelined) = match name {
+            "autoregressive" | "ar" => ("autoregressive", false),
+            "autoregressive-pipelined" => ("autoregressive", true),
+            "chain" => ("chain", true),
+            "tree" => ("tree", true),
+            "tree-provisional" => bail!(
+                "tree-provisional (the draft running while the target loads) is not implemented yet; use tree"
+            ),
+            "static-tree" => ("static-tree", true),
+            other => bail!(
+                "unknown strategy `{other}` (choose autoregressive, autoregressive-pipelined, chain, tree or static-tree)"
+            ),
+        };
+        Ok(Self { base, pipelined })
+    }
+}
+
+/// Loads target (and draft) under a memory budget, printing the split.
+pub fn load_budgeted(
+    target: &Path,
+    draft: Option<&Path>,
+    backend: BackendKind,
+    budget: u64,
+    pipelined: bool,
+) -> Result<Engine> {
+    let mut bar = progress::load_bar(target);
+    let options = arbor_engine::MemoryOptions::new(budget, pipelined);
+    let engine = Engine::load_budgeted(target, draft, backend, &options, &mut bar)
+        .with_context(|| format!("loading {} under a memory budget", target.display()))?;
+    if let Some(m) = engine.memory() {
+        eprintln!("{}", m.summary());
+    }
+    Ok(engine)
+}
+
 /// `L_fp(n)` of the engine's target and of its draft on this machine:
 /// read from the cache (`$ARBOR_HOME/profiles/`) or measured now (about a
 /// minute for 1.5B).
@@ -79,7 +143,17 @@ pub fn latency_profiles(
     backend: BackendKind,
 ) -> Result<(LatencyProfile, Option<LatencyProfile>)> {
     let target_path = engine.path().to_path_buf();
-    let target = cached_profile(&target_path, backend, engine.model_mut())?;
+    let mut target = cached_profile(&target_path, backend, engine.model_mut())?;
+    // Profiles are measured with every layer resident. Under a budget each
+    // target pass also reads the streamed layers, at about the disk's rate.
+    if let Some(m) = engine.memory()
+        && m.plan.read_per_pass > 0
+    {
+        let io = m.plan.read_per_pass as f64 / DISK_BYTES_PER_SEC;
+        for p in &mut target.points {
+            p.1 += io;
+        }
+    }
     let draft = match (draft_path, engine.draft_mut()) {
         (Some(p), Some(model)) => Some(cached_profile(p, backend, model)?),
         _ => None,
@@ -273,6 +347,18 @@ pub struct BenchSpecArgs {
     pub backend: Option<String>,
     #[command(flatten)]
     pub spec: StrategyArgs,
+    /// Memory budgets (e.g. `1.3GiB` or a sweep `0.9GiB,1.3GiB,2GiB`): each
+    /// strategy runs in its own process, inside a cgroup v1 limit of the
+    /// budget when run as root. Strategies then include
+    /// `autoregressive-pipelined`.
+    #[arg(long, value_delimiter = ',')]
+    pub memory_budget: Vec<String>,
+    /// Internal: run one strategy and write a report (used by the budget
+    /// benchmark for its child processes).
+    #[arg(long, hide = true)]
+    pub child: bool,
+    #[arg(long, hide = true)]
+    pub report: Option<PathBuf>,
 }
 
 #[derive(Default, Clone)]
@@ -306,6 +392,9 @@ struct Row {
 }
 
 pub fn bench_spec(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
+    if args.child || !args.memory_budget.is_empty() {
+        return crate::budget::run(args, backend);
+    }
     if args.max_tokens == 0 {
         bail!("--max-tokens must be at least 1");
     }

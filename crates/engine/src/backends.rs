@@ -89,3 +89,54 @@ pub(crate) fn load(
         other => Err(EngineError::BackendNotCompiled(other)),
     }
 }
+
+pub(crate) fn load_budgeted(
+    kind: BackendKind,
+    file: &GgufFile,
+    path: &std::path::Path,
+    draft: Option<&arbor_model::Config>,
+    options: &crate::MemoryOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<(Box<dyn LanguageModel>, crate::MemoryReport)> {
+    let _ = (&file, &path, &draft, &options, &progress);
+    match kind {
+        #[cfg(feature = "candle")]
+        BackendKind::Candle => crate::memory::load_target(
+            arbor_backend_candle::CandleBackend::new(),
+            file,
+            path,
+            draft,
+            options,
+            progress,
+        ),
+        #[cfg(feature = "flex")]
+        BackendKind::Flex => crate::memory::load_target(
+            arbor_backend_burn::BurnBackend::flex(),
+            file,
+            path,
+            draft,
+            options,
+            progress,
+        ),
+        #[cfg(feature = "ndarray")]
+        BackendKind::Ndarray => crate::memory::load_target(
+            arbor_backend_burn::BurnBackend::ndarray(),
+            file,
+            path,
+            draft,
+            options,
+            progress,
+        ),
+        #[cfg(feature = "wgpu")]
+        BackendKind::Wgpu => crate::memory::load_target(
+            arbor_backend_burn::BurnBackend::wgpu(),
+            file,
+            path,
+            draft,
+            options,
+            progress,
+        ),
+        #[allow(unreachable_patterns)]
+        other => Err(EngineError::BackendNotCompiled(other)),
+    }
+}

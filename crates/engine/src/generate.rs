@@ -39,6 +39,8 @@ pub struct Generation {
     pub tokens: Vec<u32>,
     pub text: String,
     pub stats: GenerationStats,
+    /// Layer streaming during this generation (zero when nothing streams).
+    pub stream: arbor_pipeline::StreamStats,
 }
 
 pub fn generate(
@@ -86,5 +88,6 @@ pub fn generate(
         tokens: decoded.tokens,
         text,
         stats: decoded.stats,
+        stream: Default::default(),
     })
 }

@@ -5,11 +5,14 @@
 
 mod backends;
 mod generate;
+mod memory;
 mod perplexity;
 
 use std::path::{Path, PathBuf};
 
 pub use arbor_model::{Config, LanguageModel, Logits, Mask};
+pub use arbor_paging::{format_bytes, parse_bytes};
+pub use arbor_pipeline::{Mode as StreamMode, Span, SpanKind, StreamStats};
 pub use arbor_sampling::{SamplingParams, argmax};
 pub use arbor_speculative::{
     LatencyProfile, PROFILE_SIZES, SpecError, Strategy, TreeConfig, Typical, Verification,
@@ -17,6 +20,7 @@ pub use arbor_speculative::{
 pub use arbor_tokenizer::{ChatMessage, Role, Tokenizer};
 pub use backends::BackendKind;
 pub use generate::{GenerateOptions, Generation, GenerationStats, StopReason};
+pub use memory::{MemoryOptions, MemoryReport, resident_now};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -45,6 +49,19 @@ pub enum EngineError {
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 
+/// Makes glibc's allocator hand large freed blocks back to the OS at once
+/// and keep few arenas: streamed layers allocate and free tens of MiB per
+/// forward pass, which glibc would otherwise keep cached and count against
+/// a memory limit.
+fn limit_allocator_caching() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator tunables.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
 /// Loads the model of an open GGUF file onto a backend (no tokenizer).
 pub fn load_model(
     kind: BackendKind,
@@ -61,6 +78,7 @@ pub struct Engine {
     tokenizer: Tokenizer,
     path: PathBuf,
     draft: Option<Box<dyn LanguageModel>>,
+    memory: Option<MemoryReport>,
 }
 
 impl Engine {
@@ -79,7 +97,61 @@ impl Engine {
             tokenizer,
             path: path.to_path_buf(),
             draft: None,
+            memory: None,
         })
+    }
+
+    /// Loads a target (and optionally a draft) to run inside
+    /// `options.budget` bytes for the whole process: the draft is loaded
+    /// first and stays resident; the target keeps as many layers resident as
+    /// fit and streams the rest from disk. A budget too small to run at all
+    /// is an error that says the minimum.
+    pub fn load_budgeted(
+        path: &Path,
+        draft: Option<&Path>,
+        backend: BackendKind,
+        options: &MemoryOptions,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Self> {
+        limit_allocator_caching();
+        let file = arbor_gguf::GgufFile::open(path)?;
+        let tokenizer = Tokenizer::from_gguf(file.header())?;
+        let mut draft_model = None;
+        if let Some(dpath) = draft {
+            let dfile = arbor_gguf::GgufFile::open(dpath)?;
+            let dtok = Tokenizer::from_gguf(dfile.header())?;
+            if !dtok.same_vocabulary(&tokenizer) {
+                return Err(EngineError::VocabularyMismatch {
+                    draft: dtok.vocab_size(),
+                    target: tokenizer.vocab_size(),
+                });
+            }
+            draft_model = Some(backends::load(backend, &dfile, progress)?);
+        }
+        let (model, report) = backends::load_budgeted(
+            backend,
+            &file,
+            path,
+            draft_model.as_ref().map(|d| d.config()),
+            options,
+            progress,
+        )?;
+        let mut engine = Self {
+            model,
+            tokenizer,
+            path: path.to_path_buf(),
+            draft: None,
+            memory: Some(report),
+        };
+        if let Some(d) = draft_model {
+            engine.set_draft(d)?;
+        }
+        Ok(engine)
+    }
+
+    /// How the memory budget was split, when the engine was loaded under one.
+    pub fn memory(&self) -> Option<&MemoryReport> {
+        self.memory.as_ref()
     }
 
     /// Loads a draft model for the speculative strategies. Its tokenizer
@@ -131,6 +203,7 @@ impl Engine {
             tokenizer,
             path,
             draft: None,
+            memory: None,
         }
     }
 
@@ -181,7 +254,9 @@ impl Engine {
         options: &GenerateOptions,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generation> {
-        generate::generate(
+        let monitor = self.memory.as_ref().and_then(|m| m.monitor.clone());
+        let before = monitor.as_ref().map(|m| m.stats()).unwrap_or_default();
+        let mut generation = generate::generate(
             self.model.as_mut(),
             self.draft
                 .as_mut()
@@ -190,7 +265,18 @@ impl Engine {
             prompt,
             options,
             on_text,
-        )
+        )?;
+        if let Some(m) = monitor {
+            let after = m.stats();
+            generation.stream = StreamStats {
+                layers: after.layers - before.layers,
+                bytes: after.bytes - before.bytes,
+                io_secs: after.io_secs - before.io_secs,
+                build_secs: after.build_secs - before.build_secs,
+                wait_secs: after.wait_secs - before.wait_secs,
+            };
+        }
+        Ok(generation)
     }
 
     /// Perplexity of `tokens`, in windows of `ctx` tokens.

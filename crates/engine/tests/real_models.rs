@@ -233,3 +233,58 @@ fn a_draft_with_another_vocabulary_is_refused() {
         "{err}"
     );
 }
+
+/// Under a budget that leaves part of the layers on disk the output is the
+/// resident model's, token for token, in both loading modes; a budget too
+/// small to run is a typed error that names the minimum.
+#[test]
+fn a_memory_budget_streams_layers_without_changing_the_output() {
+    use arbor_engine::{MemoryOptions, StreamMode};
+    let Some(path) = model("smollm2-135m") else {
+        return;
+    };
+    let prompt = "The three primary colours are";
+    let mut full = Engine::load(&path, BackendKind::Candle, &mut |_, _| {}).unwrap();
+    let (expected, _) = greedy(&mut full, prompt, 12);
+    drop(full);
+
+    let roomy = MemoryOptions::new(8 << 30, true);
+    let probe =
+        Engine::load_budgeted(&path, None, BackendKind::Candle, &roomy, &mut |_, _| {}).unwrap();
+    let plan = probe.memory().unwrap().plan.clone();
+    assert_eq!(plan.streamed(), 0, "8 GiB holds smollm2 whole");
+    drop(probe);
+
+    for pipelined in [false, true] {
+        let budget = plan.fixed + (16 << 20) + plan.resident_bytes * 4 / 10;
+        let options = MemoryOptions::new(budget, pipelined);
+        let mut engine =
+            Engine::load_budgeted(&path, None, BackendKind::Candle, &options, &mut |_, _| {})
+                .unwrap();
+        let report = engine.memory().unwrap().clone();
+        assert!(report.plan.streamed() > 0, "{}", report.summary());
+        assert!(
+            report.plan.fixed + report.plan.stream_reserve + report.plan.resident_bytes <= budget
+        );
+        let mode = if pipelined {
+            StreamMode::Pipelined { depth: 1 }
+        } else {
+            StreamMode::OnDemand
+        };
+        assert_eq!(options.mode, mode);
+        let (tokens, _) = greedy(&mut engine, prompt, 12);
+        assert_eq!(tokens, expected, "pipelined: {pipelined}");
+        let stats = report.monitor.unwrap().stats();
+        assert!(stats.layers >= 12 * report.plan.streamed() as u64);
+    }
+
+    let tiny = MemoryOptions::new(1 << 20, false);
+    let err = Engine::load_budgeted(&path, None, BackendKind::Candle, &tiny, &mut |_, _| {})
+        .err()
+        .expect("1 MiB cannot hold a model");
+    let text = err.to_string();
+    assert!(
+        text.contains("too small") && text.contains("at least"),
+        "{text}"
+    );
+}

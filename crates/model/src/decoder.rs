@@ -7,7 +7,10 @@
 //! halves of each head while llama GGUF files rotate adjacent pairs; and the
 //! output head may be tied to the token embedding (no `output.weight`).
 
-use arbor_gguf::{GgufFile, Header, TensorInfo};
+use std::ops::Deref;
+
+use arbor_gguf::{GgmlType, GgufFile, Header, TensorInfo};
+use arbor_paging::{AlignedBuf, DirectReader};
 use arbor_tensor::{Backend, Heads, Mask, Rope, RopeStyle, WeightData};
 
 use crate::{LanguageModel, Logits, ModelError, Result};
@@ -119,23 +122,189 @@ struct Mlp<B: Backend> {
     down: B::Weight,
 }
 
-struct Block<B: Backend> {
+/// The weights of one decoder layer.
+pub struct LayerWeights<B: Backend> {
     attn_norm: B::Tensor,
     attn: Attention<B>,
     ffn_norm: B::Tensor,
     mlp: Mlp<B>,
 }
 
+/// A streamed layer's weights, lent for one forward pass. `hold` is dropped
+/// with it (a memory reservation, a pipeline slot).
+pub struct Lease<B: Backend> {
+    pub weights: LayerWeights<B>,
+    pub hold: Box<dyn Send + Sync>,
+}
+
+impl<B: Backend> Deref for Lease<B> {
+    type Target = LayerWeights<B>;
+    fn deref(&self) -> &LayerWeights<B> {
+        &self.weights
+    }
+}
+
+/// Where the weights of layers that are not resident come from. The decoder
+/// asks for them in layer order during every forward pass.
+pub trait LayerSource<B: Backend>: Send {
+    /// The weights of layer `layer`, waiting until they are loaded.
+    fn layer(&mut self, layer: usize) -> Result<Lease<B>>;
+}
+
+/// One tensor of a layer: name, shape, type and where its bytes are in the
+/// file (absolute offset).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorSpec {
+    pub name: String,
+    pub rows: usize,
+    pub cols: usize,
+    pub ty: GgmlType,
+    pub offset: u64,
+    pub len: usize,
+}
+
+/// The token embedding: a resident table, or rows read from the file as
+/// tokens need them (a few hundred bytes per token; the table is the size
+/// of two layers and otherwise only sits in memory).
+enum Embedding<B: Backend> {
+    Table(B::Weight),
+    Rows {
+        reader: DirectReader,
+        buf: AlignedBuf,
+        spec: TensorSpec,
+        row_bytes: usize,
+    },
+}
+
 /// A llama/qwen2 decoder with its KV cache.
 pub struct Decoder<B: Backend> {
     backend: B,
     config: Config,
-    embed: B::Weight,
-    blocks: Vec<Block<B>>,
+    embed: Embedding<B>,
+    /// `None` for layers streamed from `source`.
+    blocks: Vec<Option<LayerWeights<B>>>,
+    source: Option<Box<dyn LayerSource<B>>>,
     norm: B::Tensor,
     /// `None` when the head is tied to the embedding.
     output: Option<B::Weight>,
     cache: Vec<B::Kv>,
+    resident_bytes: u64,
+}
+
+impl Config {
+    /// The tensors of layer `layer`, in the order the forward pass uses them.
+    pub fn layer_tensors(&self, file: &Header, layer: usize) -> Result<Vec<TensorSpec>> {
+        let (d, kv, ff) = (self.hidden, self.kv_dim(), self.ffn_hidden);
+        let mut shapes = vec![
+            ("attn_norm.weight", 1, d),
+            ("attn_q.weight", d, d),
+            ("attn_k.weight", kv, d),
+            ("attn_v.weight", kv, d),
+            ("attn_q.bias", 1, d),
+            ("attn_k.bias", 1, kv),
+            ("attn_v.bias", 1, kv),
+            ("attn_output.weight", d, d),
+            ("ffn_norm.weight", 1, d),
+            ("ffn_gate.weight", ff, d),
+            ("ffn_up.weight", ff, d),
+            ("ffn_down.weight", d, ff),
+        ];
+        shapes.retain(|(n, _, _)| {
+            !n.ends_with(".bias") || file.tensor(&format!("blk.{layer}.{n}")).is_ok()
+        });
+        shapes
+            .into_iter()
+            .map(|(n, rows, cols)| {
+                let name = format!("blk.{layer}.{n}");
+                let info = file.tensor(&name)?;
+                if dims2(info)? != (rows, cols) {
+                    return Err(ModelError::Invalid(format!(
+                        "`{name}` is {:?}, expected [{rows}, {cols}]",
+                        dims2(info)?
+                    )));
+                }
+                Ok(TensorSpec {
+                    name,
+                    rows,
+                    cols,
+                    ty: info.ty,
+                    offset: file.data_offset + info.offset,
+                    len: info.size as usize,
+                })
+            })
+            .collect()
+    }
+}
+
+impl<B: Backend> LayerWeights<B> {
+    /// Builds a layer from its tensors' bytes (`bytes[i]` for `specs[i]`, as
+    /// returned by [`Config::layer_tensors`]).
+    pub fn from_bytes(backend: &B, specs: &[TensorSpec], bytes: &[&[u8]]) -> Result<Self> {
+        let find = |suffix: &str| {
+            specs
+                .iter()
+                .position(|s| s.name.ends_with(suffix))
+                .map(|i| (&specs[i], bytes[i]))
+        };
+        let need = |suffix: &str| {
+            find(suffix).ok_or_else(|| ModelError::Invalid(format!("layer has no `{suffix}`")))
+        };
+        let matrix = |suffix: &str| -> Result<B::Weight> {
+            let (s, b) = need(suffix)?;
+            Ok(backend.weight(WeightData {
+                name: &s.name,
+                ty: s.ty,
+                rows: s.rows,
+                cols: s.cols,
+                bytes: b,
+            })?)
+        };
+        let vector = |suffix: &str| -> Result<Option<B::Tensor>> {
+            let Some((s, b)) = find(suffix) else {
+                return Ok(None);
+            };
+            if b.len() != s.len {
+                return Err(ModelError::Invalid(format!("`{}`: short data", s.name)));
+            }
+            let data = arbor_gguf::dequantize(s.ty, b, s.cols)?;
+            Ok(Some(backend.tensor(&data, 1, s.cols)?))
+        };
+        let required = |suffix: &str| -> Result<B::Tensor> {
+            vector(suffix)?.ok_or_else(|| ModelError::Invalid(format!("layer has no `{suffix}`")))
+        };
+        Ok(Self {
+            attn_norm: required("attn_norm.weight")?,
+            attn: Attention {
+                q: matrix("attn_q.weight")?,
+                k: matrix("attn_k.weight")?,
+                v: matrix("attn_v.weight")?,
+                q_bias: vector("attn_q.bias")?,
+                k_bias: vector("attn_k.bias")?,
+                v_bias: vector("attn_v.bias")?,
+                o: matrix("attn_output.weight")?,
+            },
+            ffn_norm: required("ffn_norm.weight")?,
+            mlp: Mlp {
+                gate: matrix("ffn_gate.weight")?,
+                up: matrix("ffn_up.weight")?,
+                down: matrix("ffn_down.weight")?,
+            },
+        })
+    }
+}
+
+/// Bytes a layer holds once loaded on `backend`.
+pub fn held_bytes<B: Backend>(backend: &B, specs: &[TensorSpec]) -> u64 {
+    specs
+        .iter()
+        .map(|s| {
+            if s.rows == 1 {
+                (s.cols * 4) as u64
+            } else {
+                backend.weight_bytes(s.ty, s.rows, s.cols)
+            }
+        })
+        .sum()
 }
 
 /// Reads tensors from the file, checking each one's shape.
@@ -184,13 +353,6 @@ impl<B: Backend> Loader<'_, B> {
         self.tick();
         Ok(self.backend.tensor(&data, 1, len)?)
     }
-
-    fn optional_vector(&mut self, name: &str, len: usize) -> Result<Option<B::Tensor>> {
-        match self.file.header().tensor(name) {
-            Ok(_) => self.vector(name, len).map(Some),
-            Err(_) => Ok(None),
-        }
-    }
 }
 
 impl<B: Backend> Decoder<B> {
@@ -201,9 +363,28 @@ impl<B: Backend> Decoder<B> {
         file: &GgufFile,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Self> {
+        let n = Config::from_gguf(file.header())?.n_layers;
+        Self::load_partial(backend, file, &vec![true; n], progress)
+    }
+
+    /// Loads the layers marked in `resident` (one flag per layer) and
+    /// everything outside the layers; the other layers must come from a
+    /// [`LayerSource`] given with [`Decoder::set_layer_source`].
+    pub fn load_partial(
+        backend: B,
+        file: &GgufFile,
+        resident: &[bool],
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Self> {
         let config = Config::from_gguf(file.header())?;
         let c = &config;
-        let (d, kv, ff) = (c.hidden, c.kv_dim(), c.ffn_hidden);
+        if resident.len() != c.n_layers {
+            return Err(ModelError::Input(format!(
+                "{} residency flags for {} layers",
+                resident.len(),
+                c.n_layers
+            )));
+        }
         let has_output = file.header().tensor("output.weight").is_ok();
         let mut l = Loader {
             backend: &backend,
@@ -212,32 +393,70 @@ impl<B: Backend> Decoder<B> {
             total: file.header().tensors.len(),
             progress,
         };
-        let embed = l.matrix("token_embd.weight", c.vocab_size, d)?;
+        let mut resident_bytes = 0;
+        let embed = if has_output {
+            let info = l.info("token_embd.weight", c.vocab_size, c.hidden)?;
+            let spec = TensorSpec {
+                name: info.name.clone(),
+                rows: c.vocab_size,
+                cols: c.hidden,
+                ty: info.ty,
+                offset: file.header().data_offset + info.offset,
+                len: info.size as usize,
+            };
+            l.tick();
+            Embedding::Rows {
+                reader: DirectReader::open(file.path())?,
+                buf: AlignedBuf::new(0),
+                row_bytes: spec.len / c.vocab_size,
+                spec,
+            }
+        } else {
+            let info = l.info("token_embd.weight", c.vocab_size, c.hidden)?;
+            resident_bytes += info.size;
+            let w = backend.embedding_table(WeightData {
+                name: "token_embd.weight",
+                ty: info.ty,
+                rows: c.vocab_size,
+                cols: c.hidden,
+                bytes: file.tensor_bytes(info),
+            })?;
+            file.release(info);
+            l.tick();
+            Embedding::Table(w)
+        };
         let mut blocks = Vec::with_capacity(c.n_layers);
-        for i in 0..c.n_layers {
-            let p = |s: &str| format!("blk.{i}.{s}");
-            blocks.push(Block {
-                attn_norm: l.vector(&p("attn_norm.weight"), d)?,
-                attn: Attention {
-                    q: l.matrix(&p("attn_q.weight"), d, d)?,
-                    k: l.matrix(&p("attn_k.weight"), kv, d)?,
-                    v: l.matrix(&p("attn_v.weight"), kv, d)?,
-                    q_bias: l.optional_vector(&p("attn_q.bias"), d)?,
-                    k_bias: l.optional_vector(&p("attn_k.bias"), kv)?,
-                    v_bias: l.optional_vector(&p("attn_v.bias"), kv)?,
-                    o: l.matrix(&p("attn_output.weight"), d, d)?,
-                },
-                ffn_norm: l.vector(&p("ffn_norm.weight"), d)?,
-                mlp: Mlp {
-                    gate: l.matrix(&p("ffn_gate.weight"), ff, d)?,
-                    up: l.matrix(&p("ffn_up.weight"), ff, d)?,
-                    down: l.matrix(&p("ffn_down.weight"), d, ff)?,
-                },
-            });
+        for (i, &keep) in resident.iter().enumerate() {
+            let specs = c.layer_tensors(file.header(), i)?;
+            if !keep {
+                for _ in &specs {
+                    l.tick();
+                }
+                blocks.push(None);
+                continue;
+            }
+            let bytes: Vec<&[u8]> = specs
+                .iter()
+                .map(|s| {
+                    let info = file.header().tensor(&s.name)?;
+                    Ok(file.tensor_bytes(info))
+                })
+                .collect::<Result<_>>()?;
+            blocks.push(Some(LayerWeights::from_bytes(&backend, &specs, &bytes)?));
+            resident_bytes += held_bytes(&backend, &specs);
+            for s in &specs {
+                file.release(file.header().tensor(&s.name)?);
+                l.tick();
+            }
         }
-        let norm = l.vector("output_norm.weight", d)?;
+        let norm = l.vector("output_norm.weight", c.hidden)?;
         let output = if has_output {
-            Some(l.matrix("output.weight", c.vocab_size, d)?)
+            resident_bytes += backend.weight_bytes(
+                file.header().tensor("output.weight")?.ty,
+                c.vocab_size,
+                c.hidden,
+            );
+            Some(l.matrix("output.weight", c.vocab_size, c.hidden)?)
         } else {
             None
         };
@@ -249,10 +468,51 @@ impl<B: Backend> Decoder<B> {
             config,
             embed,
             blocks,
+            source: None,
             norm,
             output,
             cache,
+            resident_bytes,
         })
+    }
+
+    /// Where non-resident layers come from.
+    pub fn set_layer_source(&mut self, source: Box<dyn LayerSource<B>>) {
+        self.source = Some(source);
+    }
+
+    /// Which layers are resident.
+    pub fn resident_layers(&self) -> Vec<bool> {
+        self.blocks.iter().map(Option::is_some).collect()
+    }
+
+    /// Bytes of weights held in memory (resident layers, head, norms, and the
+    /// embedding table when it is resident).
+    pub fn resident_bytes(&self) -> u64 {
+        self.resident_bytes
+    }
+
+    /// Token embeddings of `tokens`, `[n, hidden]`.
+    fn embed(&mut self, tokens: &[u32]) -> Result<B::Tensor> {
+        let b = &self.backend;
+        match &mut self.embed {
+            Embedding::Table(w) => Ok(b.embed(w, tokens)?),
+            Embedding::Rows {
+                reader,
+                buf,
+                spec,
+                row_bytes,
+            } => {
+                let d = spec.cols;
+                let mut data = Vec::with_capacity(tokens.len() * d);
+                for &t in tokens {
+                    let offset = spec.offset + t as u64 * *row_bytes as u64;
+                    let row = reader.read_into(offset, *row_bytes, buf)?;
+                    data.extend(arbor_gguf::dequantize(spec.ty, row, d)?);
+                }
+                Ok(b.tensor(&data, tokens.len(), d)?)
+            }
+        }
     }
 
     pub fn backend(&self) -> &B {
@@ -307,9 +567,20 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         logit_rows: &[usize],
     ) -> Result<Logits> {
         self.check_input(tokens, positions, mask, logit_rows)?;
+        let mut x = self.embed(tokens)?;
         let (b, c) = (&self.backend, &self.config);
-        let mut x = b.embed(&self.embed, tokens)?;
-        for (block, kv) in self.blocks.iter().zip(self.cache.iter_mut()) {
+        for (i, (block, kv)) in self.blocks.iter().zip(self.cache.iter_mut()).enumerate() {
+            let lease;
+            let block = match block {
+                Some(block) => block,
+                None => {
+                    let source = self.source.as_mut().ok_or_else(|| {
+                        ModelError::Input(format!("layer {i} is not resident and has no source"))
+                    })?;
+                    lease = source.layer(i)?;
+                    &lease.weights
+                }
+            };
             // Attention
             let h = b.rms_norm(&x, &block.attn_norm, c.rms_eps)?;
             let a = &block.attn;
@@ -331,7 +602,13 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         // 150k vocabulary it costs more than a layer.
         let x = b.select_rows(&x, logit_rows)?;
         let x = b.rms_norm(&x, &self.norm, c.rms_eps)?;
-        let logits = b.matmul(&x, self.output.as_ref().unwrap_or(&self.embed))?;
+        let head = match (&self.output, &self.embed) {
+            (Some(w), _) | (None, Embedding::Table(w)) => w,
+            (None, Embedding::Rows { .. }) => {
+                return Err(ModelError::Invalid("no output head".into()));
+            }
+        };
+        let logits = b.matmul(&x, head)?;
         Ok(Logits {
             rows: logit_rows.len(),
             vocab: c.vocab_size,

@@ -9,7 +9,7 @@ pub mod decoder;
 pub mod testing;
 
 pub use arbor_tensor::Mask;
-pub use decoder::{Config, Decoder};
+pub use decoder::{Config, Decoder, LayerSource, LayerWeights, Lease, TensorSpec};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -17,6 +17,8 @@ pub enum ModelError {
     Tensor(#[from] arbor_tensor::Error),
     #[error(transparent)]
     Gguf(#[from] arbor_gguf::GgufError),
+    #[error(transparent)]
+    Paging(#[from] arbor_paging::PagingError),
     #[error("unsupported architecture `{0}` (arbor runs llama and qwen2)")]
     UnsupportedArchitecture(String),
     #[error("bad model: {0}")]

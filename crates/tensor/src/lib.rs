@@ -166,8 +166,19 @@ pub trait Backend: Send + Sync + 'static {
     /// A short name for logs and errors (`candle`, `flex`, …).
     fn name(&self) -> &'static str;
 
-    /// Loads a weight matrix (any GGUF type the backend supports).
+    /// Loads a weight matrix (any GGUF type the backend supports) that will
+    /// only be multiplied by ([`Backend::matmul`]).
     fn weight(&self, w: WeightData<'_>) -> Result<Self::Weight>;
+    /// Loads a table that [`Backend::embed`] reads rows of (and that may be
+    /// multiplied by too, for models whose head is tied to the embedding).
+    fn embedding_table(&self, w: WeightData<'_>) -> Result<Self::Weight> {
+        self.weight(w)
+    }
+    /// Bytes a weight of this type and shape holds once loaded, for memory
+    /// planning (may differ from the file: repacked or dequantized forms).
+    fn weight_bytes(&self, ty: GgmlType, rows: usize, cols: usize) -> u64 {
+        ty.bytes_for((rows * cols) as u64).unwrap_or(0)
+    }
     /// An `f32` tensor `[rows, cols]` from host data (norm weights, biases,
     /// test inputs).
     fn tensor(&self, data: &[f32], rows: usize, cols: usize) -> Result<Self::Tensor>;

@@ -1,0 +1,412 @@
+//! `arbor bench spec --memory-budget`: every strategy in its own process,
+//! inside a cgroup v1 memory limit equal to the budget when run as root, so
+//! the OS holds every row to the same wall; outputs are compared with an
+//! unlimited target-only run.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use arbor_engine::{BackendKind, GenerateOptions, SamplingParams, format_bytes, parse_bytes};
+
+use crate::spec::{BenchSpecArgs, Variant, fetch_or_resolve, latency_profiles, load_prompts};
+use crate::{profile, progress};
+
+/// One strategy under one budget.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct BudgetRow {
+    pub strategy: String,
+    pub budget_bytes: u64,
+    pub prompts: usize,
+    pub identical: usize,
+    pub tok_s: f64,
+    pub speedup_vs_autoregressive: f64,
+    /// cgroup peak usage (`memory.max_usage_in_bytes`) when run under a
+    /// limit, else the process's peak RSS.
+    pub peak_bytes: u64,
+    pub peak_source: String,
+    /// Killed by the OOM killer (or any signal).
+    pub killed: bool,
+    pub streamed_gib_per_100: f64,
+    pub mean_accepted: f64,
+    /// Time split over the decode phase, seconds.
+    pub draft_secs: f64,
+    pub target_compute_secs: f64,
+    pub target_io_secs: f64,
+    pub provisional_secs: f64,
+    pub decode_secs: f64,
+    pub generated: usize,
+}
+
+/// What a child process reports: its row (without comparison fields) and
+/// the tokens of every prompt.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ChildReport {
+    row: BudgetRow,
+    tokens: Vec<Vec<u32>>,
+}
+
+/// Runs the strategies of `args` (one process each) under every budget.
+pub fn run(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
+    if args.child {
+        return child(args, backend);
+    }
+    let budgets: Vec<u64> = args
+        .memory_budget
+        .iter()
+        .map(|b| parse_bytes(b))
+        .collect::<Result<_, _>>()?;
+    let mut names = vec!["autoregressive".to_string()];
+    for s in &args.strategies {
+        Variant::parse(s)?;
+        if !names.contains(s) {
+            names.push(s.clone());
+        }
+    }
+    eprintln!("reference: unlimited target-only run");
+    let reference = spawn(args, "autoregressive", None, false)?;
+    let mut rows = Vec::new();
+    for &budget in &budgets {
+        let mut ar_tok_s = None;
+        for name in &names {
+            eprintln!("{name} inside {}", format_bytes(budget));
+            let report = spawn(args, name, Some(budget), true)?;
+            let mut row = report.row;
+            row.identical = report
+                .tokens
+                .iter()
+                .zip(&reference.tokens)
+                .filter(|(a, b)| a == b)
+                .count();
+            let base = *ar_tok_s.get_or_insert(row.tok_s);
+            row.speedup_vs_autoregressive = row.tok_s / base.max(1e-9);
+            eprintln!(
+                "  {:.2} tok/s, peak {} ({}), identical {}/{}",
+                row.tok_s,
+                format_bytes(row.peak_bytes),
+                row.peak_source,
+                row.identical,
+                row.prompts
+            );
+            rows.push(row);
+        }
+    }
+    let table = table(&rows, args);
+    if args.json {
+        eprint!("{table}");
+        for r in &rows {
+            println!("{}", serde_json::to_string(r)?);
+        }
+    } else {
+        print!("{table}");
+    }
+    draw(&rows, &names, args)?;
+    Ok(())
+}
+
+fn table(rows: &[BudgetRow], args: &BenchSpecArgs) -> String {
+    let mut s = format!(
+        "{} prompts from {}, {} new tokens, greedy, target {} / draft {}; identical = same tokens as the unlimited target-only run\n",
+        rows.first().map_or(0, |r| r.prompts),
+        args.prompts,
+        args.max_tokens,
+        args.target,
+        args.draft
+    );
+    s += "| budget | strategy | tok/s | vs AR | mean accepted | peak | streamed GiB/100 tok | draft s | target compute s | target IO wait s | provisional s | identical |\n";
+    s += "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for r in rows {
+        s += &format!(
+            "| {} | {} | {:.2} | {:.2}× | {:.2} | {}{} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {}/{} |\n",
+            format_bytes(r.budget_bytes),
+            r.strategy,
+            r.tok_s,
+            r.speedup_vs_autoregressive,
+            r.mean_accepted,
+            format_bytes(r.peak_bytes),
+            if r.killed { " KILLED" } else { "" },
+            r.streamed_gib_per_100,
+            r.draft_secs,
+            r.target_compute_secs,
+            r.target_io_secs,
+            r.provisional_secs,
+            r.identical,
+            r.prompts,
+        );
+    }
+    s
+}
+
+fn draw(rows: &[BudgetRow], names: &[String], args: &BenchSpecArgs) -> Result<()> {
+    let series: Vec<arbor_plot::LineSeries> = names
+        .iter()
+        .map(|n| arbor_plot::LineSeries {
+            name: n.clone(),
+            points: rows
+                .iter()
+                .filter(|r| &r.strategy == n && !r.killed)
+                .map(|r| (r.budget_bytes as f64 / (1u64 << 30) as f64, r.tok_s))
+                .collect(),
+        })
+        .collect();
+    let chart = arbor_plot::LineChart {
+        title: format!(
+            "tok/s under a memory budget, {} {} prompts, {} new tokens",
+            rows.first().map_or(0, |r| r.prompts),
+            args.prompts,
+            args.max_tokens
+        ),
+        x_label: "memory budget (GiB)".into(),
+        y_label: "tokens / s".into(),
+        series,
+    };
+    arbor_plot::line_chart(&chart, &args.plot)
+        .with_context(|| format!("drawing {}", args.plot.display()))?;
+    eprintln!("chart: {}", args.plot.display());
+    Ok(())
+}
+
+/// A cgroup v1 memory group that removes itself when dropped.
+struct Cgroup {
+    dir: PathBuf,
+}
+
+impl Cgroup {
+    /// A new group limited to `bytes`, or `None` when cgroup v1 memory
+    /// control is not available to this user.
+    fn new(bytes: u64) -> Option<Self> {
+        let root = Path::new("/sys/fs/cgroup/memory");
+        if !root.join("memory.limit_in_bytes").exists() {
+            return None;
+        }
+        let dir = root.join(format!("arbor-bench-{}", std::process::id()));
+        let _ = std::fs::remove_dir(&dir);
+        std::fs::create_dir(&dir).ok()?;
+        let group = Self { dir };
+        std::fs::write(group.dir.join("memory.limit_in_bytes"), bytes.to_string()).ok()?;
+        // No swap to escape into, where the kernel offers the knob.
+        let _ = std::fs::write(group.dir.join("memory.swappiness"), "0");
+        let _ = std::fs::write(
+            group.dir.join("memory.memsw.limit_in_bytes"),
+            bytes.to_string(),
+        );
+        Some(group)
+    }
+
+    fn peak(&self) -> u64 {
+        std::fs::read_to_string(self.dir.join("memory.max_usage_in_bytes"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Runs one strategy in a child process (inside a cgroup limited to the
+/// budget when `limit` and possible) and reads its report.
+fn spawn(
+    args: &BenchSpecArgs,
+    name: &str,
+    budget: Option<u64>,
+    limit: bool,
+) -> Result<ChildReport> {
+    let out = std::env::temp_dir().join(format!(
+        "arbor-bench-{}-{name}-{}.json",
+        std::process::id(),
+        budget.unwrap_or(0)
+    ));
+    let _ = std::fs::remove_file(&out);
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args(["bench", "spec", "--child"])
+        .args(["--target", &args.target, "--draft", &args.draft])
+        .args(["--prompts", &args.prompts])
+        .args(["--max-tokens", &args.max_tokens.to_string()])
+        .args(["--strategies", name])
+        .arg("--report")
+        .arg(&out)
+        .args(args.spec.to_args());
+    if let Some(n) = args.limit {
+        cmd.args(["--limit", &n.to_string()]);
+    }
+    if let Some(b) = &args.backend {
+        cmd.args(["--backend", b]);
+    }
+    if let Some(b) = budget {
+        cmd.args(["--memory-budget", &b.to_string()]);
+    }
+    let group = match (budget, limit) {
+        (Some(b), true) => Cgroup::new(b),
+        _ => None,
+    };
+    if let Some(g) = &group {
+        let tasks = std::ffi::CString::new(g.dir.join("tasks").as_os_str().as_encoded_bytes())?;
+        // SAFETY: between fork and exec the child only makes raw system
+        // calls on memory prepared before the fork (no allocation, no locks).
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || join_cgroup(&tasks));
+        }
+    }
+    let status = cmd.status().context("starting a benchmark process")?;
+    let killed = std::os::unix::process::ExitStatusExt::signal(&status).is_some();
+    let report = std::fs::read_to_string(&out).ok();
+    let _ = std::fs::remove_file(&out);
+    let mut report: ChildReport = match report {
+        Some(text) => serde_json::from_str(&text)?,
+        None if killed => ChildReport {
+            row: BudgetRow {
+                strategy: name.into(),
+                budget_bytes: budget.unwrap_or(0),
+                prompts: 0,
+                identical: 0,
+                tok_s: 0.0,
+                speedup_vs_autoregressive: 0.0,
+                peak_bytes: 0,
+                peak_source: String::new(),
+                killed: true,
+                streamed_gib_per_100: 0.0,
+                mean_accepted: 0.0,
+                draft_secs: 0.0,
+                target_compute_secs: 0.0,
+                target_io_secs: 0.0,
+                provisional_secs: 0.0,
+                decode_secs: 0.0,
+                generated: 0,
+            },
+            tokens: Vec::new(),
+        },
+        None => bail!("the {name} benchmark process failed ({status})"),
+    };
+    report.row.killed = killed;
+    if let Some(g) = &group {
+        report.row.peak_bytes = g.peak();
+        report.row.peak_source = "cgroup".into();
+    }
+    Ok(report)
+}
+
+/// Writes the calling process's pid into a cgroup's `tasks` file using only
+/// system calls (safe between fork and exec).
+fn join_cgroup(tasks: &std::ffi::CStr) -> std::io::Result<()> {
+    let mut digits = [0u8; 20];
+    let mut pid = unsafe { libc::getpid() } as u64;
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (pid % 10) as u8;
+        pid /= 10;
+        if pid == 0 {
+            break;
+        }
+    }
+    // SAFETY: plain system calls on a valid C string and stack buffer.
+    unsafe {
+        let fd = libc::open(tasks.as_ptr(), libc::O_WRONLY);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let n = digits.len() - at;
+        let written = libc::write(fd, digits[at..].as_ptr().cast(), n);
+        libc::close(fd);
+        if written != n as isize {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The child side: one strategy, every prompt, report to `--report`.
+fn child(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
+    let name = args
+        .strategies
+        .first()
+        .context("the child runs one strategy")?;
+    let variant = Variant::parse(name)?;
+    let strategy_needs_draft = arbor_engine::Strategy::parse(variant.base)?.needs_draft();
+    let prompts = load_prompts(&args.prompts, args.limit)?;
+    let target = fetch_or_resolve(&args.target)?;
+    let draft = if strategy_needs_draft {
+        Some(fetch_or_resolve(&args.draft)?)
+    } else {
+        None
+    };
+    let budget = args
+        .memory_budget
+        .first()
+        .map(|b| parse_bytes(b))
+        .transpose()?;
+    let mut engine = match budget {
+        Some(b) => {
+            crate::spec::load_budgeted(&target, draft.as_deref(), backend, b, variant.pipelined)?
+        }
+        None => crate::load(&target, backend)?,
+    };
+    let profiles = if variant.base == "tree" && !args.spec.no_profile {
+        Some(latency_profiles(&mut engine, draft.as_deref(), backend)?)
+    } else {
+        None
+    };
+    let strategy = args.spec.strategy(variant.base, profiles.as_ref())?;
+    let mut row = BudgetRow {
+        strategy: name.clone(),
+        budget_bytes: budget.unwrap_or(0),
+        prompts: prompts.len(),
+        identical: 0,
+        tok_s: 0.0,
+        speedup_vs_autoregressive: 1.0,
+        peak_bytes: 0,
+        peak_source: "rss".into(),
+        killed: false,
+        streamed_gib_per_100: 0.0,
+        mean_accepted: 0.0,
+        draft_secs: 0.0,
+        target_compute_secs: 0.0,
+        target_io_secs: 0.0,
+        provisional_secs: 0.0,
+        decode_secs: 0.0,
+        generated: 0,
+    };
+    let (mut produced, mut passes, mut streamed) = (0usize, 0usize, 0u64);
+    let mut tokens = Vec::new();
+    let mut bar = progress::count_bar("prompts");
+    for (i, prompt) in prompts.iter().enumerate() {
+        let ids = engine.prompt_tokens(&prompt.text, true)?;
+        let options = GenerateOptions {
+            max_tokens: args.max_tokens,
+            sampling: SamplingParams::default(),
+            stop_tokens: None,
+            strategy: strategy.clone(),
+            verification: args.spec.verification()?,
+        };
+        let g = engine.generate(&ids, &options, &mut |_| {})?;
+        let s = &g.stats;
+        row.generated += s.generated_tokens.saturating_sub(1);
+        row.decode_secs += s.decode_secs;
+        row.draft_secs += s.draft_secs;
+        row.target_io_secs += g.stream.wait_secs;
+        row.target_compute_secs += (s.target_secs - g.stream.wait_secs).max(0.0);
+        produced += s.produced_after_prefill();
+        passes += s.verifications + s.target_steps;
+        streamed += g.stream.bytes;
+        tokens.push(g.tokens);
+        bar(i + 1, prompts.len());
+    }
+    row.tok_s = row.generated as f64 / row.decode_secs.max(1e-9);
+    row.mean_accepted = produced as f64 / passes.max(1) as f64;
+    row.streamed_gib_per_100 =
+        streamed as f64 / (1u64 << 30) as f64 * 100.0 / row.generated.max(1) as f64;
+    row.peak_bytes = profile::peak_rss_bytes().unwrap_or(0);
+    let report = ChildReport { row, tokens };
+    let path = args
+        .report
+        .as_ref()
+        .context("--report is required with --child")?;
+    let mut f = std::fs::File::create(path)?;
+    f.write_all(serde_json::to_string(&report)?.as_bytes())?;
+    Ok(())
+}

@@ -1,0 +1,602 @@
+//! Reading byte ranges of a file without filling the page cache.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use crate::buf::{ALIGN, AlignedBuf};
+use crate::{PagingError, Result};
+
+/// Reads byte ranges of one file while leaving as little as possible in the
+/// page cache (see the crate documentation for why that matters).
+///
+/// The file is opened with `O_DIRECT` where the file system allows it, and
+/// reads then go straight from the device into an [`AlignedBuf`]. `O_DIRECT`
+/// only moves whole aligned blocks, so a read of an arbitrary range fetches
+/// the aligned span around it (see [`DirectReader::span`]) and hands back
+/// the requested part. If the file system rejects `O_DIRECT` (`EINVAL` when
+/// opening, or on a read), the reader switches for good to ordinary reads,
+/// each followed by `posix_fadvise(POSIX_FADV_DONTNEED)` on the range just
+/// read so the kernel drops the cached copy.
+///
+/// Reads use positioned IO (`pread`) and take `&self`, so one reader can be
+/// shared by several threads, each with its own buffer.
+#[derive(Debug)]
+pub struct DirectReader {
+    path: PathBuf,
+    /// File length when it was opened.
+    len: u64,
+    /// The `O_DIRECT` handle, if the file system accepted one.
+    direct_file: Option<File>,
+    /// Whether reads still go through `direct_file`.
+    direct: AtomicBool,
+    /// An ordinary handle, opened when needed for the fallback.
+    buffered_file: OnceLock<File>,
+    /// Bytes transferred by read calls so far.
+    bytes_read: AtomicU64,
+    /// Nanoseconds spent in read calls so far.
+    read_nanos: AtomicU64,
+}
+
+impl DirectReader {
+    /// Opens `path` for reading, with `O_DIRECT` if the file system
+    /// supports it.
+    pub fn open(path: impl AsRef<Path>) -> Result<DirectReader> {
+        Self::open_with(path.as_ref(), true)
+    }
+
+    /// Opens `path`, trying `O_DIRECT` only if `try_direct` (tests use
+    /// `false` to exercise the fallback on any file system).
+    fn open_with(path: &Path, try_direct: bool) -> Result<DirectReader> {
+        let io_err = |source| PagingError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let direct_file = if try_direct {
+            open_direct(path).map_err(io_err)?
+        } else {
+            None
+        };
+        let buffered_file = OnceLock::new();
+        let len = match &direct_file {
+            Some(file) => file.metadata().map_err(io_err)?.len(),
+            None => {
+                let file = File::open(path).map_err(io_err)?;
+                let len = file.metadata().map_err(io_err)?.len();
+                let _ = buffered_file.set(file);
+                len
+            }
+        };
+        Ok(DirectReader {
+            path: path.to_owned(),
+            len,
+            direct: AtomicBool::new(direct_file.is_some()),
+            direct_file,
+            buffered_file,
+            bytes_read: AtomicU64::new(0),
+            read_nanos: AtomicU64::new(0),
+        })
+    }
+
+    /// The path the reader was opened with.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's length when it was opened.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the file was empty when it was opened.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether reads currently bypass the page cache with `O_DIRECT`
+    /// (`false` once the reader has fallen back to ordinary reads).
+    pub fn is_direct(&self) -> bool {
+        self.direct.load(Ordering::Relaxed)
+    }
+
+    /// The buffer size needed to read `len` bytes at `offset`: the length
+    /// of the [`ALIGN`]-aligned span of the file that covers the range.
+    /// Zero for an empty range at an aligned offset.
+    pub fn span(offset: u64, len: usize) -> usize {
+        let (start, end) = aligned_span(offset, len);
+        usize::try_from(end - start).unwrap_or(usize::MAX)
+    }
+
+    /// Reads the `len` bytes at `offset` and returns exactly those bytes,
+    /// stored somewhere in `buf`.
+    ///
+    /// `buf` is replaced by a bigger one if its capacity is below
+    /// [`DirectReader::span`]`(offset, len)`; reuse one buffer per thread to
+    /// avoid allocating on every read. A range that reaches past the end of
+    /// the file, judged by the file's current length (files can be
+    /// truncated while we run), gives [`PagingError::Truncated`].
+    pub fn read_into<'b>(
+        &self,
+        offset: u64,
+        len: usize,
+        buf: &'b mut AlignedBuf,
+    ) -> Result<&'b [u8]> {
+        let end = offset.checked_add(len as u64);
+        if end.is_none_or(|end| end > self.len) {
+            // Past the length we saw at open; the file may have grown since,
+            // so only the current length decides.
+            let now = self.current_len()?;
+            if end.is_none_or(|end| end > now) {
+                return Err(self.truncated(offset, len, now));
+            }
+        }
+        let span = Self::span(offset, len);
+        if buf.capacity() < span {
+            *buf = AlignedBuf::new(span);
+        }
+        if len == 0 {
+            return Ok(&buf.as_slice()[..0]);
+        }
+
+        if self.is_direct()
+            && let Some(file) = &self.direct_file
+        {
+            match self.read_direct(file, offset, len, buf) {
+                Ok(start) => return Ok(&buf.as_slice()[start..start + len]),
+                Err(DirectFailure::NotSupported) => self.direct.store(false, Ordering::Relaxed),
+                Err(DirectFailure::Other(e)) => return Err(e),
+            }
+        }
+        self.read_buffered(offset, len, buf)?;
+        Ok(&buf.as_slice()[..len])
+    }
+
+    /// Total bytes transferred by read calls so far. With `O_DIRECT` this
+    /// includes the alignment padding around each requested range, so it is
+    /// what the device delivered rather than what callers asked for.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read.load(Ordering::Relaxed)
+    }
+
+    /// Total seconds spent in read calls so far, summed over all threads.
+    pub fn read_secs(&self) -> f64 {
+        self.read_nanos.load(Ordering::Relaxed) as f64 * 1e-9
+    }
+
+    /// Reads the aligned span around the range through the `O_DIRECT`
+    /// handle; returns where the requested bytes start in `buf`.
+    fn read_direct(
+        &self,
+        file: &File,
+        offset: u64,
+        len: usize,
+        buf: &mut AlignedBuf,
+    ) -> Result<usize, DirectFailure> {
+        // The range lies inside the file (checked by the caller), so these
+        // all fit.
+        let (start, end) = aligned_span(offset, len);
+        let span = (end - start) as usize;
+        let start = start as u64;
+        let skip = (offset - start) as usize;
+        let wanted = skip + len;
+        let got = self
+            .timed_read(file, &mut buf.as_mut_slice()[..span], start, wanted)
+            .map_err(|e| {
+                if e.raw_os_error() == Some(EINVAL) {
+                    DirectFailure::NotSupported
+                } else {
+                    DirectFailure::Other(self.io_error(e))
+                }
+            })?;
+        if got < wanted {
+            let stop = start + got as u64;
+            return Err(DirectFailure::Other(self.short_read(offset, len, stop)));
+        }
+        Ok(skip)
+    }
+
+    /// Reads the range into the start of `buf` with an ordinary read, then
+    /// asks the kernel to drop it from the page cache.
+    fn read_buffered(&self, offset: u64, len: usize, buf: &mut AlignedBuf) -> Result<()> {
+        let file = self.buffered_file()?;
+        let got = self
+            .timed_read(file, &mut buf.as_mut_slice()[..len], offset, len)
+            .map_err(|e| self.io_error(e));
+        drop_from_cache(file, offset, len);
+        let got = got?;
+        if got < len {
+            return Err(self.short_read(offset, len, offset + got as u64));
+        }
+        Ok(())
+    }
+
+    /// The ordinary (page-cached) handle, opened on first use.
+    fn buffered_file(&self) -> Result<&File> {
+        if let Some(file) = self.buffered_file.get() {
+            return Ok(file);
+        }
+        let file = File::open(&self.path).map_err(|e| self.io_error(e))?;
+        // If another thread got here first, its handle wins and ours closes.
+        Ok(self.buffered_file.get_or_init(|| file))
+    }
+
+    /// Reads into `dst` from `offset` until at least `wanted` bytes have
+    /// arrived or the file ends, and records the statistics. Returns the
+    /// number of bytes read.
+    fn timed_read(
+        &self,
+        file: &File,
+        dst: &mut [u8],
+        offset: u64,
+        wanted: usize,
+    ) -> io::Result<usize> {
+        let started = Instant::now();
+        let mut filled = 0;
+        let result = loop {
+            if filled >= wanted {
+                break Ok(filled);
+            }
+            match read_at(file, &mut dst[filled..], offset + filled as u64) {
+                Ok(0) => break Ok(filled),
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.read_nanos.fetch_add(nanos, Ordering::Relaxed);
+        self.bytes_read.fetch_add(filled as u64, Ordering::Relaxed);
+        result
+    }
+
+    /// The file's length now, which may differ from the one at open.
+    fn current_len(&self) -> Result<u64> {
+        let file = match &self.direct_file {
+            Some(file) => file,
+            None => self.buffered_file()?,
+        };
+        Ok(file.metadata().map_err(|e| self.io_error(e))?.len())
+    }
+
+    /// The error for a read that ended early at file offset `stop`: the
+    /// file must have shrunk, so report its current length.
+    fn short_read(&self, offset: u64, len: usize, stop: u64) -> PagingError {
+        match self.current_len() {
+            Ok(now) => self.truncated(offset, len, now.min(stop)),
+            Err(e) => e,
+        }
+    }
+
+    fn truncated(&self, offset: u64, len: usize, file_len: u64) -> PagingError {
+        PagingError::Truncated {
+            path: self.path.clone(),
+            offset,
+            len: len as u64,
+            file_len,
+        }
+    }
+
+    fn io_error(&self, source: io::Error) -> PagingError {
+        PagingError::Io {
+            path: self.path.clone(),
+            source,
+        }
+    }
+}
+
+/// Why a direct read did not succeed.
+enum DirectFailure {
+    /// `EINVAL`: the file system (or the device's block size) does not
+    /// allow this `O_DIRECT` read; use ordinary reads instead.
+    NotSupported,
+    Other(PagingError),
+}
+
+/// The [`ALIGN`]-aligned `[start, end)` file span covering `len` bytes at
+/// `offset`. Computed in `u128` so that no input can overflow; callers that
+/// need `u64` offsets only pass ranges inside a file.
+fn aligned_span(offset: u64, len: usize) -> (u128, u128) {
+    let align = ALIGN as u128;
+    let offset = u128::from(offset);
+    let start = offset - offset % align;
+    let end = (offset + len as u128).next_multiple_of(align);
+    (start, end)
+}
+
+#[cfg(target_os = "linux")]
+const EINVAL: i32 = libc::EINVAL;
+#[cfg(not(target_os = "linux"))]
+const EINVAL: i32 = 22;
+
+/// Opens `path` with `O_DIRECT`; `Ok(None)` if the file system refuses it.
+#[cfg(target_os = "linux")]
+fn open_direct(path: &Path) -> io::Result<Option<File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+    {
+        Ok(file) => Ok(Some(file)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Elsewhere there is no `O_DIRECT`; always read through the page cache.
+#[cfg(not(target_os = "linux"))]
+fn open_direct(path: &Path) -> io::Result<Option<File>> {
+    // Still open once so that a missing file is reported here, not later.
+    OpenOptions::new().read(true).open(path).map(|_| None)
+}
+
+/// Asks the kernel to drop the cached pages of a range we just read. This
+/// is advice: failures are ignored.
+#[cfg(target_os = "linux")]
+fn drop_from_cache(file: &File, offset: u64, len: usize) {
+    use std::os::fd::AsRawFd;
+    if let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) {
+        // SAFETY: plain system call on a descriptor we own; no memory is
+        // passed.
+        unsafe {
+            libc::posix_fadvise(file.as_raw_fd(), offset, len, libc::POSIX_FADV_DONTNEED);
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn drop_from_cache(_file: &File, _offset: u64, _len: usize) {}
+
+#[cfg(unix)]
+fn read_at(file: &File, dst: &mut [u8], offset: u64) -> io::Result<usize> {
+    std::os::unix::fs::FileExt::read_at(file, dst, offset)
+}
+
+#[cfg(windows)]
+fn read_at(file: &File, dst: &mut [u8], offset: u64) -> io::Result<usize> {
+    std::os::windows::fs::FileExt::seek_read(file, dst, offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// A file in the temp directory, deleted on drop.
+    struct TempFile(PathBuf);
+
+    impl TempFile {
+        fn with_pattern(name: &str, len: usize) -> TempFile {
+            static COUNTER: AtomicUsize = AtomicUsize::new(0);
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let path = std::env::temp_dir().join(format!(
+                "arbor-paging-{}-{n}-{name}.bin",
+                std::process::id()
+            ));
+            std::fs::write(&path, pattern(len)).unwrap();
+            TempFile(path)
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    /// Bytes that differ between neighbouring positions and blocks, so a
+    /// read from the wrong offset cannot match by accident.
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u32).wrapping_mul(2_654_435_761).rotate_right(13) as u8)
+            .collect()
+    }
+
+    const FILE_LEN: usize = 300_000 + 123; // not a multiple of ALIGN
+
+    /// Runs `check` on a reader that tries `O_DIRECT` and on one that never
+    /// does, so both paths are covered whatever the file system.
+    fn both_modes(name: &str, check: impl Fn(&DirectReader, &TempFile)) {
+        for try_direct in [true, false] {
+            let file = TempFile::with_pattern(name, FILE_LEN);
+            let reader = DirectReader::open_with(&file.0, try_direct).unwrap();
+            if !try_direct {
+                assert!(!reader.is_direct());
+            }
+            check(&reader, &file);
+        }
+    }
+
+    #[test]
+    fn span_covers_range() {
+        assert_eq!(DirectReader::span(0, 0), 0);
+        assert_eq!(DirectReader::span(4096, 0), 0);
+        assert_eq!(DirectReader::span(5, 0), 4096);
+        assert_eq!(DirectReader::span(0, 1), 4096);
+        assert_eq!(DirectReader::span(0, 4096), 4096);
+        assert_eq!(DirectReader::span(4095, 2), 8192);
+        assert_eq!(DirectReader::span(4096, 4097), 8192);
+        assert_eq!(DirectReader::span(100, 10_000), 12_288);
+        // No overflow near the top of the range.
+        assert_eq!(DirectReader::span(u64::MAX - 10, 100), 8192);
+        assert_eq!(DirectReader::span(u64::MAX, usize::MAX), usize::MAX);
+    }
+
+    #[test]
+    fn reads_match_file_contents() {
+        let expected = pattern(FILE_LEN);
+        let cases: &[(u64, usize)] = &[
+            (0, 0),
+            (4096, 0),
+            (777, 0),
+            (0, 1),
+            (0, 4096),
+            (1, 4095),
+            (4095, 2),
+            (4000, 200),
+            (8191, 1),
+            (12_345, 67_890),
+            (100, FILE_LEN - 100),
+            (0, FILE_LEN),
+            (FILE_LEN as u64 - 1, 1),
+            (FILE_LEN as u64 - 5000, 5000),
+            (FILE_LEN as u64, 0),
+            (4096 * 70, 4096 * 2),
+        ];
+        both_modes("contents", |reader, file| {
+            assert_eq!(reader.path(), file.0);
+            assert_eq!(reader.len(), FILE_LEN as u64);
+            assert!(!reader.is_empty());
+            let mut buf = AlignedBuf::new(0);
+            for &(offset, len) in cases {
+                let got = reader.read_into(offset, len, &mut buf).unwrap();
+                let start = offset as usize;
+                assert_eq!(got.len(), len);
+                assert!(
+                    got == &expected[start..start + len],
+                    "mismatch at {offset}+{len} (direct: {})",
+                    reader.is_direct()
+                );
+                assert!(buf.capacity() >= DirectReader::span(offset, len));
+            }
+            // A buffer that is already big enough is kept.
+            let mut big = AlignedBuf::new(1 << 20);
+            let ptr = big.as_slice().as_ptr();
+            reader.read_into(10, 100, &mut big).unwrap();
+            assert_eq!(big.as_slice().as_ptr(), ptr);
+        });
+    }
+
+    #[test]
+    fn bytes_read_grows() {
+        both_modes("stats", |reader, _| {
+            assert_eq!(reader.bytes_read(), 0);
+            let mut buf = AlignedBuf::new(0);
+            reader.read_into(100, 5000, &mut buf).unwrap();
+            let after_one = reader.bytes_read();
+            assert!(after_one >= 5000, "{after_one}");
+            reader.read_into(50_000, 1, &mut buf).unwrap();
+            assert!(reader.bytes_read() > after_one);
+            assert!(reader.read_secs() >= 0.0);
+        });
+    }
+
+    #[test]
+    fn reading_past_end_is_truncated() {
+        both_modes("past-end", |reader, file| {
+            let mut buf = AlignedBuf::new(0);
+            let end = FILE_LEN as u64;
+            for (offset, len) in [
+                (end - 10, 11),
+                (end, 1),
+                (end + 1, 0),
+                (end + 100_000, 10),
+                (u64::MAX, 1),
+                (u64::MAX - 5, 100),
+            ] {
+                match reader.read_into(offset, len, &mut buf) {
+                    Err(PagingError::Truncated {
+                        path,
+                        offset: o,
+                        len: l,
+                        file_len,
+                    }) => {
+                        assert_eq!(path, file.0);
+                        assert_eq!((o, l, file_len), (offset, len as u64, end));
+                    }
+                    other => panic!("{offset}+{len}: expected Truncated, got {other:?}"),
+                }
+            }
+            assert_eq!(reader.bytes_read(), 0);
+        });
+    }
+
+    #[test]
+    fn file_truncated_after_open() {
+        let expected = pattern(FILE_LEN);
+        both_modes("shrunk", |reader, file| {
+            let new_len = 100_000 + 7;
+            OpenOptions::new()
+                .write(true)
+                .open(&file.0)
+                .unwrap()
+                .set_len(new_len)
+                .unwrap();
+            assert_eq!(reader.len(), FILE_LEN as u64, "len is as at open");
+
+            let mut buf = AlignedBuf::new(0);
+            for (offset, len) in [(200_000, 1000), (new_len - 10, 20), (new_len, 1)] {
+                match reader.read_into(offset, len, &mut buf) {
+                    Err(PagingError::Truncated { file_len, .. }) => {
+                        assert_eq!(file_len, new_len, "{offset}+{len}");
+                    }
+                    other => panic!("{offset}+{len}: expected Truncated, got {other:?}"),
+                }
+            }
+            // What is still there reads fine, up to the new end.
+            for (offset, len) in [(0, 1000), (new_len - 5000, 5000), (99_999, 8)] {
+                let got = reader.read_into(offset, len, &mut buf).unwrap();
+                let start = offset as usize;
+                assert!(got == &expected[start..start + len], "{offset}+{len}");
+            }
+        });
+    }
+
+    #[test]
+    fn switches_to_buffered_reads_mid_way() {
+        let expected = pattern(FILE_LEN);
+        let file = TempFile::with_pattern("fallback", FILE_LEN);
+        let reader = DirectReader::open(&file.0).unwrap();
+        let mut buf = AlignedBuf::new(0);
+        if let Some(direct) = &reader.direct_file {
+            // A direct read into a misaligned buffer is refused with EINVAL,
+            // like a file system that does not support O_DIRECT reads.
+            let mut dst = AlignedBuf::new(2 * ALIGN);
+            let misaligned = &mut dst.as_mut_slice()[1..=ALIGN];
+            let err = read_at(direct, misaligned, 0).unwrap_err();
+            assert_eq!(err.raw_os_error(), Some(EINVAL));
+            assert!(reader.is_direct());
+            reader.direct.store(false, Ordering::Relaxed);
+        }
+        assert!(!reader.is_direct());
+        let got = reader.read_into(4000, 10_000, &mut buf).unwrap();
+        assert!(got == &expected[4000..14_000]);
+    }
+
+    #[test]
+    fn shared_between_threads() {
+        let expected = pattern(FILE_LEN);
+        both_modes("threads", |reader, _| {
+            std::thread::scope(|s| {
+                for t in 0..4usize {
+                    let expected = &expected;
+                    s.spawn(move || {
+                        let mut buf = AlignedBuf::new(0);
+                        for i in 0..50usize {
+                            let offset = (t * 7919 + i * 4099) % (FILE_LEN - 3000);
+                            let len = 1 + (i * 37 + t) % 2999;
+                            let got = reader.read_into(offset as u64, len, &mut buf).unwrap();
+                            assert!(got == &expected[offset..offset + len]);
+                        }
+                    });
+                }
+            });
+            assert!(reader.bytes_read() > 0);
+        });
+    }
+
+    #[test]
+    fn missing_file_is_an_io_error() {
+        let path = std::env::temp_dir().join("arbor-paging-does-not-exist.bin");
+        match DirectReader::open(&path) {
+            Err(PagingError::Io { path: p, source }) => {
+                assert_eq!(p, path);
+                assert_eq!(source.kind(), io::ErrorKind::NotFound);
+            }
+            other => panic!("expected Io error, got {other:?}"),
+        }
+    }
+}

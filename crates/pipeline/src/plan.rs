@@ -1,0 +1,164 @@
+//! Which layers stay in memory under a budget.
+
+use arbor_paging::{PagingError, format_bytes};
+
+/// What one decoder layer costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LayerCost {
+    /// Bytes its weights hold once built.
+    pub held: u64,
+    /// Bytes read from the file to build it.
+    pub read: u64,
+}
+
+/// A split of the memory budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub budget: u64,
+    /// Everything that is not a decoder layer.
+    pub fixed: u64,
+    /// One flag per layer.
+    pub resident: Vec<bool>,
+    /// Bytes of the resident layers.
+    pub resident_bytes: u64,
+    /// Built layers the streamer may hold at once (0: nothing is streamed).
+    pub slots: usize,
+    /// The streamer's share: `slots` of the largest streamed layer plus its
+    /// read buffers.
+    pub stream_reserve: u64,
+    /// Bytes read from disk per forward pass.
+    pub read_per_pass: u64,
+}
+
+impl Plan {
+    pub fn streamed(&self) -> usize {
+        self.resident.iter().filter(|r| !**r).count()
+    }
+}
+
+/// Layer indices to stream when `count` of `n` layers are streamed: spread
+/// evenly, so resident layers' compute sits between consecutive reads.
+fn spread(n: usize, count: usize) -> Vec<usize> {
+    (0..count).map(|j| (2 * j + 1) * n / (2 * count)).collect()
+}
+
+/// Plans the residency of `layers` under `budget`, `fixed` bytes being
+/// taken by everything else, the streamer holding up to `slots` built
+/// layers and `buffers` bytes of read buffers (see
+/// [`crate::read_buffer_bytes`]). Streams as few layers as possible; fails
+/// with the minimum budget when even streaming every layer does not fit.
+pub fn plan(
+    budget: u64,
+    fixed: u64,
+    layers: &[LayerCost],
+    slots: usize,
+    buffers: u64,
+) -> Result<Plan, PagingError> {
+    let n = layers.len();
+    let all: u64 = layers.iter().map(|l| l.held).sum();
+    if fixed + all <= budget {
+        return Ok(Plan {
+            budget,
+            fixed,
+            resident: vec![true; n],
+            resident_bytes: all,
+            slots: 0,
+            stream_reserve: 0,
+            read_per_pass: 0,
+        });
+    }
+    let slots = slots.max(1);
+    for count in 1..=n {
+        let streamed = spread(n, count);
+        let mut resident = vec![true; n];
+        for &i in &streamed {
+            resident[i] = false;
+        }
+        let max_held = streamed.iter().map(|&i| layers[i].held).max().unwrap_or(0);
+        let reserve = slots as u64 * max_held + buffers;
+        let resident_bytes: u64 = (0..n)
+            .filter(|&i| resident[i])
+            .map(|i| layers[i].held)
+            .sum();
+        if fixed + reserve + resident_bytes <= budget {
+            return Ok(Plan {
+                budget,
+                fixed,
+                resident,
+                resident_bytes,
+                slots,
+                stream_reserve: reserve,
+                read_per_pass: streamed.iter().map(|&i| layers[i].read).sum(),
+            });
+        }
+    }
+    let max_held = layers.iter().map(|l| l.held).max().unwrap_or(0);
+    let minimum = fixed + slots as u64 * max_held + buffers;
+    Err(PagingError::TooSmall {
+        budget,
+        minimum,
+        detail: format!(
+            "{} outside the decoder layers, plus {slots} streamed layer(s) of up to {} and their read buffers",
+            format_bytes(fixed),
+            format_bytes(max_held)
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layers(n: usize) -> Vec<LayerCost> {
+        (0..n)
+            .map(|i| LayerCost {
+                held: 100 + i as u64,
+                read: 80,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn everything_resident_when_it_fits() {
+        let p = plan(10_000, 1_000, &layers(8), 2, 90).unwrap();
+        assert!(p.resident.iter().all(|&r| r));
+        assert_eq!((p.slots, p.stream_reserve, p.read_per_pass), (0, 0, 0));
+    }
+
+    #[test]
+    fn streams_as_few_layers_as_fit_and_stays_within_budget() {
+        let ls = layers(10);
+        for budget in [300_000u64, 600_000, 700_000] {
+            let fixed = budget - 280_000;
+            let p = plan(budget, fixed, &ls, 2, 90).unwrap();
+            assert!(p.fixed + p.stream_reserve + p.resident_bytes <= budget);
+            // One more resident layer would not have fitted.
+            if p.streamed() > 1 {
+                let fewer = spread(10, p.streamed() - 1);
+                let bytes: u64 = (0..10)
+                    .filter(|i| !fewer.contains(i))
+                    .map(|i| ls[i].held)
+                    .sum();
+                assert!(p.fixed + p.stream_reserve + bytes > budget);
+            }
+        }
+    }
+
+    #[test]
+    fn streamed_layers_are_spread() {
+        assert_eq!(spread(28, 4), vec![3, 10, 17, 24]);
+        assert_eq!(spread(10, 10), (0..10).collect::<Vec<_>>());
+        assert_eq!(spread(5, 1), vec![2]);
+    }
+
+    #[test]
+    fn too_small_says_the_minimum() {
+        let err = plan(4_200, 4_000, &layers(4), 2, 90).unwrap_err();
+        let PagingError::TooSmall { minimum, .. } = err else {
+            panic!("expected TooSmall, got {err:?}");
+        };
+        assert_eq!(minimum, 4_000 + 2 * 103 + 90);
+        assert!(plan(minimum, 4_000, &layers(4), 2, 90).is_ok());
+        assert!(plan(minimum - 1, 4_000, &layers(4), 2, 90).is_err());
+    }
+}
