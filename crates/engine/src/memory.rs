@@ -22,6 +22,10 @@ pub struct MemoryOptions {
     /// Longest sequence (prompt + generated tokens) the KV caches are
     /// planned for.
     pub context: usize,
+    /// Bytes assumed held before the target loads (runtime, tokenizer,
+    /// draft); `None` measures this process's resident memory. Set it when
+    /// the process holds other things that the budget should not cover.
+    pub base: Option<u64>,
 }
 
 impl MemoryOptions {
@@ -34,6 +38,7 @@ impl MemoryOptions {
                 Mode::OnDemand
             },
             context: 1024,
+            base: None,
         }
     }
 
@@ -119,7 +124,7 @@ pub(crate) fn load_target<B: Backend + Clone>(
     // Logits (and their copies on the way out) for up to 64 rows.
     let scratch = 3 * 64 * c.vocab_size as u64 * 4;
     let kv = options.context as u64 * (kv_per_token(&c) + draft.map_or(0, kv_per_token));
-    let base = resident_now();
+    let base = options.base.unwrap_or_else(resident_now);
     let fixed = base + head + kv + scratch + SLACK;
     let refs: Vec<&[arbor_model::TensorSpec]> = specs.iter().map(|s| s.as_slice()).collect();
     let plan = plan(

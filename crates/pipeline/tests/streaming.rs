@@ -351,8 +351,14 @@ fn a_budget_without_room_for_the_read_buffers_is_refused() {
             Ok(_) => panic!("{mode:?}: a streamer was built without room for its buffers"),
         }
         assert_eq!(ledger.used(), 0);
-        // One byte more and it is built.
-        let ledger = Ledger::new(buffers);
+        // With room for the buffers and the layers it is built. (Room for
+        // the buffers alone builds one too; a pipelined one's loader then
+        // fails at once, which the next test checks under a watchdog.)
+        let enough = match mode {
+            Mode::OnDemand => buffers,
+            Mode::Pipelined { .. } => exact_budget(&layers, mode),
+        };
+        let ledger = Ledger::new(enough);
         let streamer = Streamer::new(
             CandleBackend::new(),
             file.path(),
@@ -413,6 +419,31 @@ fn a_budget_without_room_for_a_layer_is_an_error_not_a_hang() {
                 }),
             ));
         }
+    }
+    // Not even a forward pass: building a pipelined streamer and dropping
+    // it again must not hang either (its loader is stuck waiting for the
+    // ledger, and the drop joins it).
+    for depth in [1, 2] {
+        let path = path.clone();
+        let layers = layers.clone();
+        cases.push((
+            format!("Pipelined {{ depth: {depth} }}, budget {buffers}, dropped unused"),
+            Box::new(move || {
+                let streamer = Streamer::new(
+                    CandleBackend::new(),
+                    &path,
+                    layers,
+                    Ledger::new(buffers),
+                    Mode::Pipelined { depth },
+                )?;
+                drop(streamer);
+                Err(ModelError::Paging(PagingError::TooSmall {
+                    budget: buffers,
+                    minimum: buffers + held,
+                    detail: "dropped".into(),
+                }))
+            }),
+        ));
     }
     check_all(cases, |outcome| match outcome {
         Err(ModelError::Paging(PagingError::OverBudget { .. }))
