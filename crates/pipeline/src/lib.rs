@@ -208,20 +208,24 @@ impl<B: Backend> Loader<B> {
             .map_err(paging)?;
         let t0 = Instant::now();
         let mut read = 0u64;
+        // Where each tensor's bytes landed in its buffer (direct reads keep
+        // the offset within the page; buffered ones start at 0).
+        let mut starts = Vec::with_capacity(specs.len());
         for (s, buf) in specs.iter().zip(self.bufs.iter_mut()) {
-            self.reader
+            let base = buf.as_slice().as_ptr() as usize;
+            let got = self
+                .reader
                 .read_into(s.offset, s.len, buf)
                 .map_err(paging)?;
+            starts.push(got.as_ptr() as usize - base);
             read += s.len as u64;
         }
         let t1 = Instant::now();
         let slices: Vec<&[u8]> = specs
             .iter()
             .zip(&self.bufs)
-            .map(|(s, buf)| {
-                let skip = (s.offset % arbor_paging::ALIGN as u64) as usize;
-                &buf.as_slice()[skip..skip + s.len]
-            })
+            .zip(&starts)
+            .map(|((s, buf), &at)| &buf.as_slice()[at..at + s.len])
             .collect();
         let weights = LayerWeights::from_bytes(&self.backend, specs, &slices)?;
         let t2 = Instant::now();
