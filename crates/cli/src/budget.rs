@@ -14,7 +14,7 @@ use crate::spec::{BenchSpecArgs, Variant, fetch_or_resolve, latency_profiles, lo
 use crate::{profile, progress};
 
 /// One strategy under one budget.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct BudgetRow {
     pub strategy: String,
     pub budget_bytes: u64,
@@ -108,14 +108,8 @@ pub fn run(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
 }
 
 fn table(rows: &[BudgetRow], args: &BenchSpecArgs) -> String {
-    let mut s = format!(
-        "{} prompts from {}, {} new tokens, greedy, target {} / draft {}; identical = same tokens as the unlimited target-only run\n",
-        rows.first().map_or(0, |r| r.prompts),
-        args.prompts,
-        args.max_tokens,
-        args.target,
-        args.draft
-    );
+    let mut s = crate::spec::table_title(rows.first().map_or(0, |r| r.prompts), args);
+    s += "; identical = same tokens as the unlimited target-only run\n";
     s += "| budget | strategy | tok/s | vs AR | mean accepted | peak | streamed GiB/100 tok | draft s | target compute s | target IO wait s | provisional s | identical |\n";
     s += "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for r in rows {
@@ -270,21 +264,9 @@ fn spawn(
             row: BudgetRow {
                 strategy: name.into(),
                 budget_bytes: budget.unwrap_or(0),
-                prompts: 0,
-                identical: 0,
-                tok_s: 0.0,
-                speedup_vs_autoregressive: 0.0,
-                peak_bytes: 0,
                 peak_source: format!("did not finish ({status})"),
                 killed,
-                streamed_gib_per_100: 0.0,
-                mean_accepted: 0.0,
-                draft_secs: 0.0,
-                target_compute_secs: 0.0,
-                target_io_secs: 0.0,
-                provisional_secs: 0.0,
-                decode_secs: 0.0,
-                generated: 0,
+                ..BudgetRow::default()
             },
             tokens: Vec::new(),
         },
@@ -363,20 +345,9 @@ fn child(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
         strategy: name.clone(),
         budget_bytes: budget.unwrap_or(0),
         prompts: prompts.len(),
-        identical: 0,
-        tok_s: 0.0,
         speedup_vs_autoregressive: 1.0,
-        peak_bytes: 0,
         peak_source: "rss".into(),
-        killed: false,
-        streamed_gib_per_100: 0.0,
-        mean_accepted: 0.0,
-        draft_secs: 0.0,
-        target_compute_secs: 0.0,
-        target_io_secs: 0.0,
-        provisional_secs: 0.0,
-        decode_secs: 0.0,
-        generated: 0,
+        ..BudgetRow::default()
     };
     let (mut produced, mut passes, mut streamed) = (0usize, 0usize, 0u64);
     let mut tokens = Vec::new();

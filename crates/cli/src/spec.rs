@@ -519,15 +519,17 @@ pub fn bench_spec(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
     Ok(())
 }
 
+/// The first line of a benchmark table (without the line break): what ran.
+pub fn table_title(prompts: usize, args: &BenchSpecArgs) -> String {
+    format!(
+        "{prompts} prompts from {}, {} new tokens, greedy, target {} / draft {}",
+        args.prompts, args.max_tokens, args.target, args.draft
+    )
+}
+
 fn render_table(rows: &[Row], args: &BenchSpecArgs) -> String {
-    let mut s = format!(
-        "{} prompts from {}, {} new tokens, greedy, target {} / draft {}\n",
-        rows.first().map_or(0, |r| r.prompts),
-        args.prompts,
-        args.max_tokens,
-        args.target,
-        args.draft
-    );
+    let mut s = table_title(rows.first().map_or(0, |r| r.prompts), args);
+    s += "\n";
     s += "| strategy | tok/s | ms/token | mean accepted | verif./100 tok | speedup vs AR | identical |\n";
     s += "|---|---|---|---|---|---|---|\n";
     for r in rows {

@@ -160,7 +160,7 @@ struct Loader<B: Backend> {
     /// One buffer per tensor position, reused from layer to layer.
     bufs: Vec<AlignedBuf>,
     /// Holds the buffers' bytes on the ledger.
-    _bufs_held: Reservation,
+    bufs_held: Reservation,
     monitor: Monitor,
 }
 
@@ -184,7 +184,7 @@ impl<B: Backend> Loader<B> {
             reader,
             ledger,
             bufs: caps.into_iter().map(AlignedBuf::new).collect(),
-            _bufs_held: held,
+            bufs_held: held,
             monitor,
         })
     }
@@ -193,7 +193,7 @@ impl<B: Backend> Loader<B> {
         let held = held_bytes(&self.backend, specs);
         // The read buffers are held for good: a layer that does not fit
         // beside them would wait forever.
-        let room = self.ledger.budget() - self._bufs_held.bytes();
+        let room = self.ledger.budget() - self.bufs_held.bytes();
         if held > room {
             return Err(paging(PagingError::OverBudget {
                 what: format!("streamed layer {layer}"),
@@ -329,51 +329,36 @@ fn run_loader<B: Backend>(
 
 impl<B: Backend> LayerSource<B> for Streamer<B> {
     fn layer(&mut self, layer: usize) -> Result<Lease<B>> {
-        match &mut self.inner {
-            Inner::OnDemand { loader, layers } => {
-                let specs = layers
-                    .iter()
-                    .find(|(l, _)| *l == layer)
-                    .map(|(_, s)| s.clone())
-                    .ok_or_else(|| ModelError::Input(format!("layer {layer} is not streamed")))?;
-                let t0 = Instant::now();
-                self.monitor.0.waiting.store(true, Ordering::Release);
-                let lease = loader.load(layer, &specs);
-                self.monitor.0.waiting.store(false, Ordering::Release);
-                let t1 = Instant::now();
-                self.monitor
-                    .add(|st| st.wait_secs += (t1 - t0).as_secs_f64());
-                self.monitor.span(SpanKind::Wait, layer, t0, t1);
-                lease
-            }
-            Inner::Pipelined { streamed, rx, .. } => {
-                if !streamed.contains(&layer) {
-                    return Err(ModelError::Input(format!("layer {layer} is not streamed")));
-                }
-                let t0 = Instant::now();
-                self.monitor.0.waiting.store(true, Ordering::Release);
-                // Layers arrive in forward order; after an interrupted pass
-                // the ones it did not use are skipped.
-                let found = loop {
-                    match rx.recv() {
-                        Ok(Ok((l, lease))) if l == layer => break Ok(lease),
-                        Ok(Ok(_)) => continue,
-                        Ok(Err(e)) => break Err(e),
-                        Err(_) => {
-                            break Err(ModelError::Invalid(
-                                "the layer loader stopped after an earlier error".into(),
-                            ));
-                        }
+        let not_streamed = || ModelError::Input(format!("layer {layer} is not streamed"));
+        let t0 = Instant::now();
+        self.monitor.0.waiting.store(true, Ordering::Release);
+        let lease = match &mut self.inner {
+            Inner::OnDemand { loader, layers } => match layers.iter().find(|(l, _)| *l == layer) {
+                Some((_, specs)) => loader.load(layer, specs),
+                None => Err(not_streamed()),
+            },
+            Inner::Pipelined { streamed, .. } if !streamed.contains(&layer) => Err(not_streamed()),
+            // Layers arrive in forward order; after an interrupted pass the
+            // ones it did not use are skipped.
+            Inner::Pipelined { rx, .. } => loop {
+                match rx.recv() {
+                    Ok(Ok((l, lease))) if l == layer => break Ok(lease),
+                    Ok(Ok(_)) => continue,
+                    Ok(Err(e)) => break Err(e),
+                    Err(_) => {
+                        break Err(ModelError::Invalid(
+                            "the layer loader stopped after an earlier error".into(),
+                        ));
                     }
-                };
-                self.monitor.0.waiting.store(false, Ordering::Release);
-                let t1 = Instant::now();
-                self.monitor
-                    .add(|st| st.wait_secs += (t1 - t0).as_secs_f64());
-                self.monitor.span(SpanKind::Wait, layer, t0, t1);
-                found
-            }
-        }
+                }
+            },
+        };
+        self.monitor.0.waiting.store(false, Ordering::Release);
+        let t1 = Instant::now();
+        self.monitor
+            .add(|st| st.wait_secs += (t1 - t0).as_secs_f64());
+        self.monitor.span(SpanKind::Wait, layer, t0, t1);
+        lease
     }
 }
 
