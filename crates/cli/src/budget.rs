@@ -35,6 +35,12 @@ pub struct BudgetRow {
     pub target_compute_secs: f64,
     pub target_io_secs: f64,
     pub provisional_secs: f64,
+    /// Draft tokens made while the target waited for weights, and how many
+    /// of them the target accepted later.
+    #[serde(default)]
+    pub provisional_tokens: usize,
+    #[serde(default)]
+    pub provisional_accepted: usize,
     pub decode_secs: f64,
     pub generated: usize,
 }
@@ -45,6 +51,9 @@ pub struct BudgetRow {
 struct ChildReport {
     row: BudgetRow,
     tokens: Vec<Vec<u32>>,
+    /// The execution trace of the first prompt.
+    #[serde(default)]
+    trace: Option<crate::trace::Trace>,
 }
 
 /// Runs the strategies of `args` (one process each) under every budget.
@@ -67,7 +76,7 @@ pub fn run(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
     eprintln!("reference: unlimited target-only run");
     let reference = spawn(args, "autoregressive", None, false)?;
     let mut rows = Vec::new();
-    for &budget in &budgets {
+    for (b, &budget) in budgets.iter().enumerate() {
         let mut ar_tok_s = None;
         for name in &names {
             eprintln!("{name} inside {}", format_bytes(budget));
@@ -83,6 +92,17 @@ pub fn run(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
                 ar_tok_s = Some(row.tok_s);
             }
             row.speedup_vs_autoregressive = ar_tok_s.map_or(0.0, |b| row.tok_s / b.max(1e-9));
+            if let (0, Some(trace)) = (b, &report.trace) {
+                let path = trace_path(&args.plot, name);
+                let title = format!(
+                    "{name} inside {}: first prompt, first 8 target passes",
+                    format_bytes(budget)
+                );
+                match trace.draw(&title, 8, &path) {
+                    Ok(()) => eprintln!("  trace: {}", path.display()),
+                    Err(e) => eprintln!("  no trace drawn: {e:#}"),
+                }
+            }
             eprintln!(
                 "  {:.2} tok/s, peak {} ({}), identical {}/{}",
                 row.tok_s,
@@ -107,14 +127,22 @@ pub fn run(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
     Ok(())
 }
 
+/// `chart.png` → `chart-trace-NAME.png`.
+fn trace_path(plot: &Path, name: &str) -> PathBuf {
+    let stem = plot
+        .file_stem()
+        .map_or("arbor-bench-spec".into(), |s| s.to_string_lossy());
+    plot.with_file_name(format!("{stem}-trace-{name}.png"))
+}
+
 fn table(rows: &[BudgetRow], args: &BenchSpecArgs) -> String {
     let mut s = crate::spec::table_title(rows.first().map_or(0, |r| r.prompts), args);
     s += "; identical = same tokens as the unlimited target-only run\n";
-    s += "| budget | strategy | tok/s | vs AR | mean accepted | peak | streamed GiB/100 tok | draft s | target compute s | target IO wait s | provisional s | identical |\n";
+    s += "| budget | strategy | tok/s | vs AR | mean accepted | peak | streamed GiB/100 tok | draft s | target compute s | target IO wait s | provisional s (accepted/made) | identical |\n";
     s += "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for r in rows {
         s += &format!(
-            "| {} | {} | {:.2} | {:.2}× | {:.2} | {}{} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {}/{} |\n",
+            "| {} | {} | {:.2} | {:.2}× | {:.2} | {}{} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} ({}/{}) | {}/{} |\n",
             format_bytes(r.budget_bytes),
             r.strategy,
             r.tok_s,
@@ -131,6 +159,8 @@ fn table(rows: &[BudgetRow], args: &BenchSpecArgs) -> String {
             r.target_compute_secs,
             r.target_io_secs,
             r.provisional_secs,
+            r.provisional_accepted,
+            r.provisional_tokens,
             r.identical,
             r.prompts,
         );
@@ -269,6 +299,7 @@ fn spawn(
                 ..BudgetRow::default()
             },
             tokens: Vec::new(),
+            trace: None,
         },
     };
     report.row.killed = killed;
@@ -335,7 +366,7 @@ fn child(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
         }
         None => crate::load(&target, backend)?,
     };
-    let profiles = if variant.base == "tree" && !args.spec.no_profile {
+    let profiles = if variant.profiled() && !args.spec.no_profile {
         Some(latency_profiles(&mut engine, draft.as_deref(), backend)?)
     } else {
         None
@@ -351,6 +382,7 @@ fn child(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
     };
     let (mut produced, mut passes, mut streamed) = (0usize, 0usize, 0u64);
     let mut tokens = Vec::new();
+    let mut trace = None;
     let mut bar = progress::count_bar("prompts");
     for (i, prompt) in prompts.iter().enumerate() {
         let ids = engine.prompt_tokens(&prompt.text, true)?;
@@ -366,11 +398,17 @@ fn child(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
         row.generated += s.generated_tokens.saturating_sub(1);
         row.decode_secs += s.decode_secs;
         row.draft_secs += s.draft_secs;
+        row.provisional_secs += s.provisional_secs;
+        row.provisional_tokens += s.provisional_tokens;
+        row.provisional_accepted += s.provisional_accepted;
         row.target_io_secs += g.stream.wait_secs;
         row.target_compute_secs += (s.target_secs - g.stream.wait_secs).max(0.0);
         produced += s.produced_after_prefill();
         passes += s.verifications + s.target_steps;
         streamed += g.stream.bytes;
+        if trace.is_none() {
+            trace = Some(crate::trace::Trace::of(&g));
+        }
         tokens.push(g.tokens);
         bar(i + 1, prompts.len());
     }
@@ -379,7 +417,7 @@ fn child(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
     row.streamed_gib_per_100 =
         streamed as f64 / (1u64 << 30) as f64 * 100.0 / row.generated.max(1) as f64;
     row.peak_bytes = profile::peak_rss_bytes().unwrap_or(0);
-    let report = ChildReport { row, tokens };
+    let report = ChildReport { row, tokens, trace };
     let path = args
         .report
         .as_ref()

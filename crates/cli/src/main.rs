@@ -2,11 +2,12 @@
 
 mod bench;
 mod budget;
+mod live;
 mod profile;
 mod progress;
 mod spec;
+mod trace;
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
@@ -105,8 +106,10 @@ struct GenerateArgs {
     /// Draft model (path or short name) for the speculative strategies.
     #[arg(long)]
     draft: Option<String>,
-    /// autoregressive, chain, tree or static-tree (default: tree with a
-    /// draft, autoregressive without).
+    /// autoregressive, chain, tree, tree-provisional (the draft keeps
+    /// writing, shown dimmed, while the target loads weights; with
+    /// --memory-budget), tree-no-fallback or static-tree (default: tree
+    /// with a draft, autoregressive without).
     #[arg(long)]
     strategy: Option<String>,
     #[command(flatten)]
@@ -115,6 +118,10 @@ struct GenerateArgs {
     /// target layers that do not fit are streamed from disk.
     #[arg(long)]
     memory_budget: Option<String>,
+    /// Draw the execution trace of the first target passes (draft growth,
+    /// verification, provisional steps, weight reads) to this PNG.
+    #[arg(long)]
+    trace: Option<PathBuf>,
 }
 
 fn main() {
@@ -238,7 +245,7 @@ fn generate(args: &GenerateArgs, backend: BackendKind) -> Result<()> {
             engine
         }
     };
-    let profile = if strategy_name == "tree" && !args.spec.no_profile {
+    let profile = if variant.profiled() && !args.spec.no_profile {
         Some(spec::latency_profiles(
             &mut engine,
             draft_path.as_deref(),
@@ -262,12 +269,9 @@ fn generate(args: &GenerateArgs, backend: BackendKind) -> Result<()> {
         strategy,
         verification: args.spec.verification()?,
     };
-    let mut out = std::io::stdout().lock();
-    let g = engine.generate(&prompt, &options, &mut |piece| {
-        let _ = out.write_all(piece.as_bytes());
-        let _ = out.flush();
-    })?;
-    drop(out);
+    let mut live = live::Live::new();
+    let g = engine.generate_events(&prompt, &options, &mut |event| live.event(event))?;
+    live.finish();
     if !g.text.ends_with('\n') {
         println!();
     }
@@ -306,6 +310,17 @@ fn generate(args: &GenerateArgs, backend: BackendKind) -> Result<()> {
             s.draft_secs,
             s.target_secs,
         );
+        if s.provisional_tokens > 0 {
+            eprintln!(
+                "[provisional] {} draft tokens while the target waited for weights ({:.2} s), {} accepted later",
+                s.provisional_tokens, s.provisional_secs, s.provisional_accepted
+            );
+        }
+    }
+    if let Some(path) = &args.trace {
+        let title = format!("arbor generate: {strategy_name}, first 12 target passes");
+        trace::Trace::of(&g).draw(&title, 12, path)?;
+        eprintln!("trace drawn to {}", path.display());
     }
     Ok(())
 }

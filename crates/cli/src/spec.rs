@@ -69,13 +69,13 @@ impl StrategyArgs {
     ) -> Result<Strategy> {
         Ok(match Strategy::parse(name)? {
             Strategy::Chain { .. } => Strategy::Chain { gamma: self.gamma },
-            Strategy::Tree(_) => {
+            Strategy::Tree(named) => {
                 let mut c = TreeConfig {
                     alpha: self.alpha,
                     max_nodes: self.max_tree,
                     profile: profiles.map(|p| p.0.clone()),
                     draft_profile: profiles.and_then(|p| p.1.clone()),
-                    ..TreeConfig::default()
+                    ..named
                 };
                 c.grow.branch_threshold = self.branch_threshold;
                 Strategy::Tree(c)
@@ -98,18 +98,23 @@ pub struct Variant {
 }
 
 impl Variant {
+    /// Whether the strategy sizes trees with the measured latency profiles.
+    pub fn profiled(&self) -> bool {
+        self.base.starts_with("tree")
+    }
+
     pub fn parse(name: &str) -> Result<Self> {
         let (base, pipelined) = match name {
             "autoregressive" | "ar" => ("autoregressive", false),
             "autoregressive-pipelined" => ("autoregressive", true),
             "chain" => ("chain", true),
             "tree" => ("tree", true),
-            "tree-provisional" => bail!(
-                "tree-provisional (the draft running while the target loads) is not implemented yet; use tree"
-            ),
+            "tree-provisional" => ("tree-provisional", true),
+            "tree-no-fallback" => ("tree-no-fallback", true),
             "static-tree" => ("static-tree", true),
             other => bail!(
-                "unknown strategy `{other}` (choose autoregressive, autoregressive-pipelined, chain, tree or static-tree)"
+                "unknown strategy `{other}` (choose autoregressive, autoregressive-pipelined, chain, \
+                 tree, tree-provisional, tree-no-fallback or static-tree)"
             ),
         };
         Ok(Self { base, pipelined })

@@ -19,7 +19,9 @@ pub use arbor_speculative::{
 };
 pub use arbor_tokenizer::{ChatMessage, Role, Tokenizer};
 pub use backends::BackendKind;
-pub use generate::{GenerateOptions, Generation, GenerationStats, StopReason};
+pub use generate::{
+    GenerateOptions, Generation, GenerationStats, Phase, PhaseSpan, StopReason, TextEvent,
+};
 pub use memory::{MemoryOptions, MemoryReport, resident_now};
 
 #[derive(Debug, thiserror::Error)]
@@ -270,8 +272,27 @@ impl Engine {
         options: &GenerateOptions,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generation> {
+        self.generate_events(prompt, options, &mut |event| {
+            if let TextEvent::Confirmed(text) = event {
+                on_text(text);
+            }
+        })
+    }
+
+    /// [`generate`](Self::generate) with provisional text and rollbacks
+    /// streamed too (see [`TextEvent`]).
+    pub fn generate_events(
+        &mut self,
+        prompt: &[u32],
+        options: &GenerateOptions,
+        on: &mut dyn FnMut(TextEvent<'_>),
+    ) -> Result<Generation> {
         let monitor = self.memory.as_ref().and_then(|m| m.monitor.clone());
         let before = monitor.as_ref().map(|m| m.stats()).unwrap_or_default();
+        let epoch = std::time::Instant::now();
+        if let Some(m) = &monitor {
+            m.record_from(epoch);
+        }
         let mut generation = generate::generate(
             self.model.as_mut(),
             self.draft
@@ -280,7 +301,7 @@ impl Engine {
             &self.tokenizer,
             prompt,
             options,
-            on_text,
+            on,
         )?;
         if let Some(m) = monitor {
             let after = m.stats();
@@ -291,6 +312,20 @@ impl Engine {
                 build_secs: after.build_secs - before.build_secs,
                 wait_secs: after.wait_secs - before.wait_secs,
             };
+            // Both traces count from the start of decoding.
+            let shift = generation
+                .started
+                .saturating_duration_since(epoch)
+                .as_secs_f64();
+            generation.weight_spans = m
+                .spans()
+                .into_iter()
+                .map(|s| Span {
+                    start: s.start - shift,
+                    end: s.end - shift,
+                    ..s
+                })
+                .collect();
         }
         Ok(generation)
     }

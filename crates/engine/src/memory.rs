@@ -7,7 +7,9 @@ use std::path::Path;
 use arbor_gguf::GgufFile;
 use arbor_model::{Config, Decoder, LanguageModel};
 use arbor_paging::{Ledger, format_bytes};
-use arbor_pipeline::{LayerCost, Mode, Monitor, Plan, Streamer, plan, read_buffer_bytes};
+use arbor_pipeline::{
+    LayerCost, Mode, Monitor, Plan, Streamer, buffer_sets, plan, read_buffer_bytes,
+};
 use arbor_tensor::Backend;
 
 use crate::Result;
@@ -132,7 +134,7 @@ pub(crate) fn load_target<B: Backend + Clone>(
         fixed,
         &costs,
         options.slots(),
-        read_buffer_bytes(&refs),
+        read_buffer_bytes(&refs) * buffer_sets(options.mode),
     )
     .map_err(arbor_model::ModelError::from)?;
     let mut model = Decoder::load_partial(backend.clone(), file, &plan.resident, progress)?;

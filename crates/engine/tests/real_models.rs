@@ -5,7 +5,7 @@
 //! the model's name is listed in `ARBOR_REQUIRE_MODELS` (comma-separated;
 //! CI lists `smollm2-135m`, which it fetches first), in which case it fails.
 
-use arbor_engine::{BackendKind, Engine, GenerateOptions};
+use arbor_engine::{BackendKind, Engine, GenerateOptions, TextEvent};
 
 use arbor_fetch::testing::cached_model as model;
 
@@ -285,6 +285,45 @@ fn a_memory_budget_streams_layers_without_changing_the_output() {
         assert_eq!(tokens, expected, "pipelined: {pipelined}");
         let stats = report.monitor.unwrap().stats();
         assert!(stats.layers >= 12 * report.plan.streamed() as u64);
+        if pipelined {
+            // Provisional generation (the model is its own draft here): the
+            // text events replay to the final text, and the tokens are the
+            // target's.
+            engine
+                .load_draft(&path, BackendKind::Candle, &mut |_, _| {})
+                .unwrap();
+            let ids = engine.prompt_tokens(prompt, false).unwrap();
+            let options = GenerateOptions {
+                max_tokens: 12,
+                stop_tokens: Some(vec![]),
+                strategy: arbor_engine::Strategy::parse("tree-provisional").unwrap(),
+                ..GenerateOptions::default()
+            };
+            let (mut confirmed, mut shown) = (String::new(), String::new());
+            let g = engine
+                .generate_events(&ids, &options, &mut |e| match e {
+                    TextEvent::Confirmed(t) => {
+                        let n = t.chars().count().min(shown.chars().count());
+                        assert!(shown.chars().take(n).eq(t.chars().take(n)));
+                        shown = shown.chars().skip(n).collect();
+                        confirmed.push_str(t);
+                    }
+                    TextEvent::Provisional(t) => shown.push_str(t),
+                    TextEvent::Rollback { chars } => {
+                        let keep = shown.chars().count() - chars;
+                        shown = shown.chars().take(keep).collect();
+                    }
+                })
+                .unwrap();
+            assert_eq!(g.tokens, expected, "tree-provisional under a budget");
+            assert_eq!(confirmed, g.text);
+            assert!(shown.is_empty());
+            assert!(
+                g.trace
+                    .iter()
+                    .any(|s| s.phase == arbor_engine::Phase::Verify)
+            );
+        }
     }
 
     let tiny = MemoryOptions {

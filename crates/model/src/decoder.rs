@@ -149,6 +149,12 @@ impl<B: Backend> Deref for Lease<B> {
 pub trait LayerSource<B: Backend>: Send {
     /// The weights of layer `layer`, waiting until they are loaded.
     fn layer(&mut self, layer: usize) -> Result<Lease<B>>;
+
+    /// Reports waits in [`layer`](Self::layer) to `tx` (see
+    /// [`LanguageModel::notify_waits`]).
+    fn notify_waits(&mut self, tx: Option<std::sync::mpsc::Sender<crate::WeightWait>>) {
+        drop(tx);
+    }
 }
 
 /// One tensor of a layer: name, shape, type and where its bytes are in the
@@ -640,6 +646,12 @@ impl<B: Backend> LanguageModel for Decoder<B> {
 
     fn backend_name(&self) -> &'static str {
         self.backend.name()
+    }
+
+    fn notify_waits(&mut self, tx: Option<std::sync::mpsc::Sender<crate::WeightWait>>) {
+        if let Some(source) = &mut self.source {
+            source.notify_waits(tx);
+        }
     }
 }
 

@@ -43,6 +43,15 @@ impl Logits {
     }
 }
 
+/// Sent while a forward pass runs on a model whose weights are partly read
+/// from disk: the pass stopped to wait for a layer, or got it and goes on.
+/// Another model may use the CPU in between (provisional generation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightWait {
+    Waiting,
+    Resumed,
+}
+
 /// What the engine needs from a model, whatever its backend.
 pub trait LanguageModel: Send {
     /// Runs `tokens` (at `positions`, attending as `mask` allows over the
@@ -67,6 +76,13 @@ pub trait LanguageModel: Send {
     fn config(&self) -> &Config;
     /// Backend name (`candle`, `flex`, ...).
     fn backend_name(&self) -> &'static str;
+
+    /// Reports [`WeightWait`]s of later forward passes to `tx` (`None`
+    /// stops and drops the sender). Models whose weights are all in memory
+    /// never wait and drop it at once.
+    fn notify_waits(&mut self, tx: Option<std::sync::mpsc::Sender<WeightWait>>) {
+        drop(tx);
+    }
 
     /// Causal forward of `tokens` after the cache, positions continuing
     /// from the cache length; logits of the last token only.

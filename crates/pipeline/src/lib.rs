@@ -30,7 +30,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use arbor_model::decoder::{LayerSource, LayerWeights, Lease, TensorSpec, held_bytes};
-use arbor_model::{ModelError, Result};
+use arbor_model::{ModelError, Result, WeightWait};
 use arbor_paging::{AlignedBuf, DirectReader, Ledger, PagingError, Reservation};
 use arbor_tensor::Backend;
 use crossbeam_channel::{Receiver, Sender, bounded};
@@ -152,53 +152,79 @@ fn buffer_caps(layers: &[&[TensorSpec]]) -> Vec<usize> {
         .collect()
 }
 
-/// Reads and builds layers: the part shared by both modes.
-struct Loader<B: Backend> {
-    backend: B,
-    reader: DirectReader,
-    ledger: Arc<Ledger>,
-    /// One buffer per tensor position, reused from layer to layer.
-    bufs: Vec<AlignedBuf>,
-    /// Holds the buffers' bytes on the ledger.
-    bufs_held: Reservation,
+/// Read buffer sets a streamer in `mode` holds: one on demand; two when
+/// pipelined, so the next layer is read while the last one is built.
+pub fn buffer_sets(mode: Mode) -> u64 {
+    match mode {
+        Mode::OnDemand => 1,
+        Mode::Pipelined { .. } => 2,
+    }
+}
+
+/// One buffer per tensor position, reused from layer to layer.
+struct BufSet(Vec<AlignedBuf>);
+
+/// A layer's bytes, read and waiting to be built: where each tensor's
+/// bytes start in its buffer (direct reads keep the offset within the page,
+/// buffered ones start at 0).
+struct ReadLayer {
+    layer: usize,
+    set: BufSet,
+    starts: Vec<usize>,
+}
+
+/// Reads layers' tensors from the file.
+struct Reader {
+    file: DirectReader,
     monitor: Monitor,
 }
 
-impl<B: Backend> Loader<B> {
-    fn new(
-        backend: B,
-        path: &Path,
-        layers: &[(usize, Vec<TensorSpec>)],
-        ledger: Arc<Ledger>,
-        monitor: Monitor,
-    ) -> Result<Self> {
-        let reader = DirectReader::open(path).map_err(paging)?;
-        let specs: Vec<&[TensorSpec]> = layers.iter().map(|(_, s)| s.as_slice()).collect();
-        let caps = buffer_caps(&specs);
-        let total: usize = caps.iter().sum();
-        let held = ledger
-            .reserve(total as u64, "read buffers for streamed layers")
-            .map_err(paging)?;
-        Ok(Self {
-            backend,
-            reader,
-            ledger,
-            bufs: caps.into_iter().map(AlignedBuf::new).collect(),
-            bufs_held: held,
-            monitor,
-        })
+impl Reader {
+    /// Reads `layer` into `set`; where each tensor's bytes start.
+    fn read(&mut self, layer: usize, specs: &[TensorSpec], set: &mut BufSet) -> Result<Vec<usize>> {
+        let t0 = Instant::now();
+        let mut read = 0u64;
+        let mut starts = Vec::with_capacity(specs.len());
+        for (s, buf) in specs.iter().zip(set.0.iter_mut()) {
+            let base = buf.as_slice().as_ptr() as usize;
+            let got = self.file.read_into(s.offset, s.len, buf).map_err(paging)?;
+            starts.push(got.as_ptr() as usize - base);
+            read += s.len as u64;
+        }
+        let t1 = Instant::now();
+        self.monitor.add(|st| {
+            st.bytes += read;
+            st.io_secs += (t1 - t0).as_secs_f64();
+        });
+        self.monitor.span(SpanKind::Io, layer, t0, t1);
+        Ok(starts)
     }
+}
 
-    fn load(&mut self, layer: usize, specs: &[TensorSpec]) -> Result<Lease<B>> {
+/// Turns read bytes into backend weights, each reserved on the ledger first.
+struct Builder<B: Backend> {
+    backend: B,
+    ledger: Arc<Ledger>,
+    /// The ledger's room for built layers (the read buffers are held for
+    /// good: a layer that does not fit beside them would wait forever).
+    room: u64,
+    monitor: Monitor,
+}
+
+impl<B: Backend> Builder<B> {
+    fn build(
+        &self,
+        layer: usize,
+        specs: &[TensorSpec],
+        set: &BufSet,
+        starts: &[usize],
+    ) -> Result<Lease<B>> {
         let held = held_bytes(&self.backend, specs);
-        // The read buffers are held for good: a layer that does not fit
-        // beside them would wait forever.
-        let room = self.ledger.budget() - self.bufs_held.bytes();
-        if held > room {
+        if held > self.room {
             return Err(paging(PagingError::OverBudget {
                 what: format!("streamed layer {layer}"),
                 needed: held,
-                available: room,
+                available: self.room,
                 budget: self.ledger.budget(),
             }));
         }
@@ -207,36 +233,19 @@ impl<B: Backend> Loader<B> {
             .reserve_blocking(held, &format!("streamed layer {layer}"))
             .map_err(paging)?;
         let t0 = Instant::now();
-        let mut read = 0u64;
-        // Where each tensor's bytes landed in its buffer (direct reads keep
-        // the offset within the page; buffered ones start at 0).
-        let mut starts = Vec::with_capacity(specs.len());
-        for (s, buf) in specs.iter().zip(self.bufs.iter_mut()) {
-            let base = buf.as_slice().as_ptr() as usize;
-            let got = self
-                .reader
-                .read_into(s.offset, s.len, buf)
-                .map_err(paging)?;
-            starts.push(got.as_ptr() as usize - base);
-            read += s.len as u64;
-        }
-        let t1 = Instant::now();
         let slices: Vec<&[u8]> = specs
             .iter()
-            .zip(&self.bufs)
-            .zip(&starts)
+            .zip(&set.0)
+            .zip(starts)
             .map(|((s, buf), &at)| &buf.as_slice()[at..at + s.len])
             .collect();
         let weights = LayerWeights::from_bytes(&self.backend, specs, &slices)?;
-        let t2 = Instant::now();
+        let t1 = Instant::now();
         self.monitor.add(|st| {
             st.layers += 1;
-            st.bytes += read;
-            st.io_secs += (t1 - t0).as_secs_f64();
-            st.build_secs += (t2 - t1).as_secs_f64();
+            st.build_secs += (t1 - t0).as_secs_f64();
         });
-        self.monitor.span(SpanKind::Io, layer, t0, t1);
-        self.monitor.span(SpanKind::Build, layer, t1, t2);
+        self.monitor.span(SpanKind::Build, layer, t0, t1);
         Ok(Lease {
             weights,
             hold: Box::new(reservation),
@@ -246,14 +255,18 @@ impl<B: Backend> Loader<B> {
 
 enum Inner<B: Backend> {
     OnDemand {
-        loader: Loader<B>,
+        reader: Reader,
+        builder: Builder<B>,
+        set: BufSet,
         layers: Vec<(usize, Vec<TensorSpec>)>,
+        /// Holds the read buffers' bytes on the ledger.
+        _buffers: Reservation,
     },
     Pipelined {
         streamed: Vec<usize>,
         rx: Receiver<Result<(usize, Lease<B>)>>,
         stop: Arc<AtomicBool>,
-        thread: Option<JoinHandle<()>>,
+        threads: Vec<JoinHandle<()>>,
     },
 }
 
@@ -261,6 +274,15 @@ enum Inner<B: Backend> {
 pub struct Streamer<B: Backend> {
     inner: Inner<B>,
     monitor: Monitor,
+    /// Told when a forward pass starts and stops waiting for a layer.
+    waits: Option<std::sync::mpsc::Sender<WeightWait>>,
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map_err(|e| ModelError::Invalid(format!("cannot start the {name} thread: {e}")))
 }
 
 impl<B: Backend + Clone> Streamer<B> {
@@ -274,27 +296,66 @@ impl<B: Backend + Clone> Streamer<B> {
         mode: Mode,
     ) -> Result<Self> {
         let monitor = Monitor::default();
-        let mut loader = Loader::new(backend, path, &layers, ledger, monitor.clone())?;
+        let file = DirectReader::open(path).map_err(paging)?;
+        let specs: Vec<&[TensorSpec]> = layers.iter().map(|(_, s)| s.as_slice()).collect();
+        let caps = buffer_caps(&specs);
+        let sets = buffer_sets(mode);
+        let set_bytes: u64 = caps.iter().map(|&c| c as u64).sum();
+        let buffers = ledger
+            .reserve(set_bytes * sets, "read buffers for streamed layers")
+            .map_err(paging)?;
+        let new_set = || BufSet(caps.iter().map(|&c| AlignedBuf::new(c)).collect());
+        let reader = Reader {
+            file,
+            monitor: monitor.clone(),
+        };
+        let builder = Builder {
+            backend,
+            room: ledger.budget() - buffers.bytes(),
+            ledger,
+            monitor: monitor.clone(),
+        };
         let inner = match mode {
-            Mode::OnDemand => Inner::OnDemand { loader, layers },
+            Mode::OnDemand => Inner::OnDemand {
+                reader,
+                builder,
+                set: new_set(),
+                layers,
+                _buffers: buffers,
+            },
             Mode::Pipelined { depth } => {
                 let streamed = layers.iter().map(|(l, _)| *l).collect();
                 let (tx, rx) = bounded(depth.max(1));
+                let (free_tx, free_rx) = bounded(sets as usize);
+                for _ in 0..sets {
+                    free_tx.send(new_set()).expect("room for every set");
+                }
+                let (read_tx, read_rx) = bounded(1);
                 let stop = Arc::new(AtomicBool::new(false));
+                let layers = Arc::new(layers);
+                let (flag, order) = (stop.clone(), layers.clone());
+                let read_thread = spawn("arbor-reader", move || {
+                    run_reader(reader, &order, &free_rx, &read_tx, &flag)
+                })?;
                 let flag = stop.clone();
-                let thread = std::thread::Builder::new()
-                    .name("arbor-loader".into())
-                    .spawn(move || run_loader(&mut loader, &layers, &tx, &flag))
-                    .map_err(|e| ModelError::Invalid(format!("cannot start the loader: {e}")))?;
+                let build_thread = spawn("arbor-builder", move || {
+                    // The buffers' reservation lives as long as the buffers.
+                    let _buffers = buffers;
+                    run_builder(&builder, &layers, &read_rx, &free_tx, &tx, &flag)
+                })?;
                 Inner::Pipelined {
                     streamed,
                     rx,
                     stop,
-                    thread: Some(thread),
+                    threads: vec![read_thread, build_thread],
                 }
             }
         };
-        Ok(Self { inner, monitor })
+        Ok(Self {
+            inner,
+            monitor,
+            waits: None,
+        })
     }
 }
 
@@ -304,44 +365,122 @@ impl<B: Backend> Streamer<B> {
     }
 }
 
-/// The loader thread: loads the streamed layers round and round, as far
-/// ahead as the channel and the ledger let it, until stopped or an error.
-fn run_loader<B: Backend>(
-    loader: &mut Loader<B>,
+/// The reader thread: reads the streamed layers round and round into free
+/// buffer sets, until stopped, an error, or the builder is gone.
+fn run_reader(
+    mut reader: Reader,
     layers: &[(usize, Vec<TensorSpec>)],
-    tx: &Sender<Result<(usize, Lease<B>)>>,
+    free: &Receiver<BufSet>,
+    out: &Sender<Result<ReadLayer>>,
     stop: &AtomicBool,
 ) {
     if layers.is_empty() {
         return;
     }
     for (layer, specs) in layers.iter().cycle() {
+        let Ok(mut set) = free.recv() else { return };
         if stop.load(Ordering::Acquire) {
             return;
         }
-        let item = loader.load(*layer, specs).map(|lease| (*layer, lease));
+        let item = reader
+            .read(*layer, specs, &mut set)
+            .map(|starts| ReadLayer {
+                layer: *layer,
+                set,
+                starts,
+            });
         let failed = item.is_err();
-        if tx.send(item).is_err() || failed {
+        if out.send(item).is_err() || failed {
             return;
         }
     }
 }
 
+/// The builder thread: builds what the reader read, in order, as far ahead
+/// as the channel and the ledger let it, handing each buffer set back.
+fn run_builder<B: Backend>(
+    builder: &Builder<B>,
+    layers: &[(usize, Vec<TensorSpec>)],
+    read: &Receiver<Result<ReadLayer>>,
+    free: &Sender<BufSet>,
+    out: &Sender<Result<(usize, Lease<B>)>>,
+    stop: &AtomicBool,
+) {
+    while let Ok(item) = read.recv() {
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        let built = item.and_then(|r| {
+            let specs = &layers
+                .iter()
+                .find(|(l, _)| *l == r.layer)
+                .expect("the reader reads listed layers")
+                .1;
+            let lease = builder.build(r.layer, specs, &r.set, &r.starts);
+            let _ = free.send(r.set);
+            lease.map(|lease| (r.layer, lease))
+        });
+        let failed = built.is_err();
+        if out.send(built).is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// Marks the forward pass as waiting for a layer (or not) on the monitor
+/// and tells whoever listens to waits.
+fn set_waiting(monitor: &Monitor, waits: &Option<std::sync::mpsc::Sender<WeightWait>>, on: bool) {
+    monitor.0.waiting.store(on, Ordering::Release);
+    if let Some(tx) = waits {
+        let _ = tx.send(if on {
+            WeightWait::Waiting
+        } else {
+            WeightWait::Resumed
+        });
+    }
+}
+
 impl<B: Backend> LayerSource<B> for Streamer<B> {
     fn layer(&mut self, layer: usize) -> Result<Lease<B>> {
+        let Self {
+            inner,
+            monitor,
+            waits,
+        } = self;
         let not_streamed = || ModelError::Input(format!("layer {layer} is not streamed"));
         let t0 = Instant::now();
-        self.monitor.0.waiting.store(true, Ordering::Release);
-        let lease = match &mut self.inner {
-            Inner::OnDemand { loader, layers } => match layers.iter().find(|(l, _)| *l == layer) {
-                Some((_, specs)) => loader.load(layer, specs),
+        // Whether the pass had to wait (a pipelined layer already loaded
+        // is taken without waiting).
+        let mut waited = false;
+        let lease = match inner {
+            Inner::OnDemand {
+                reader,
+                builder,
+                set,
+                layers,
+                ..
+            } => match layers.iter().find(|(l, _)| *l == layer) {
+                Some((_, specs)) => {
+                    waited = true;
+                    set_waiting(monitor, waits, true);
+                    reader
+                        .read(layer, specs, set)
+                        .and_then(|starts| builder.build(layer, specs, set, &starts))
+                }
                 None => Err(not_streamed()),
             },
             Inner::Pipelined { streamed, .. } if !streamed.contains(&layer) => Err(not_streamed()),
             // Layers arrive in forward order; after an interrupted pass the
             // ones it did not use are skipped.
             Inner::Pipelined { rx, .. } => loop {
-                match rx.recv() {
+                let got = rx.try_recv().or_else(|_| {
+                    if !waited {
+                        waited = true;
+                        set_waiting(monitor, waits, true);
+                    }
+                    rx.recv()
+                });
+                match got {
                     Ok(Ok((l, lease))) if l == layer => break Ok(lease),
                     Ok(Ok(_)) => continue,
                     Ok(Err(e)) => break Err(e),
@@ -353,28 +492,34 @@ impl<B: Backend> LayerSource<B> for Streamer<B> {
                 }
             },
         };
-        self.monitor.0.waiting.store(false, Ordering::Release);
-        let t1 = Instant::now();
-        self.monitor
-            .add(|st| st.wait_secs += (t1 - t0).as_secs_f64());
-        self.monitor.span(SpanKind::Wait, layer, t0, t1);
+        if waited {
+            set_waiting(monitor, waits, false);
+            let t1 = Instant::now();
+            monitor.add(|st| st.wait_secs += (t1 - t0).as_secs_f64());
+            monitor.span(SpanKind::Wait, layer, t0, t1);
+        }
         lease
+    }
+
+    fn notify_waits(&mut self, tx: Option<std::sync::mpsc::Sender<WeightWait>>) {
+        self.waits = tx;
     }
 }
 
 impl<B: Backend> Drop for Streamer<B> {
     fn drop(&mut self) {
         if let Inner::Pipelined {
-            rx, stop, thread, ..
+            rx, stop, threads, ..
         } = &mut self.inner
         {
             stop.store(true, Ordering::Release);
-            // Dropping what is queued frees its reservations, so a loader
-            // blocked on the ledger wakes, and its next send fails.
+            // Dropping what is queued frees its reservations, so a builder
+            // blocked on the ledger wakes, and its next send fails; then the
+            // reader finds no free buffers or no builder and stops too.
             while rx.try_recv().is_ok() {}
             let (_, dead) = bounded(0);
             *rx = dead;
-            if let Some(t) = thread.take() {
+            for t in threads.drain(..) {
                 let _ = t.join();
             }
         }

@@ -15,7 +15,7 @@ use arbor_model::decoder::held_bytes;
 use arbor_model::testing::TinySpec;
 use arbor_model::{Config, Decoder, LanguageModel, Mask, ModelError, Result, TensorSpec};
 use arbor_paging::{Ledger, PagingError};
-use arbor_pipeline::{Mode, Monitor, SpanKind, Streamer, read_buffer_bytes};
+use arbor_pipeline::{Mode, Monitor, SpanKind, Streamer, buffer_sets, read_buffer_bytes};
 
 type Model = Decoder<CandleBackend>;
 type Layers = Vec<(usize, Vec<TensorSpec>)>;
@@ -117,7 +117,7 @@ fn max_held(layers: &Layers) -> u64 {
 /// The streamer's share as the engine plans it: read buffers plus `slots`
 /// of the largest streamed layer, not a byte more.
 fn exact_budget(layers: &Layers, mode: Mode) -> u64 {
-    buffer_bytes(layers) + slots(mode) * max_held(layers)
+    buffer_bytes(layers) * buffer_sets(mode) + slots(mode) * max_held(layers)
 }
 
 fn read_per_pass(layers: &Layers) -> u64 {
@@ -284,7 +284,7 @@ fn streaming_stays_within_the_exact_budget() {
     for spec in specs() {
         let file = TempModel::new(&spec, "budget");
         let layers = streamed_layers(file.path(), &pattern);
-        let buffers = buffer_bytes(&layers);
+        let one_set = buffer_bytes(&layers);
         let held = max_held(&layers);
         // Every streamed layer has the same shape here, so every one of
         // them needs the whole slot.
@@ -294,6 +294,7 @@ fn streaming_stays_within_the_exact_budget() {
                 .all(|(_, s)| held_bytes(&CandleBackend::new(), s) == held)
         );
         for mode in MODES {
+            let buffers = one_set * buffer_sets(mode);
             let budget = exact_budget(&layers, mode);
             assert_eq!(budget, buffers + slots(mode) * held);
             let mut st = load_streamed(file.path(), &pattern, mode, budget).unwrap();
@@ -333,8 +334,8 @@ fn a_budget_without_room_for_the_read_buffers_is_refused() {
     let pattern = [true, false, true, false, false, true];
     let file = TempModel::new(&spec("llama", GgmlType::Q8_0, false, 21), "buffers");
     let layers = streamed_layers(file.path(), &pattern);
-    let buffers = buffer_bytes(&layers);
     for mode in MODES {
+        let buffers = buffer_bytes(&layers) * buffer_sets(mode);
         let ledger = Ledger::new(buffers - 1);
         let got = Streamer::new(
             CandleBackend::new(),
@@ -396,16 +397,17 @@ fn a_budget_without_room_for_a_layer_is_an_error_not_a_hang() {
     let file = TempModel::new(&spec("llama", GgmlType::Q8_0, false, 22), "nolayer");
     let path = file.path().to_path_buf();
     let layers = streamed_layers(&path, &pattern);
-    let buffers = buffer_bytes(&layers);
+    let one_set = buffer_bytes(&layers);
     let held = max_held(&layers);
-    let mut budgets = vec![buffers, buffers + held - 1];
-    if held > buffers {
-        // Smaller than the layer itself: `reserve_blocking` refuses at once.
-        budgets.push(held - 1);
-    }
     let mut cases: Vec<Case<Result<Vec<f32>>>> = Vec::new();
-    for budget in budgets {
-        for mode in MODES {
+    for mode in MODES {
+        let buffers = one_set * buffer_sets(mode);
+        let mut budgets = vec![buffers, buffers + held - 1];
+        if held > buffers {
+            // Smaller than the layer itself: `reserve_blocking` refuses at once.
+            budgets.push(held - 1);
+        }
+        for budget in budgets {
             let path = path.clone();
             let what = format!("{mode:?}, budget {budget} (buffers {buffers}, layer {held})");
             cases.push((
@@ -426,6 +428,7 @@ fn a_budget_without_room_for_a_layer_is_an_error_not_a_hang() {
     for depth in [1, 2] {
         let path = path.clone();
         let layers = layers.clone();
+        let buffers = one_set * buffer_sets(Mode::Pipelined { depth });
         cases.push((
             format!("Pipelined {{ depth: {depth} }}, budget {buffers}, dropped unused"),
             Box::new(move || {
@@ -641,10 +644,14 @@ fn the_monitor_counts_layers_and_bytes() {
                     stats.layers <= N * k + depth as u64 + 1,
                     "{mode:?}: {stats:?}"
                 );
-                assert_eq!(stats.bytes, stats.layers * per_layer, "{mode:?}");
+                // The reader may be up to two layers ahead of the builder
+                // (one handed over, one waiting to be).
+                assert!(stats.bytes >= stats.layers * per_layer, "{mode:?}");
+                assert!(stats.bytes <= (stats.layers + 2) * per_layer, "{mode:?}");
+                // A pass only waits for layers not loaded yet.
                 let spans = st.monitor.spans();
                 let waits = spans.iter().filter(|s| s.kind == SpanKind::Wait).count();
-                assert_eq!(waits as u64, N * k, "{mode:?}");
+                assert!(waits as u64 <= N * k, "{mode:?}");
             }
         }
         for s in st.monitor.spans() {

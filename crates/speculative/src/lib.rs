@@ -10,6 +10,14 @@
 //!   tree sent to the target is cut to the size that maximises expected
 //!   tokens per second under the measured latency profile `L_fp(n)`.
 //! - [`Strategy::StaticTree`]: a fixed width × depth tree, for comparison.
+//! - `tree-provisional` ([`TreeConfig::provisional`]): the tree strategy
+//!   plus LLMCad's provisional generation. While the target's verification
+//!   pass waits for weights read from disk, the draft keeps extending the
+//!   tree's most confident branch; those tokens are streamed as
+//!   [`Event::Provisional`], and when the target's verdict agrees with the
+//!   branch, the draft's work under the next committed token (provisional
+//!   tokens and tree branches the verification did not carry) seeds the
+//!   next round's tree instead of being thrown away.
 //!
 //! With greedy sampling and exact verification every strategy produces the
 //! target's own output token for token (the tests check it). Above
@@ -21,6 +29,8 @@ mod run;
 
 pub use profile::{LatencyProfile, PROFILE_SIZES, best_size};
 pub use run::decode;
+
+use std::time::Instant;
 
 use arbor_sampling::SamplingParams;
 pub use arbor_tree::GrowConfig;
@@ -55,6 +65,18 @@ pub struct TreeConfig {
     /// checks that drafting can beat plain decoding at the observed
     /// acceptance rate, and decodes plainly when it cannot.
     pub draft_profile: Option<LatencyProfile>,
+    /// Provisional generation: the draft extends the most confident branch
+    /// while the target waits for its weights, and the draft's work under
+    /// the next committed token is kept for the next round. Greedy and
+    /// typical verification only (at temperature > 0 with exact
+    /// verification it is ignored: reusing draws across rounds is not
+    /// covered by the rejection sampler's proof).
+    pub provisional: bool,
+    /// LLMCad's fallback: verify as soon as the tree's best cumulative
+    /// confidence drops under the adaptive threshold α. Without it
+    /// (`tree-no-fallback`, for ablations) the tree grows to its size limit
+    /// every round.
+    pub fallback: bool,
 }
 
 impl Default for TreeConfig {
@@ -65,6 +87,8 @@ impl Default for TreeConfig {
             max_nodes: 32,
             profile: None,
             draft_profile: None,
+            provisional: false,
+            fallback: true,
         }
     }
 }
@@ -82,6 +106,8 @@ impl Strategy {
         match self {
             Strategy::Autoregressive => "autoregressive",
             Strategy::Chain { .. } => "chain",
+            Strategy::Tree(c) if c.provisional => "tree-provisional",
+            Strategy::Tree(c) if !c.fallback => "tree-no-fallback",
             Strategy::Tree(_) => "tree",
             Strategy::StaticTree { .. } => "static-tree",
         }
@@ -97,10 +123,19 @@ impl Strategy {
             "autoregressive" | "ar" => Strategy::Autoregressive,
             "chain" => Strategy::Chain { gamma: 5 },
             "tree" => Strategy::Tree(TreeConfig::default()),
+            "tree-provisional" => Strategy::Tree(TreeConfig {
+                provisional: true,
+                ..TreeConfig::default()
+            }),
+            "tree-no-fallback" => Strategy::Tree(TreeConfig {
+                fallback: false,
+                ..TreeConfig::default()
+            }),
             "static-tree" => Strategy::StaticTree { width: 2, depth: 4 },
             other => {
                 return Err(SpecError::Invalid(format!(
-                    "unknown strategy `{other}` (choose autoregressive, chain, tree or static-tree)"
+                    "unknown strategy `{other}` (choose autoregressive, chain, tree, tree-provisional, \
+                     tree-no-fallback or static-tree)"
                 )));
             }
         })
@@ -179,6 +214,13 @@ pub struct DecodeStats {
     pub target_steps: usize,
     pub draft_secs: f64,
     pub target_secs: f64,
+    /// Draft tokens generated while the target waited for weights.
+    pub provisional_tokens: usize,
+    /// Provisional tokens the target later accepted.
+    pub provisional_accepted: usize,
+    /// Seconds the draft spent on provisional tokens (inside verification
+    /// passes, so also inside `target_secs`).
+    pub provisional_secs: f64,
     pub stop: StopReason,
 }
 
@@ -195,6 +237,9 @@ impl DecodeStats {
             target_steps: 0,
             draft_secs: 0.0,
             target_secs: 0.0,
+            provisional_tokens: 0,
+            provisional_accepted: 0,
+            provisional_secs: 0.0,
             stop: StopReason::MaxTokens,
         }
     }
@@ -237,6 +282,49 @@ pub struct Decoded {
     /// Generated tokens, without the prompt and without a stop token.
     pub tokens: Vec<u32>,
     pub stats: DecodeStats,
+    /// When decoding started; the trace's times count from here.
+    pub started: Instant,
+    /// What the loop did when: prefill, draft growth, verification passes,
+    /// provisional draft steps, plain target steps.
+    pub trace: Vec<PhaseSpan>,
+}
+
+/// What the decoding loop streams to its caller.
+///
+/// A consumer keeps the confirmed tokens and, after them, the provisional
+/// ones shown so far (only `tree-provisional` shows any).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// Tokens the target produced: final. If provisional tokens are shown,
+    /// the first `min(len, shown)` of them equal the start of these and are
+    /// replaced by them.
+    Confirm(&'a [u32]),
+    /// Draft guesses shown after the confirmed tokens while the target
+    /// works; appended to those already shown.
+    Provisional(&'a [u32]),
+    /// The last `n` provisional tokens shown were wrong: remove them.
+    Rollback(usize),
+}
+
+/// One interval of the decoding loop, in seconds since [`Decoded::started`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PhaseSpan {
+    pub phase: Phase,
+    pub start: f64,
+    pub end: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Prefill,
+    /// The draft growing a tree or chain (G).
+    Draft,
+    /// A target pass verifying draft tokens (V).
+    Verify,
+    /// One draft step while the target waited for weights (P).
+    Provisional,
+    /// A plain one-token target pass.
+    Step,
 }
 
 /// Most draft tokens one verification carries: with the root, one

@@ -5,11 +5,15 @@
 use arbor_backend_candle::CandleBackend;
 use arbor_gguf::GgufFile;
 use arbor_model::testing::{TinySpec, write_temp};
-use arbor_model::{Config, Decoder, LanguageModel, Logits, Mask, Result};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use arbor_model::{Config, Decoder, LanguageModel, Logits, Mask, Result, WeightWait};
 use arbor_sampling::SamplingParams;
 use arbor_speculative::{
-    DecodeOptions, GrowConfig, LatencyProfile, StopReason, Strategy, TreeConfig, Verification,
-    decode,
+    DecodeOptions, Event, GrowConfig, LatencyProfile, Phase, StopReason, Strategy, TreeConfig,
+    Verification, decode,
 };
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
@@ -121,23 +125,44 @@ fn strategies() -> impl proptest::strategy::Strategy<Value = arbor_speculative::
         (1usize..7).prop_map(|gamma| arbor_speculative::Strategy::Chain { gamma }),
         (1usize..4, 1usize..4)
             .prop_map(|(width, depth)| arbor_speculative::Strategy::StaticTree { width, depth }),
-        (0.001f32..0.5, 1usize..40, 0.05f32..0.6, 1usize..4, 0u8..4).prop_map(
-            |(alpha, max_nodes, branch_threshold, max_children, profiles)| {
-                // 0: no profiles; 1: target only; 2: a cheap draft (drafting
-                // pays); 3: a draft as slow as the target (plain decoding).
-                let draft_cost = if profiles == 2 { 0.1 } else { 1.0 };
-                arbor_speculative::Strategy::Tree(TreeConfig {
-                    grow: GrowConfig {
-                        branch_threshold,
-                        max_children,
-                    },
+        (
+            0.001f32..0.5,
+            1usize..40,
+            0.05f32..0.6,
+            1usize..4,
+            0u8..4,
+            any::<bool>(),
+            any::<bool>()
+        )
+            .prop_map(
+                |(
                     alpha,
                     max_nodes,
-                    profile: (profiles > 0).then(profile),
-                    draft_profile: (profiles > 1).then(|| scaled(&profile(), draft_cost)),
-                })
-            },
-        ),
+                    branch_threshold,
+                    max_children,
+                    profiles,
+                    provisional,
+                    fallback,
+                )| {
+                    // 0: no profiles; 1: target only; 2: a cheap draft (drafting
+                    // pays); 3: a draft as slow as the target (plain decoding).
+                    let draft_cost = if profiles == 2 { 0.1 } else { 1.0 };
+                    arbor_speculative::Strategy::Tree(TreeConfig {
+                        grow: GrowConfig {
+                            branch_threshold,
+                            max_children,
+                        },
+                        alpha,
+                        max_nodes,
+                        profile: (profiles > 0).then(profile),
+                        draft_profile: (profiles > 1).then(|| scaled(&profile(), draft_cost)),
+                        // Without weight waits, provisional rounds still carry
+                        // the draft's unsent subtree into the next round.
+                        provisional,
+                        fallback,
+                    })
+                },
+            ),
     ]
 }
 
@@ -156,7 +181,7 @@ proptest! {
         let plain = decode(t.as_mut(), None, &prompt, &opts(arbor_speculative::Strategy::Autoregressive, max_tokens, stop.clone()), &mut |_| {}).unwrap();
         let mut d = draft(kind, 300);
         let mut streamed = Vec::new();
-        let spec = decode(t.as_mut(), Some(d.as_mut()), &prompt, &opts(strategy.clone(), max_tokens, stop), &mut |tok| streamed.extend_from_slice(tok)).unwrap();
+        let spec = decode(t.as_mut(), Some(d.as_mut()), &prompt, &opts(strategy.clone(), max_tokens, stop), &mut |e| if let Event::Confirm(tok) = e { streamed.extend_from_slice(tok) }).unwrap();
         prop_assert_eq!(&spec.tokens, &plain.tokens, "{:?} with a {:?} draft", strategy, kind);
         prop_assert_eq!(spec.stats.stop, plain.stats.stop);
         prop_assert_eq!(&streamed, &spec.tokens);
@@ -314,4 +339,221 @@ fn tree_sampling_matches_the_target_distribution() {
         accepted > n as usize / 4,
         "the draft was hardly used: {accepted} accepted"
     );
+}
+
+/// Counts the draft's forward passes, so a "loading" target can give the
+/// draft a set number of steps while it waits.
+#[derive(Default)]
+struct Counter {
+    n: Mutex<usize>,
+    changed: Condvar,
+}
+
+struct Counted {
+    inner: Box<dyn LanguageModel>,
+    drafts: Arc<Counter>,
+}
+
+impl LanguageModel for Counted {
+    fn forward(&mut self, t: &[u32], p: &[u32], m: &Mask, rows: &[usize]) -> Result<Logits> {
+        let out = self.inner.forward(t, p, m, rows);
+        *self.drafts.n.lock().unwrap() += 1;
+        self.drafts.changed.notify_all();
+        out
+    }
+    fn cache_len(&self) -> usize {
+        self.inner.cache_len()
+    }
+    fn truncate_cache(&mut self, len: usize) -> Result<()> {
+        self.inner.truncate_cache(len)
+    }
+    fn keep_cache(&mut self, positions: &[usize]) -> Result<()> {
+        self.inner.keep_cache(positions)
+    }
+    fn config(&self) -> &Config {
+        self.inner.config()
+    }
+    fn backend_name(&self) -> &'static str {
+        "counted"
+    }
+}
+
+/// A target whose passes wait for weights, like one streamed from disk:
+/// each reports a wait, stays in it until the draft has run `steps` more
+/// passes (or 100 ms went by with the loop having nothing to draft), and
+/// then computes.
+struct Loading {
+    inner: Box<dyn LanguageModel>,
+    waits: Option<Sender<WeightWait>>,
+    drafts: Arc<Counter>,
+    steps: usize,
+}
+
+impl LanguageModel for Loading {
+    fn forward(&mut self, t: &[u32], p: &[u32], m: &Mask, rows: &[usize]) -> Result<Logits> {
+        if let Some(tx) = &self.waits {
+            let n = self.drafts.n.lock().unwrap();
+            let until = *n + self.steps;
+            tx.send(WeightWait::Waiting).unwrap();
+            let _n = self
+                .drafts
+                .changed
+                .wait_timeout_while(n, Duration::from_millis(100), |n| *n < until)
+                .unwrap();
+            tx.send(WeightWait::Resumed).unwrap();
+        }
+        self.inner.forward(t, p, m, rows)
+    }
+    fn cache_len(&self) -> usize {
+        self.inner.cache_len()
+    }
+    fn truncate_cache(&mut self, len: usize) -> Result<()> {
+        self.inner.truncate_cache(len)
+    }
+    fn keep_cache(&mut self, positions: &[usize]) -> Result<()> {
+        self.inner.keep_cache(positions)
+    }
+    fn config(&self) -> &Config {
+        self.inner.config()
+    }
+    fn backend_name(&self) -> &'static str {
+        "loading"
+    }
+    fn notify_waits(&mut self, tx: Option<Sender<WeightWait>>) {
+        self.waits = tx;
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Owned {
+    Confirm(Vec<u32>),
+    Provisional(Vec<u32>),
+    Rollback(usize),
+}
+
+/// Plays events as a consumer would (see [`Event`]), checking that
+/// confirmations agree with the provisional tokens they replace; returns
+/// the confirmed tokens.
+fn replay(events: &[Owned]) -> Vec<u32> {
+    let (mut confirmed, mut shown) = (Vec::new(), Vec::<u32>::new());
+    for e in events {
+        match e {
+            Owned::Confirm(t) => {
+                let k = t.len().min(shown.len());
+                assert_eq!(
+                    &shown[..k],
+                    &t[..k],
+                    "a confirmation contradicts what was shown"
+                );
+                shown.drain(..k);
+                confirmed.extend_from_slice(t);
+            }
+            Owned::Provisional(t) => shown.extend_from_slice(t),
+            Owned::Rollback(n) => {
+                assert!(*n <= shown.len(), "rolled back more than was shown");
+                shown.truncate(shown.len() - n);
+            }
+        }
+    }
+    assert!(shown.is_empty(), "provisional tokens left shown at the end");
+    confirmed
+}
+
+#[test]
+fn provisional_tokens_are_streamed_kept_or_rolled_back_and_never_change_the_output() {
+    let cfg = TreeConfig {
+        max_nodes: 8,
+        provisional: true,
+        ..TreeConfig::default()
+    };
+    for kind in [DraftKind::Perfect, DraftKind::Poor, DraftKind::Adversarial] {
+        for (prompt, stop) in [(vec![1, 2, 3], vec![]), (vec![5, 9], vec![17, 40])] {
+            let mut t = target(300);
+            let plain = decode(
+                t.as_mut(),
+                None,
+                &prompt,
+                &opts(Strategy::Autoregressive, 60, stop.clone()),
+                &mut |_| {},
+            )
+            .unwrap();
+            let drafts = Arc::new(Counter::default());
+            let mut t = Loading {
+                inner: t,
+                waits: None,
+                drafts: drafts.clone(),
+                steps: 3,
+            };
+            let mut d = Counted {
+                inner: draft(kind, 300),
+                drafts,
+            };
+            let mut events = Vec::new();
+            let out = decode(
+                &mut t,
+                Some(&mut d),
+                &prompt,
+                &opts(Strategy::Tree(cfg.clone()), 60, stop),
+                &mut |e| {
+                    events.push(match e {
+                        Event::Confirm(t) => Owned::Confirm(t.to_vec()),
+                        Event::Provisional(t) => Owned::Provisional(t.to_vec()),
+                        Event::Rollback(n) => Owned::Rollback(n),
+                    })
+                },
+            )
+            .unwrap();
+            let what = format!("{kind:?} draft, prompt {prompt:?}");
+            assert_eq!(out.tokens, plain.tokens, "{what}");
+            assert_eq!(out.stats.stop, plain.stats.stop, "{what}");
+            assert_eq!(replay(&events), out.tokens, "{what}");
+            let s = &out.stats;
+            let p_spans = out
+                .trace
+                .iter()
+                .filter(|p| p.phase == Phase::Provisional)
+                .count();
+            assert_eq!(p_spans > 0, s.provisional_tokens > 0, "{what}");
+            assert!(s.provisional_accepted <= s.provisional_tokens, "{what}");
+            assert!(s.accepted_draft_tokens <= s.draft_tokens, "{what}");
+            let shown = events.iter().any(|e| matches!(e, Owned::Provisional(_)));
+            match kind {
+                DraftKind::Perfect => {
+                    assert!(s.provisional_tokens > 0, "{what}: {s:?}");
+                    assert!(s.provisional_accepted > 0, "{what}: {s:?}");
+                    assert!(shown, "{what}");
+                }
+                DraftKind::Adversarial => {
+                    assert_eq!(s.provisional_accepted, 0, "{what}: {s:?}");
+                    let rolled = events.iter().any(|e| matches!(e, Owned::Rollback(_)));
+                    assert_eq!(shown, rolled, "{what}: shown guesses must be taken back");
+                }
+                DraftKind::Poor => {}
+            }
+        }
+    }
+}
+
+#[test]
+fn without_weight_waits_nothing_is_provisional() {
+    let mut t = target(300);
+    let mut d = draft(DraftKind::Perfect, 300);
+    let cfg = TreeConfig {
+        max_nodes: 8,
+        provisional: true,
+        ..TreeConfig::default()
+    };
+    let mut shown = 0;
+    let out = decode(
+        t.as_mut(),
+        Some(d.as_mut()),
+        &[1, 2, 3],
+        &opts(Strategy::Tree(cfg), 40, vec![]),
+        &mut |e| shown += usize::from(!matches!(e, Event::Confirm(_))),
+    )
+    .unwrap();
+    assert_eq!(out.stats.provisional_tokens, 0);
+    // The branch is shown while the target verifies, then confirmed.
+    assert!(shown > 0);
+    assert!(out.trace.iter().all(|p| p.phase != Phase::Provisional));
 }

@@ -11,7 +11,7 @@ use crate::{Result, Tokenizer};
 /// where [`Tokenizer::decode`] would put them: the concatenation of every
 /// [`push`](Self::push) and the final [`finish`](Self::finish) equals
 /// `decode` of all the ids.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct StreamDecoder<'a> {
     tokenizer: &'a Tokenizer,
     /// Bytes of an unfinished character (at most 3).
