@@ -115,14 +115,7 @@ pub fn run(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
         }
     }
     let table = table(&rows, args);
-    if args.json {
-        eprint!("{table}");
-        for r in &rows {
-            println!("{}", serde_json::to_string(r)?);
-        }
-    } else {
-        print!("{table}");
-    }
+    crate::spec::print_results(&table, &rows, args.json)?;
     draw(&rows, &names, args)?;
     Ok(())
 }

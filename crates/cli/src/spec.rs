@@ -396,6 +396,20 @@ struct Row {
     mean_accepted_per_category: BTreeMap<String, f64>,
 }
 
+/// The table on stdout; with `json`, one JSON object per row on stdout and
+/// the table on stderr.
+pub fn print_results<T: serde::Serialize>(table: &str, rows: &[T], json: bool) -> Result<()> {
+    if json {
+        eprint!("{table}");
+        for r in rows {
+            println!("{}", serde_json::to_string(r)?);
+        }
+    } else {
+        print!("{table}");
+    }
+    Ok(())
+}
+
 pub fn bench_spec(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
     if args.child || !args.memory_budget.is_empty() {
         return crate::budget::run(args, backend);
@@ -511,14 +525,7 @@ pub fn bench_spec(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
         })
         .collect();
     let table = render_table(&rows, args);
-    if args.json {
-        eprint!("{table}");
-        for r in &rows {
-            println!("{}", serde_json::to_string(r)?);
-        }
-    } else {
-        print!("{table}");
-    }
+    print_results(&table, &rows, args.json)?;
     draw(&rows, &args.plot, args)?;
     eprintln!("chart: {}", args.plot.display());
     Ok(())

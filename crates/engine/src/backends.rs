@@ -62,12 +62,36 @@ impl std::str::FromStr for BackendKind {
     }
 }
 
-fn boxed<B: arbor_tensor::Backend>(
-    backend: B,
-    file: &GgufFile,
-    progress: &mut dyn FnMut(usize, usize),
-) -> Result<Box<dyn LanguageModel>> {
-    Ok(Box::new(Decoder::load(backend, file, progress)?))
+/// Evaluates `$body` with `$b` bound to a new backend of kind `$kind`, or
+/// fails when that backend is not compiled in. The one place that names
+/// each backend's constructor.
+macro_rules! with_backend {
+    ($kind:expr, $b:ident => $body:expr) => {
+        match $kind {
+            #[cfg(feature = "candle")]
+            BackendKind::Candle => {
+                let $b = arbor_backend_candle::CandleBackend::new();
+                $body
+            }
+            #[cfg(feature = "flex")]
+            BackendKind::Flex => {
+                let $b = arbor_backend_burn::BurnBackend::flex();
+                $body
+            }
+            #[cfg(feature = "ndarray")]
+            BackendKind::Ndarray => {
+                let $b = arbor_backend_burn::BurnBackend::ndarray();
+                $body
+            }
+            #[cfg(feature = "wgpu")]
+            BackendKind::Wgpu => {
+                let $b = arbor_backend_burn::BurnBackend::wgpu();
+                $body
+            }
+            #[allow(unreachable_patterns)]
+            other => Err(EngineError::BackendNotCompiled(other)),
+        }
+    };
 }
 
 pub(crate) fn load(
@@ -76,18 +100,10 @@ pub(crate) fn load(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Box<dyn LanguageModel>> {
     let _ = (&file, &progress);
-    match kind {
-        #[cfg(feature = "candle")]
-        BackendKind::Candle => boxed(arbor_backend_candle::CandleBackend::new(), file, progress),
-        #[cfg(feature = "flex")]
-        BackendKind::Flex => boxed(arbor_backend_burn::BurnBackend::flex(), file, progress),
-        #[cfg(feature = "ndarray")]
-        BackendKind::Ndarray => boxed(arbor_backend_burn::BurnBackend::ndarray(), file, progress),
-        #[cfg(feature = "wgpu")]
-        BackendKind::Wgpu => boxed(arbor_backend_burn::BurnBackend::wgpu(), file, progress),
-        #[allow(unreachable_patterns)]
-        other => Err(EngineError::BackendNotCompiled(other)),
-    }
+    with_backend!(kind, backend => {
+        let model: Box<dyn LanguageModel> = Box::new(Decoder::load(backend, file, progress)?);
+        Ok(model)
+    })
 }
 
 pub(crate) fn load_budgeted(
@@ -99,44 +115,7 @@ pub(crate) fn load_budgeted(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<(Box<dyn LanguageModel>, crate::MemoryReport)> {
     let _ = (&file, &path, &draft, &options, &progress);
-    match kind {
-        #[cfg(feature = "candle")]
-        BackendKind::Candle => crate::memory::load_target(
-            arbor_backend_candle::CandleBackend::new(),
-            file,
-            path,
-            draft,
-            options,
-            progress,
-        ),
-        #[cfg(feature = "flex")]
-        BackendKind::Flex => crate::memory::load_target(
-            arbor_backend_burn::BurnBackend::flex(),
-            file,
-            path,
-            draft,
-            options,
-            progress,
-        ),
-        #[cfg(feature = "ndarray")]
-        BackendKind::Ndarray => crate::memory::load_target(
-            arbor_backend_burn::BurnBackend::ndarray(),
-            file,
-            path,
-            draft,
-            options,
-            progress,
-        ),
-        #[cfg(feature = "wgpu")]
-        BackendKind::Wgpu => crate::memory::load_target(
-            arbor_backend_burn::BurnBackend::wgpu(),
-            file,
-            path,
-            draft,
-            options,
-            progress,
-        ),
-        #[allow(unreachable_patterns)]
-        other => Err(EngineError::BackendNotCompiled(other)),
-    }
+    with_backend!(kind, backend => {
+        crate::memory::load_target(backend, file, path, draft, options, progress)
+    })
 }

@@ -501,6 +501,14 @@ impl Run<'_, '_> {
         }
     }
 
+    /// Accounts a drafting phase that began at `t` and proposed `tokens`
+    /// new draft tokens.
+    fn drafted(&mut self, t: Instant, tokens: usize) {
+        self.stats.draft_secs += t.elapsed().as_secs_f64();
+        self.span(Phase::Draft, t);
+        self.stats.draft_tokens += tokens;
+    }
+
     fn close_stops(&self, g: &mut Grower, ids: &[usize]) {
         for &id in ids {
             if self.opts.stop_tokens.contains(&g.tree().node(id).token) {
@@ -532,9 +540,7 @@ impl Run<'_, '_> {
             }
             logits = self.draft_feed(&tree, &mut fed, &[leaf], true)?;
         }
-        self.stats.draft_secs += t.elapsed().as_secs_f64();
-        self.span(Phase::Draft, t);
-        self.stats.draft_tokens += tree.len() - 1;
+        self.drafted(t, tree.len() - 1);
         let ids: Vec<usize> = (0..tree.len()).collect();
         self.verify(&tree, &dists, &fed, &ids, on)?;
         Ok(())
@@ -577,9 +583,7 @@ impl Run<'_, '_> {
             rows = self.draft_feed(&tree, &mut fed, &next, true)?;
             level = next;
         }
-        self.stats.draft_secs += t.elapsed().as_secs_f64();
-        self.span(Phase::Draft, t);
-        self.stats.draft_tokens += tree.len() - 1;
+        self.drafted(t, tree.len() - 1);
         let ids: Vec<usize> = (0..tree.len()).collect();
         self.verify(&tree, &dists, &fed, &ids, on)?;
         Ok(())
@@ -682,9 +686,7 @@ impl Run<'_, '_> {
             dists,
             prov,
         };
-        self.stats.draft_secs += t.elapsed().as_secs_f64();
-        self.span(Phase::Draft, t);
-        self.stats.draft_tokens += grown.tree.len() - 1 - seeded;
+        self.drafted(t, grown.tree.len() - 1 - seeded);
 
         // Send the target only the part worth its latency. (Greedy only:
         // pruning children by their drawn values would bias rejection

@@ -29,6 +29,24 @@ fn tiny(spec: &TinySpec, tag: &str) -> Box<dyn LanguageModel> {
     Box::new(model)
 }
 
+/// The cache and config methods of a test wrapper around `self.inner`.
+macro_rules! delegate_to_inner {
+    () => {
+        fn cache_len(&self) -> usize {
+            self.inner.cache_len()
+        }
+        fn truncate_cache(&mut self, len: usize) -> Result<()> {
+            self.inner.truncate_cache(len)
+        }
+        fn keep_cache(&mut self, positions: &[usize]) -> Result<()> {
+            self.inner.keep_cache(positions)
+        }
+        fn config(&self) -> &Config {
+            self.inner.config()
+        }
+    };
+}
+
 /// Rewrites a model's logits: `scale · logits` (a sharper or flatter
 /// model), negated when `adversarial` (most confident in the tokens the
 /// model finds least likely).
@@ -43,18 +61,7 @@ impl LanguageModel for Reshaped {
         l.data.iter_mut().for_each(|v| *v *= self.scale);
         Ok(l)
     }
-    fn cache_len(&self) -> usize {
-        self.inner.cache_len()
-    }
-    fn truncate_cache(&mut self, len: usize) -> Result<()> {
-        self.inner.truncate_cache(len)
-    }
-    fn keep_cache(&mut self, positions: &[usize]) -> Result<()> {
-        self.inner.keep_cache(positions)
-    }
-    fn config(&self) -> &Config {
-        self.inner.config()
-    }
+    delegate_to_inner!();
     fn backend_name(&self) -> &'static str {
         "reshaped"
     }
@@ -361,18 +368,7 @@ impl LanguageModel for Counted {
         self.drafts.changed.notify_all();
         out
     }
-    fn cache_len(&self) -> usize {
-        self.inner.cache_len()
-    }
-    fn truncate_cache(&mut self, len: usize) -> Result<()> {
-        self.inner.truncate_cache(len)
-    }
-    fn keep_cache(&mut self, positions: &[usize]) -> Result<()> {
-        self.inner.keep_cache(positions)
-    }
-    fn config(&self) -> &Config {
-        self.inner.config()
-    }
+    delegate_to_inner!();
     fn backend_name(&self) -> &'static str {
         "counted"
     }
@@ -404,18 +400,7 @@ impl LanguageModel for Loading {
         }
         self.inner.forward(t, p, m, rows)
     }
-    fn cache_len(&self) -> usize {
-        self.inner.cache_len()
-    }
-    fn truncate_cache(&mut self, len: usize) -> Result<()> {
-        self.inner.truncate_cache(len)
-    }
-    fn keep_cache(&mut self, positions: &[usize]) -> Result<()> {
-        self.inner.keep_cache(positions)
-    }
-    fn config(&self) -> &Config {
-        self.inner.config()
-    }
+    delegate_to_inner!();
     fn backend_name(&self) -> &'static str {
         "loading"
     }
