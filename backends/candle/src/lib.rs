@@ -27,6 +27,7 @@
 use std::borrow::Cow;
 
 mod packed;
+mod qmm;
 
 use arbor_tensor::{Backend, Error, GgmlType, Heads, Mask, Result, Rope, WeightData, reference};
 use candle_core::quantized::k_quants::{self, BlockQ6K};
@@ -56,9 +57,10 @@ pub struct HostTensor {
     pub cols: usize,
 }
 
-/// A weight matrix in candle's quantized (or float) form.
+/// A weight matrix: GGUF blocks under our kernels ([`qmm`]), or candle's
+/// quantized (or float) form.
 pub struct CandleWeight {
-    mm: QMatMul,
+    mm: Held,
     ty: GgmlType,
     rows: usize,
     cols: usize,
@@ -75,6 +77,11 @@ impl CandleWeight {
     pub fn held_bytes(&self) -> u64 {
         self.held
     }
+}
+
+enum Held {
+    Own(qmm::QWeight),
+    Candle(QMatMul),
 }
 
 /// The Q6_K blocks of a weight, borrowed from candle's storage, or `None`
@@ -246,9 +253,18 @@ impl Backend for CandleBackend {
     fn weight(&self, w: WeightData<'_>) -> Result<CandleWeight> {
         check_weight(&w)?;
         let (ty, bytes) = held_form(&w)?;
+        if let Some(q) = qmm::QWeight::new(ty, w.rows, w.cols, &bytes) {
+            return Ok(CandleWeight {
+                held: q.held_bytes(),
+                mm: Held::Own(q),
+                ty,
+                rows: w.rows,
+                cols: w.cols,
+            });
+        }
         if let Some(mm) = packed::pack(candle_dtype(ty), w.rows, w.cols, &bytes).map_err(err)? {
             return Ok(CandleWeight {
-                mm,
+                mm: Held::Candle(mm),
                 ty,
                 rows: w.rows,
                 cols: w.cols,
@@ -270,6 +286,9 @@ impl Backend for CandleBackend {
         } else {
             ty
         };
+        if qmm::Kind::of(held).is_some() && qmm::available() {
+            return held.bytes_for((rows * cols) as u64).unwrap_or(0);
+        }
         packed::tiles_for(candle_dtype(held), rows, cols)
             .map(|b| b as u64)
             .or_else(|| held.bytes_for((rows * cols) as u64))
@@ -305,7 +324,20 @@ impl Backend for CandleBackend {
                 format!("token id {bad} is outside a vocabulary of {}", table.rows),
             ));
         }
-        let mm = &table.mm;
+        let mm = match &table.mm {
+            Held::Candle(mm) => mm,
+            Held::Own(q) => {
+                let rows: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
+                let data =
+                    arbor_gguf::quant::dequantize_rows(table.ty, q.bytes(), table.cols, &rows)
+                        .map_err(err)?;
+                return Ok(HostTensor {
+                    data,
+                    rows: ids.len(),
+                    cols: table.cols,
+                });
+            }
+        };
         let ids = Tensor::from_slice(ids, ids.len(), &Device::Cpu).map_err(err)?;
         from_candle(&mm.embedding(&ids).map_err(err)?)
     }
@@ -320,7 +352,18 @@ impl Backend for CandleBackend {
                 ),
             ));
         }
-        let mm = &w.mm;
+        let mm = match &w.mm {
+            Held::Own(q) => {
+                let mut data = vec![0f32; x.rows * w.rows];
+                q.matmul(&x.data, x.rows, &mut data);
+                return Ok(HostTensor {
+                    data,
+                    rows: x.rows,
+                    cols: w.rows,
+                });
+            }
+            Held::Candle(mm) => mm,
+        };
         if let Some(blocks) = q6k_blocks(mm) {
             let mut data = vec![0f32; x.rows * w.rows];
             k_quants::matmul((x.rows, x.cols, w.rows), &x.data, blocks, &mut data).map_err(err)?;
@@ -548,7 +591,7 @@ impl CandleBackend {
         let qt = QTensor::new(storage, (w.rows, w.cols)).map_err(err)?;
         let mm = QMatMul::from_qtensor(qt).map_err(err)?;
         Ok(CandleWeight {
-            mm,
+            mm: Held::Candle(mm),
             ty,
             rows: w.rows,
             cols: w.cols,

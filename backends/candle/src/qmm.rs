@@ -1,0 +1,651 @@
+//! Our own matmul kernels on GGUF quantized blocks (x86-64, AVX2 + FMA +
+//! F16C), for the types the Qwen and SmolLM files are mostly made of: Q8_0
+//! (and Q5_0, repacked to Q8_0), Q4_K and Q6_K.
+//!
+//! Why not candle's: its plain kernels compute one (weight row, token) dot
+//! product per call, so a batch of tokens re-decodes every weight block once
+//! per token, and its tile kernels round differently from its one-row
+//! kernel. Here a weight block is decoded once and multiplied into up to
+//! a tile of tokens while it sits in registers, and every token keeps its own
+//! accumulator running through exactly the same instructions in the same
+//! order, whatever the batch size: a token's logits never depend on which
+//! tokens were batched with it (speculative verification relies on that).
+//!
+//! The per-block arithmetic is ggml's AVX2 dot products (as ported to
+//! candle): activations are quantized by candle's own `from_float` (Q8_0 or
+//! Q8_K blocks), integer products are summed in the same eight lanes, and
+//! the float steps (scale products, fused multiply-adds, the horizontal sum)
+//! happen in the same order. Results therefore equal candle's `vec_dot` bit
+//! for bit (a test checks it), so greedy outputs still match llama.cpp's.
+//!
+//! Weights are kept as the GGUF bytes, unaligned; rows are shared out to
+//! candle's spinning thread pool, which the calling thread joins.
+
+use arbor_tensor::GgmlType;
+use candle_core::quantized::k_quants::{BlockQ8_0, BlockQ8K, GgmlType as _};
+
+/// A block type with a kernel here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Q8_0,
+    Q4K,
+    Q6K,
+}
+
+impl Kind {
+    pub(crate) fn of(ty: GgmlType) -> Option<Kind> {
+        match ty {
+            GgmlType::Q8_0 => Some(Kind::Q8_0),
+            GgmlType::Q4_K => Some(Kind::Q4K),
+            GgmlType::Q6_K => Some(Kind::Q6K),
+            _ => None,
+        }
+    }
+
+    fn block_bytes(self) -> usize {
+        match self {
+            Kind::Q8_0 => 34,
+            Kind::Q4K => 144,
+            Kind::Q6K => 210,
+        }
+    }
+
+    fn block_len(self) -> usize {
+        match self {
+            Kind::Q8_0 => 32,
+            Kind::Q4K | Kind::Q6K => 256,
+        }
+    }
+}
+
+/// Whether this CPU runs the kernels (checked once).
+pub(crate) fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *OK.get_or_init(|| {
+            std::env::var("ARBOR_CANDLE_KERNELS").as_deref() != Ok("1")
+                && is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Whether the AVX-512 VNNI variant runs here (checked once).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn vnni() -> bool {
+    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OK.get_or_init(|| {
+        available()
+            && std::env::var("ARBOR_NO_AVX512").as_deref() != Ok("1")
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512vnni")
+    })
+}
+
+/// A weight matrix in GGUF blocks, one row of blocks per output.
+pub(crate) struct QWeight {
+    kind: Kind,
+    rows: usize,
+    cols: usize,
+    bytes: Vec<u8>,
+}
+
+impl QWeight {
+    /// The weight if its type has a kernel here and the CPU runs it; the
+    /// caller has checked that `bytes` is a whole `[rows, cols]` matrix.
+    pub(crate) fn new(ty: GgmlType, rows: usize, cols: usize, bytes: &[u8]) -> Option<QWeight> {
+        let kind = Kind::of(ty).filter(|_| available())?;
+        debug_assert_eq!(
+            bytes.len(),
+            rows * cols / kind.block_len() * kind.block_bytes()
+        );
+        Some(QWeight {
+            kind,
+            rows,
+            cols,
+            bytes: bytes.to_vec(),
+        })
+    }
+
+    /// The blocks, as in the GGUF file.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    pub(crate) fn held_bytes(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    /// `out[t * rows + r] = x[t] · row r` for the `m` rows of `x`.
+    pub(crate) fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        self.matmul_on(vnni(), x, m, out);
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("QWeight is only built where the kernels run ({m} rows)");
+    }
+
+    /// [`Self::matmul`] with the AVX-512 VNNI kernels or the AVX2 ones
+    /// (`with_vnni` only where the CPU has them).
+    #[cfg(target_arch = "x86_64")]
+    fn matmul_on(&self, with_vnni: bool, x: &[f32], m: usize, out: &mut [f32]) {
+        assert!(x.len() == m * self.cols && out.len() == m * self.rows);
+        {
+            let act = Activations::quantize(self.kind, x, m, self.cols);
+            let out_at = SendPtr(out.as_mut_ptr());
+            // Row chunks small enough to balance two threads, large enough
+            // that each grab does real work.
+            let chunk = 16;
+            let n_chunks = self.rows.div_ceil(chunk);
+            candle_core::utils::barrier_pool().execute_chunked(n_chunks, |range| {
+                let rows = range.start * chunk..(range.end * chunk).min(self.rows);
+                // SAFETY: the CPU has the features (checked in `new`); each
+                // row range is handed out once, so writes never overlap.
+                unsafe {
+                    if with_vnni {
+                        vnni::rows(self, &act, m, rows, out_at)
+                    } else {
+                        avx2::rows(self, &act, m, rows, out_at)
+                    }
+                };
+            });
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: only used to write disjoint output elements from the pool's
+// threads while the owning `&mut [f32]` is borrowed by `matmul`.
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+/// The tokens quantized for the weight's kernel: Q8_0 blocks for Q8_0
+/// weights (scales widened to f32 once), Q8_K blocks for the K-quants.
+struct Activations {
+    /// Q8_0: 32 quants per block; Q8_K: candle's whole blocks.
+    bytes: Vec<u8>,
+    /// Q8_0 block scales as f32 (empty for Q8_K).
+    scales: Vec<f32>,
+    /// Bytes per token.
+    stride: usize,
+}
+
+impl Activations {
+    fn quantize(kind: Kind, x: &[f32], m: usize, cols: usize) -> Activations {
+        let nb = cols / kind.block_len();
+        match kind {
+            Kind::Q8_0 => {
+                let mut blocks = vec![BlockQ8_0::zeros(); m * nb];
+                for (xr, br) in x.chunks_exact(cols).zip(blocks.chunks_exact_mut(nb)) {
+                    BlockQ8_0::from_float(xr, br);
+                }
+                let raw = as_bytes(&blocks);
+                let mut bytes = Vec::with_capacity(m * nb * 32);
+                let mut scales = Vec::with_capacity(m * nb);
+                for b in raw.chunks_exact(34) {
+                    scales.push(half::f16::from_le_bytes([b[0], b[1]]).to_f32());
+                    bytes.extend_from_slice(&b[2..]);
+                }
+                Activations {
+                    bytes,
+                    scales,
+                    stride: nb * 32,
+                }
+            }
+            Kind::Q4K | Kind::Q6K => {
+                let mut blocks = vec![BlockQ8K::zeros(); m * nb];
+                for (xr, br) in x.chunks_exact(cols).zip(blocks.chunks_exact_mut(nb)) {
+                    BlockQ8K::from_float(xr, br);
+                }
+                Activations {
+                    bytes: as_bytes(&blocks).to_vec(),
+                    scales: Vec::new(),
+                    stride: nb * Q8K_BYTES,
+                }
+            }
+        }
+    }
+}
+
+/// Bytes of candle's Q8_K block: f32 scale, 256 quants, 16 i16 sums.
+const Q8K_BYTES: usize = 4 + 256 + 32;
+const _: () = assert!(std::mem::size_of::<BlockQ8K>() == Q8K_BYTES);
+const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
+
+fn as_bytes<T>(blocks: &[T]) -> &[u8] {
+    // SAFETY: candle's blocks are `repr(C)` structs of plain numbers with no
+    // padding (sizes asserted above and in candle), so every byte is
+    // initialised.
+    unsafe {
+        std::slice::from_raw_parts(blocks.as_ptr() as *const u8, std::mem::size_of_val(blocks))
+    }
+}
+
+/// The kernels, compiled once per instruction set: `avx2` everywhere, and
+/// `vnni` with AVX-512 VNNI (256-bit forms), whose fused integer
+/// multiply-adds give exactly the same integer sums, so both produce the
+/// same bits; `vnni` also multiplies each decoded block into more tokens
+/// (it has twice the vector registers).
+#[cfg(target_arch = "x86_64")]
+macro_rules! kernels {
+    ($name:ident, $features:literal, vnni: $vnni:literal, tile: $tile:literal) => {
+        pub(super) mod $name {
+            use super::{Activations, Kind, Q8K_BYTES, QWeight, SendPtr};
+            use std::arch::x86_64::*;
+            use std::ops::Range;
+            use std::ptr::read_unaligned;
+
+            const VNNI: bool = $vnni;
+            /// Tokens multiplied by one decoded weight block.
+            pub(super) const TILE: usize = $tile;
+            /// Rows computed side by side for a single token.
+            const ROWS: usize = 4;
+
+            /// Computes output rows `rows` for all `m` tokens.
+            ///
+            /// # Safety
+            /// The CPU has the module's features; `out` points to
+            /// `m * w.rows` floats and no other thread writes these rows.
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn rows(
+                w: &QWeight,
+                act: &Activations,
+                m: usize,
+                rows: Range<usize>,
+                out: SendPtr,
+            ) {
+                let row_bytes = w.cols / w.kind.block_len() * w.kind.block_bytes();
+                // Token tiles outside, rows inside: a tile's quantized
+                // activations stay in L1 while the chunk's rows (a few tens
+                // of KiB) stay in L2.
+                let mut t0 = 0;
+                while t0 < m {
+                    let n = (m - t0).min(TILE);
+                    let mut r = rows.start;
+                    while r < rows.end {
+                        // A lone token takes several rows at once, so that
+                        // their (serial) accumulations overlap.
+                        let g = if n == 1 && w.kind != Kind::Q6K { (rows.end - r).min(ROWS) } else { 1 };
+                        let at = (w, row_bytes, r, act, t0, out);
+                        unsafe {
+                            match (n, g) {
+                                (1, ROWS) => tile::<ROWS, 1>(at),
+                                (1, _) => tile::<1, 1>(at),
+                                (2, _) => tile::<1, 2>(at),
+                                (3, _) => tile::<1, 3>(at),
+                                (4, _) => tile::<1, 4>(at),
+                                (5, _) => tile::<1, 5>(at),
+                                (6, _) => tile::<1, 6>(at),
+                                (7, _) => tile::<1, 7>(at),
+                                _ => tile::<1, TILE>(at),
+                            }
+                        }
+                        r += g;
+                    }
+                    t0 += n;
+                }
+            }
+
+            /// Rows `r..r + R` for tokens `t0..t0 + T`, written to `out`.
+            #[target_feature(enable = $features)]
+            unsafe fn tile<const R: usize, const T: usize>(
+                (w, row_bytes, r, act, t0, out): (
+                    &QWeight,
+                    usize,
+                    usize,
+                    &Activations,
+                    usize,
+                    SendPtr,
+                ),
+            ) {
+                if T > TILE {
+                    return;
+                }
+                let nb = w.cols / w.kind.block_len();
+                let wr: [*const u8; R] =
+                    std::array::from_fn(|i| unsafe { w.bytes.as_ptr().add((r + i) * row_bytes) });
+                let a: [*const u8; T] = std::array::from_fn(|t| unsafe {
+                    act.bytes.as_ptr().add((t0 + t) * act.stride)
+                });
+                if R > 1 {
+                    // Interleaved rows hide the hardware prefetcher's
+                    // stream: fetch the group after next ourselves.
+                    let ahead = wr[0].wrapping_add(4 * R * row_bytes);
+                    let mut off = 0;
+                    while off < R * row_bytes {
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off) as *const i8);
+                        off += 64;
+                    }
+                }
+                let vals = unsafe {
+                    match w.kind {
+                        Kind::Q8_0 => {
+                            let s: [*const f32; T] =
+                                std::array::from_fn(|t| act.scales.as_ptr().add((t0 + t) * nb));
+                            q8_0::<R, T>(wr, nb, a, s)
+                        }
+                        Kind::Q4K => q4k::<R, T>(wr, nb, a),
+                        Kind::Q6K => q6k::<R, T>(wr, nb, a),
+                    }
+                };
+                for (i, row) in vals.iter().enumerate() {
+                    for (t, v) in row.iter().enumerate() {
+                        unsafe { *out.0.add((t0 + t) * w.rows + r + i) = *v };
+                    }
+                }
+            }
+
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn f16_at(p: *const u8) -> f32 {
+                // SAFETY (callers): `p` points at a block's f16 field.
+                let bits = unsafe { read_unaligned(p as *const u16) };
+                _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+            }
+
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn hsum(x: __m256) -> f32 {
+                let r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+                let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+                let r = _mm_add_ss(r, _mm_movehdup_ps(r));
+                _mm_cvtss_f32(r)
+            }
+
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn load(p: *const u8) -> __m256i {
+                unsafe { _mm256_loadu_si256(p as *const __m256i) }
+            }
+
+            /// `acc + madd(s, p)`: i16 pairs multiplied and summed into i32.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn madd_add(acc: __m256i, s: __m256i, p: __m256i) -> __m256i {
+                if VNNI {
+                    // SAFETY: only reached in the module that enables it.
+                    #[allow(unused_unsafe)]
+                    unsafe {
+                        _mm256_dpwssd_epi32(acc, s, p)
+                    }
+                } else {
+                    _mm256_add_epi32(acc, _mm256_madd_epi16(s, p))
+                }
+            }
+
+            /// Sums of four consecutive u8 × i8 products, as i32 lanes
+            /// (pairs never saturate i16 for these operands: |a| ≤ 128).
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn dot4(a: __m256i, b: __m256i) -> __m256i {
+                if VNNI {
+                    // SAFETY: as in `madd_add`.
+                    #[allow(unused_unsafe)]
+                    unsafe {
+                        _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b)
+                    }
+                } else {
+                    _mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(a, b))
+                }
+            }
+
+            /// Q8_0 row (`nb` blocks of 34 bytes) against `T` tokens' Q8_0
+            /// quants (`a`, 32 bytes per block) and scales (`s`).
+            #[target_feature(enable = $features)]
+            unsafe fn q8_0<const R: usize, const T: usize>(
+                w: [*const u8; R],
+                nb: usize,
+                a: [*const u8; T],
+                s: [*const f32; T],
+            ) -> [[f32; T]; R] {
+                let mut acc = [[_mm256_setzero_ps(); T]; R];
+                for b in 0..nb {
+                    for r in 0..R {
+                        let blk = unsafe { w[r].add(b * 34) };
+                        let wd = f16_at(blk);
+                        let bx = unsafe { load(blk.add(2)) };
+                        let ax = _mm256_sign_epi8(bx, bx);
+                        for t in 0..T {
+                            let by = unsafe { load(a[t].add(b * 32)) };
+                            let sy = _mm256_sign_epi8(by, bx);
+                            let q = _mm256_cvtepi32_ps(dot4(ax, sy));
+                            let d = _mm256_set1_ps(wd * unsafe { *s[t].add(b) });
+                            acc[r][t] = _mm256_fmadd_ps(d, q, acc[r][t]);
+                        }
+                    }
+                }
+                sums(acc)
+            }
+
+            /// Horizontal sums of the accumulators.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn sums<const R: usize, const T: usize>(acc: [[__m256; T]; R]) -> [[f32; T]; R] {
+                let mut out = [[0f32; T]; R];
+                for r in 0..R {
+                    for t in 0..T {
+                        out[r][t] = hsum(acc[r][t]);
+                    }
+                }
+                out
+            }
+
+            /// Q6_K row (`nb` blocks of 210 bytes: low 4 bits, high 2 bits,
+            /// 16 i8 sub-block scales, f16 scale) against `T` tokens' Q8_K
+            /// blocks.
+            #[target_feature(enable = $features)]
+            unsafe fn q6k<const R: usize, const T: usize>(
+                w: [*const u8; R],
+                nb: usize,
+                a: [*const u8; T],
+            ) -> [[f32; T]; R] {
+                let m4 = _mm256_set1_epi8(0xF);
+                let m2 = _mm256_set1_epi8(3);
+                let m32s = _mm256_set1_epi8(32);
+                let mut acc = [[_mm256_setzero_ps(); T]; R];
+                let mut q6 = [_mm256_setzero_si256(); 8];
+                let mut sc = [_mm256_setzero_si256(); 8];
+                for b in 0..nb {
+                    for r in 0..R {
+                        let blk = unsafe { w[r].add(b * 210) };
+                        let xd = f16_at(unsafe { blk.add(208) });
+                        for j in 0..2 {
+                            let (ql, qh) = unsafe { (blk.add(64 * j), blk.add(128 + 32 * j)) };
+                            let (lo1, lo2, hi) = unsafe { (load(ql), load(ql.add(32)), load(qh)) };
+                            let h0 = _mm256_slli_epi16(_mm256_and_si256(hi, m2), 4);
+                            let h1 = _mm256_slli_epi16(
+                                _mm256_and_si256(_mm256_srli_epi16(hi, 2), m2),
+                                4,
+                            );
+                            let h2 = _mm256_slli_epi16(
+                                _mm256_and_si256(_mm256_srli_epi16(hi, 4), m2),
+                                4,
+                            );
+                            let h3 = _mm256_slli_epi16(
+                                _mm256_and_si256(_mm256_srli_epi16(hi, 6), m2),
+                                4,
+                            );
+                            q6[4 * j] = _mm256_or_si256(_mm256_and_si256(lo1, m4), h0);
+                            q6[4 * j + 1] = _mm256_or_si256(_mm256_and_si256(lo2, m4), h1);
+                            q6[4 * j + 2] = _mm256_or_si256(
+                                _mm256_and_si256(_mm256_srli_epi16(lo1, 4), m4),
+                                h2,
+                            );
+                            q6[4 * j + 3] = _mm256_or_si256(
+                                _mm256_and_si256(_mm256_srli_epi16(lo2, 4), m4),
+                                h3,
+                            );
+                        }
+                        // Sub-block scale 2k in the low eight i16 lanes, 2k + 1
+                        // in the high eight.
+                        let scales = unsafe { _mm_loadu_si128(blk.add(192) as *const __m128i) };
+                        for (k, s) in sc.iter_mut().enumerate() {
+                            let pick = unsafe {
+                                _mm_loadu_si128(super::Q6K_SCALE[k].as_ptr() as *const __m128i)
+                            };
+                            *s = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
+                        }
+                        for t in 0..T {
+                            let y = unsafe { a[t].add(b * Q8K_BYTES) };
+                            let yd = unsafe { read_unaligned(y as *const f32) };
+                            let q8 = unsafe { y.add(4) };
+                            // Two integer partial sums (exact) halve the chain.
+                            let mut sumi = [_mm256_setzero_si256(); 2];
+                            for k in 0..8 {
+                                let q8v = unsafe { load(q8.add(32 * k)) };
+                                let q8s = _mm256_maddubs_epi16(m32s, q8v);
+                                let p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q6[k], q8v), q8s);
+                                sumi[k % 2] = madd_add(sumi[k % 2], sc[k], p16);
+                            }
+                            let sumi = _mm256_add_epi32(sumi[0], sumi[1]);
+                            let d = yd * xd;
+                            acc[r][t] = _mm256_fmadd_ps(
+                                _mm256_set1_ps(d),
+                                _mm256_cvtepi32_ps(sumi),
+                                acc[r][t],
+                            );
+                        }
+                    }
+                }
+                sums(acc)
+            }
+
+            /// Q4_K row (`nb` blocks of 144 bytes: f16 scale and min scale,
+            /// 12 bytes of 6-bit sub-block scales and mins, 4-bit quants)
+            /// against `T` tokens' Q8_K blocks.
+            #[target_feature(enable = $features)]
+            unsafe fn q4k<const R: usize, const T: usize>(
+                w: [*const u8; R],
+                nb: usize,
+                a: [*const u8; T],
+            ) -> [[f32; T]; R] {
+                const KMASK1: u32 = 0x3f3f3f3f;
+                const KMASK2: u32 = 0x0f0f0f0f;
+                const KMASK3: u32 = 0x03030303;
+                let m4 = _mm256_set1_epi8(0xF);
+                let mut acc = [[_mm256_setzero_ps(); T]; R];
+                let mut acc_m = [[_mm_setzero_ps(); T]; R];
+                let mut q4 = [_mm256_setzero_si256(); 8];
+                let mut sc = [_mm256_setzero_si256(); 8];
+                for b in 0..nb {
+                    for r in 0..R {
+                        let blk = unsafe { w[r].add(b * 144) };
+                        let (xd, xmin) = (f16_at(blk), f16_at(unsafe { blk.add(2) }));
+                        let mut u = [0u32; 4];
+                        for (i, v) in u.iter_mut().take(3).enumerate() {
+                            *v = u32::from_le(unsafe {
+                                read_unaligned(blk.add(4 + 4 * i) as *const u32)
+                            });
+                        }
+                        u[3] = ((u[2] >> 4) & KMASK2) | (((u[1] >> 6) & KMASK3) << 4);
+                        let uaux = u[1] & KMASK1;
+                        u[1] = (u[2] & KMASK2) | (((u[0] >> 6) & KMASK3) << 4);
+                        u[2] = uaux;
+                        u[0] &= KMASK1;
+                        // i16 lanes 0..8: the eight sub-block scales; 8..16: mins.
+                        let sm = _mm256_cvtepu8_epi16(_mm_set_epi32(
+                            u[3] as i32,
+                            u[2] as i32,
+                            u[1] as i32,
+                            u[0] as i32,
+                        ));
+                        let mins = _mm256_extracti128_si256(sm, 1);
+                        let scales = _mm256_permute2x128_si256(sm, sm, 0);
+                        for (k, s) in sc.iter_mut().enumerate() {
+                            let pick = unsafe { load(super::Q4K_SCALE[k].as_ptr()) };
+                            *s = _mm256_shuffle_epi8(scales, pick);
+                        }
+                        for j in 0..4 {
+                            let bits = unsafe { load(blk.add(16 + 32 * j)) };
+                            q4[2 * j] = _mm256_and_si256(bits, m4);
+                            q4[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                        }
+                        for t in 0..T {
+                            let y = unsafe { a[t].add(b * Q8K_BYTES) };
+                            let yd = unsafe { read_unaligned(y as *const f32) };
+                            let (d, dmin) = (yd * xd, -yd * xmin);
+                            let sums = unsafe { load(y.add(4 + 256)) };
+                            let q8s = _mm_hadd_epi16(
+                                _mm256_extracti128_si256(sums, 0),
+                                _mm256_extracti128_si256(sums, 1),
+                            );
+                            let prod = _mm_madd_epi16(mins, q8s);
+                            acc_m[r][t] =
+                                _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[r][t]);
+                            let q8 = unsafe { y.add(4) };
+                            // Two integer partial sums (exact) halve the chain.
+                            let mut sumi = [_mm256_setzero_si256(); 2];
+                            for k in 0..8 {
+                                let q8v = unsafe { load(q8.add(32 * k)) };
+                                sumi[k % 2] =
+                                    madd_add(sumi[k % 2], sc[k], _mm256_maddubs_epi16(q4[k], q8v));
+                            }
+                            let sumi = _mm256_add_epi32(sumi[0], sumi[1]);
+                            acc[r][t] = _mm256_fmadd_ps(
+                                _mm256_set1_ps(d),
+                                _mm256_cvtepi32_ps(sumi),
+                                acc[r][t],
+                            );
+                        }
+                    }
+                }
+                let mut out = sums(acc);
+                for r in 0..R {
+                    for t in 0..T {
+                        let m = acc_m[r][t];
+                        let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+                        let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+                        out[r][t] += _mm_cvtss_f32(m);
+                    }
+                }
+                out
+            }
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+kernels!(avx2, "avx2,fma,f16c", vnni: false, tile: 4);
+#[cfg(target_arch = "x86_64")]
+kernels!(vnni, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", vnni: true, tile: 8);
+
+/// `_mm_shuffle_epi8` picks that spread Q6_K sub-block scales 2k and 2k + 1
+/// over eight bytes each.
+const Q6K_SCALE: [[u8; 16]; 8] = {
+    let mut t = [[0u8; 16]; 8];
+    let mut k = 0;
+    while k < 8 {
+        let mut i = 0;
+        while i < 16 {
+            t[k][i] = (2 * k + i / 8) as u8;
+            i += 1;
+        }
+        k += 1;
+    }
+    t
+};
+
+/// `_mm256_shuffle_epi8` picks that broadcast i16 lane `k` (a Q4_K
+/// sub-block scale) over each 128-bit half.
+const Q4K_SCALE: [[u8; 32]; 8] = {
+    let mut t = [[0u8; 32]; 8];
+    let mut k = 0;
+    while k < 8 {
+        let mut i = 0;
+        while i < 32 {
+            t[k][i] = (2 * k + i % 2) as u8;
+            i += 1;
+        }
+        k += 1;
+    }
+    t
+};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,126 @@
+//! The kernels against candle's one-pair `vec_dot`, bit for bit.
+
+use super::*;
+use candle_core::quantized::k_quants::{
+    BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8K, GgmlType as Candle,
+};
+
+/// xorshift bytes and floats.
+struct Gen(u64);
+impl Gen {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn f32(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+/// Random blocks with sane f16 scales at `scale_at` in every block.
+fn blocks(kind: Kind, n: usize, g: &mut Gen, scale_at: &[usize]) -> Vec<u8> {
+    let size = kind.block_bytes();
+    let mut out: Vec<u8> = (0..n * size).map(|_| g.next() as u8).collect();
+    for block in out.chunks_mut(size) {
+        for &o in scale_at {
+            let v = half::f16::from_f32(0.002 + (g.next() % 100) as f32 * 1e-4);
+            block[o..o + 2].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// Candle's blocks over a copy of `bytes` (aligned for `B`).
+fn candle_blocks<B: Candle>(bytes: &[u8]) -> Vec<B> {
+    let n = bytes.len() / std::mem::size_of::<B>();
+    let mut v = vec![B::zeros(); n];
+    // SAFETY: the block types are plain-number `repr(C)` structs of exactly
+    // these sizes; any bit pattern is a valid value.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            bytes.as_ptr(),
+            v.as_mut_ptr() as *mut u8,
+            n * std::mem::size_of::<B>(),
+        )
+    };
+    v
+}
+
+/// candle's `vec_dot` for every (token, row) pair.
+fn reference<W, A: Candle>(
+    bytes: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    m: usize,
+) -> Vec<f32>
+where
+    W: Candle<VecDotType = A>,
+{
+    let w: Vec<W> = candle_blocks(bytes);
+    let nb = cols / W::BLCK_SIZE;
+    let mut out = vec![0f32; m * rows];
+    for t in 0..m {
+        let mut a = vec![A::zeros(); nb];
+        A::from_float(&x[t * cols..][..cols], &mut a);
+        for r in 0..rows {
+            out[t * rows + r] = W::vec_dot(cols, &w[r * nb..][..nb], &a);
+        }
+    }
+    out
+}
+
+fn check(kind: Kind, ty: GgmlType, scale_at: &[usize]) {
+    if !available() {
+        eprintln!("skipped: this CPU lacks AVX2/FMA/F16C");
+        return;
+    }
+    let mut g = Gen(0xa7b0_0001 ^ kind.block_bytes() as u64);
+    // 37 rows: not a whole number of the pool's row chunks.
+    let (rows, cols) = (37, 512);
+    let bytes = blocks(kind, rows * cols / kind.block_len(), &mut g, scale_at);
+    let w = QWeight::new(ty, rows, cols, &bytes).unwrap();
+    for m in [1usize, 2, 3, 4, 5, 7, 8, 9, 17] {
+        let x: Vec<f32> = (0..m * cols).map(|_| g.f32()).collect();
+        let want = match kind {
+            Kind::Q8_0 => reference::<BlockQ8_0, BlockQ8_0>(&bytes, rows, cols, &x, m),
+            Kind::Q4K => reference::<BlockQ4K, BlockQ8K>(&bytes, rows, cols, &x, m),
+            Kind::Q6K => reference::<BlockQ6K, BlockQ8K>(&bytes, rows, cols, &x, m),
+        };
+        for with_vnni in [false, vnni()] {
+            let mut got = vec![0f32; m * rows];
+            w.matmul_on(with_vnni, &x, m, &mut got);
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!(a.is_finite(), "{ty}: non-finite output {a}");
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "{ty}, {m} tokens, vnni {with_vnni}, output {i}: {a} vs candle's {b}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn q8_0_equals_candle_vec_dot_bit_for_bit() {
+    check(Kind::Q8_0, GgmlType::Q8_0, &[0]);
+}
+
+#[test]
+fn q4_k_equals_candle_vec_dot_bit_for_bit() {
+    check(Kind::Q4K, GgmlType::Q4_K, &[0, 2]);
+}
+
+#[test]
+fn q6_k_equals_candle_vec_dot_bit_for_bit() {
+    check(Kind::Q6K, GgmlType::Q6_K, &[208]);
+}
+
+#[test]
+fn other_types_have_no_kernel() {
+    assert!(QWeight::new(GgmlType::Q4_0, 1, 32, &[0; 18]).is_none());
+    assert!(QWeight::new(GgmlType::F32, 1, 32, &[0; 128]).is_none());
+}
