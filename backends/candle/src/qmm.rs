@@ -22,7 +22,7 @@
 //! candle's spinning thread pool, which the calling thread joins.
 
 use arbor_tensor::GgmlType;
-use candle_core::quantized::k_quants::{BlockQ8_0, BlockQ8K, GgmlType as _};
+use candle_core::quantized::k_quants::{BlockQ8_0, BlockQ8K, GgmlType as CandleBlock};
 
 /// A block type with a kernel here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,10 +181,7 @@ impl Activations {
         let nb = cols / kind.block_len();
         match kind {
             Kind::Q8_0 => {
-                let mut blocks = vec![BlockQ8_0::zeros(); m * nb];
-                for (xr, br) in x.chunks_exact(cols).zip(blocks.chunks_exact_mut(nb)) {
-                    BlockQ8_0::from_float(xr, br);
-                }
+                let blocks = quantize_rows::<BlockQ8_0>(x, m, cols, nb);
                 let raw = as_bytes(&blocks);
                 let mut bytes = Vec::with_capacity(m * nb * 32);
                 let mut scales = Vec::with_capacity(m * nb);
@@ -199,12 +196,23 @@ impl Activations {
                 }
             }
             Kind::Q4K | Kind::Q6K => {
-                let mut blocks = vec![BlockQ8K::zeros(); m * nb];
-                for (xr, br) in x.chunks_exact(cols).zip(blocks.chunks_exact_mut(nb)) {
-                    BlockQ8K::from_float(xr, br);
+                let blocks = quantize_rows::<BlockQ8K>(x, m, cols, nb);
+                let mut bytes = as_bytes(&blocks).to_vec();
+                if kind == Kind::Q4K {
+                    // The Q4_K kernel only needs the sums of 32 quants (for
+                    // the sub-block mins): pairs of the 16-quant sums, added
+                    // as `_mm_hadd_epi16` would, in place of those.
+                    for block in bytes.chunks_exact_mut(Q8K_BYTES) {
+                        let sums = &mut block[Q8K_SUMS..];
+                        for i in 0..8 {
+                            let at = |j: usize| i16::from_le_bytes([sums[2 * j], sums[2 * j + 1]]);
+                            let pair = at(2 * i).wrapping_add(at(2 * i + 1));
+                            sums[2 * i..2 * i + 2].copy_from_slice(&pair.to_le_bytes());
+                        }
+                    }
                 }
                 Activations {
-                    bytes: as_bytes(&blocks).to_vec(),
+                    bytes,
                     scales: Vec::new(),
                     stride: nb * Q8K_BYTES,
                 }
@@ -213,8 +221,40 @@ impl Activations {
     }
 }
 
+/// Quantizes the `m` rows of `x` with candle's `from_float` (on the thread
+/// pool when there are several).
+fn quantize_rows<B: CandleBlock>(x: &[f32], m: usize, cols: usize, nb: usize) -> Vec<B> {
+    let mut blocks = vec![B::zeros(); m * nb];
+    let at = BlockPtr(blocks.as_mut_ptr());
+    let one = |t: usize| {
+        // SAFETY: each row `t` is quantized once, into its own `nb` blocks.
+        let dst = unsafe { std::slice::from_raw_parts_mut(at.get().add(t * nb), nb) };
+        B::from_float(&x[t * cols..][..cols], dst);
+    };
+    if m < 4 {
+        (0..m).for_each(one);
+    } else {
+        candle_core::utils::barrier_pool().execute_chunked(m, |range| range.for_each(one));
+    }
+    blocks
+}
+
+struct BlockPtr<B>(*mut B);
+// SAFETY: used only to write disjoint rows of blocks from the pool's threads
+// while `quantize_rows` owns the vector.
+unsafe impl<B> Send for BlockPtr<B> {}
+unsafe impl<B> Sync for BlockPtr<B> {}
+
+impl<B> BlockPtr<B> {
+    fn get(&self) -> *mut B {
+        self.0
+    }
+}
+
 /// Bytes of candle's Q8_K block: f32 scale, 256 quants, 16 i16 sums.
 const Q8K_BYTES: usize = 4 + 256 + 32;
+/// Where the sums start in a Q8_K block.
+const Q8K_SUMS: usize = 4 + 256;
 const _: () = assert!(std::mem::size_of::<BlockQ8K>() == Q8K_BYTES);
 const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
 
@@ -234,16 +274,19 @@ fn as_bytes<T>(blocks: &[T]) -> &[u8] {
 /// (it has twice the vector registers).
 #[cfg(target_arch = "x86_64")]
 macro_rules! kernels {
-    ($name:ident, $features:literal, vnni: $vnni:literal, tile: $tile:literal) => {
+    ($name:ident, $features:literal, vnni: $vnni:literal, q8_0_tile: $tile:literal) => {
         pub(super) mod $name {
-            use super::{Activations, Kind, Q8K_BYTES, QWeight, SendPtr};
+            use super::{Activations, Kind, Q8K_BYTES, Q8K_SUMS, QWeight, SendPtr};
             use std::arch::x86_64::*;
             use std::ops::Range;
             use std::ptr::read_unaligned;
 
             const VNNI: bool = $vnni;
-            /// Tokens multiplied by one decoded weight block.
-            pub(super) const TILE: usize = $tile;
+            /// Tokens multiplied by one decoded weight block: a Q8_0 block
+            /// decodes in one load, K-quant blocks take registers to hold.
+            const TILE_Q8: usize = $tile;
+            const TILE_K: usize = 4;
+            const TILE: usize = if TILE_Q8 > TILE_K { TILE_Q8 } else { TILE_K };
             /// Rows computed side by side for a single token.
             const ROWS: usize = 4;
 
@@ -266,12 +309,21 @@ macro_rules! kernels {
                 // of KiB) stay in L2.
                 let mut t0 = 0;
                 while t0 < m {
-                    let n = (m - t0).min(TILE);
+                    let width = if w.kind == Kind::Q8_0 {
+                        TILE_Q8
+                    } else {
+                        TILE_K
+                    };
+                    let n = (m - t0).min(width);
                     let mut r = rows.start;
                     while r < rows.end {
                         // A lone token takes several rows at once, so that
                         // their (serial) accumulations overlap.
-                        let g = if n == 1 && w.kind != Kind::Q6K { (rows.end - r).min(ROWS) } else { 1 };
+                        let g = if n == 1 && w.kind != Kind::Q6K {
+                            (rows.end - r).min(ROWS)
+                        } else {
+                            1
+                        };
                         let at = (w, row_bytes, r, act, t0, out);
                         unsafe {
                             match (n, g) {
@@ -570,11 +622,8 @@ macro_rules! kernels {
                             let y = unsafe { a[t].add(b * Q8K_BYTES) };
                             let yd = unsafe { read_unaligned(y as *const f32) };
                             let (d, dmin) = (yd * xd, -yd * xmin);
-                            let sums = unsafe { load(y.add(4 + 256)) };
-                            let q8s = _mm_hadd_epi16(
-                                _mm256_extracti128_si256(sums, 0),
-                                _mm256_extracti128_si256(sums, 1),
-                            );
+                            // Sums of 32 quants (see `Activations::quantize`).
+                            let q8s = unsafe { _mm_loadu_si128(y.add(Q8K_SUMS) as *const __m128i) };
                             let prod = _mm_madd_epi16(mins, q8s);
                             acc_m[r][t] =
                                 _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[r][t]);
@@ -611,9 +660,9 @@ macro_rules! kernels {
 }
 
 #[cfg(target_arch = "x86_64")]
-kernels!(avx2, "avx2,fma,f16c", vnni: false, tile: 4);
+kernels!(avx2, "avx2,fma,f16c", vnni: false, q8_0_tile: 8);
 #[cfg(target_arch = "x86_64")]
-kernels!(vnni, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", vnni: true, tile: 8);
+kernels!(vnni, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", vnni: true, q8_0_tile: 8);
 
 /// `_mm_shuffle_epi8` picks that spread Q6_K sub-block scales 2k and 2k + 1
 /// over eight bytes each.

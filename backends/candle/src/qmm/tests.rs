@@ -49,13 +49,7 @@ fn candle_blocks<B: Candle>(bytes: &[u8]) -> Vec<B> {
 }
 
 /// candle's `vec_dot` for every (token, row) pair.
-fn reference<W, A: Candle>(
-    bytes: &[u8],
-    rows: usize,
-    cols: usize,
-    x: &[f32],
-    m: usize,
-) -> Vec<f32>
+fn reference<W, A: Candle>(bytes: &[u8], rows: usize, cols: usize, x: &[f32], m: usize) -> Vec<f32>
 where
     W: Candle<VecDotType = A>,
 {
