@@ -285,7 +285,7 @@ macro_rules! kernels {
             /// Tokens multiplied by one decoded weight block: a Q8_0 block
             /// decodes in one load, K-quant blocks take registers to hold.
             const TILE_Q8: usize = $tile;
-            const TILE_K: usize = 4;
+            const TILE_K: usize = if VNNI { 8 } else { 4 };
             const TILE: usize = if TILE_Q8 > TILE_K { TILE_Q8 } else { TILE_K };
             /// Rows computed side by side for a single token.
             const ROWS: usize = 4;
