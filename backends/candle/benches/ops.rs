@@ -1,48 +1,73 @@
-//! Quantized matmul (decode GEMV and verification-sized batches) and
-//! attention on the candle backend, at Qwen2.5-1.5B sizes.
+//! Quantized matmul (decode GEMV, verification-sized batches, prefill
+//! chunks; our kernels beside candle-core's) and attention on the candle
+//! backend, at Qwen2.5 sizes.
 
 use arbor_backend_candle::CandleBackend;
 use arbor_tensor::{Backend, GgmlType, Heads, Mask, WeightData};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
-fn data(n: usize) -> Vec<f32> {
+fn data_f32(n: usize) -> Vec<f32> {
     (0..n)
         .map(|i| ((i * 2654435761) % 1000) as f32 / 500.0 - 1.0)
         .collect()
 }
 
-/// Q8_0 bytes with a fixed scale: the speed does not depend on values.
-fn q8_0_bytes(n: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(n / 32 * 34);
-    for b in 0..n / 32 {
-        out.extend_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
-        out.extend((0..32).map(|i| ((b * 31 + i * 7) % 255) as u8));
+/// Blocks of `ty` with varied quants and a small fixed f16 scale in every
+/// block (the speed does not depend on the values).
+fn blocks(ty: GgmlType, n: usize) -> Vec<u8> {
+    let size = ty.block_bytes();
+    let mut out: Vec<u8> = (0..n / ty.block_len() * size)
+        .map(|i| ((i * 2654435761) >> 7) as u8)
+        .collect();
+    let scales: &[usize] = match ty {
+        GgmlType::Q6_K => &[208],
+        GgmlType::Q4_K => &[0, 2],
+        _ => &[0],
+    };
+    for block in out.chunks_mut(size) {
+        for &at in scales {
+            block[at..at + 2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+        }
     }
     out
 }
 
+/// Our kernels and candle's on the matrices the two Qwen models spend their
+/// time in, for one token (decode), a verification-sized batch and a
+/// prefill chunk. Criterion's report shows the two side by side.
 fn matmul(c: &mut Criterion) {
-    let be = CandleBackend::new();
-    let (k, m) = (1536, 8960); // the 1.5B's MLP up projection
-    let bytes = q8_0_bytes(k * m);
-    let w = be
-        .weight(WeightData {
-            name: "w",
-            ty: GgmlType::Q8_0,
-            rows: m,
-            cols: k,
-            bytes: &bytes,
-        })
-        .unwrap();
-    let mut group = c.benchmark_group("matmul_q8_0_1536x8960");
-    for n in [1, 16, 64] {
-        let x = be.tensor(&data(n * k), n, k).unwrap();
-        group.throughput(Throughput::Elements((2 * n * k * m) as u64));
-        group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
-            b.iter(|| be.matmul(&x, &w).unwrap())
-        });
+    let ours = CandleBackend::new();
+    let candle = CandleBackend::new().with_candle_kernels();
+    for (ty, k, m, what) in [
+        (GgmlType::Q8_0, 896, 4864, "0.5b_mlp_up"),
+        (GgmlType::Q4_K, 1536, 8960, "1.5b_mlp_up"),
+        (GgmlType::Q6_K, 8960, 1536, "1.5b_mlp_down"),
+    ] {
+        let bytes = blocks(ty, k * m);
+        let data = |be: &CandleBackend| {
+            be.weight(WeightData {
+                name: "w",
+                ty,
+                rows: m,
+                cols: k,
+                bytes: &bytes,
+            })
+            .unwrap()
+        };
+        let (w_ours, w_candle) = (data(&ours), data(&candle));
+        let mut group = c.benchmark_group(format!("matmul_{ty}_{what}"));
+        for n in [1, 16, 64] {
+            let x = ours.tensor(&data_f32(n * k), n, k).unwrap();
+            group.throughput(Throughput::Elements((2 * n * k * m) as u64));
+            group.bench_with_input(BenchmarkId::new("arbor", n), &n, |b, _| {
+                b.iter(|| ours.matmul(&x, &w_ours).unwrap())
+            });
+            group.bench_with_input(BenchmarkId::new("candle", n), &n, |b, _| {
+                b.iter(|| candle.matmul(&x, &w_candle).unwrap())
+            });
+        }
+        group.finish();
     }
-    group.finish();
 }
 
 fn attention(c: &mut Criterion) {
@@ -57,9 +82,9 @@ fn attention(c: &mut Criterion) {
         let mut kv = be.kv_new(&h).unwrap();
         let kvd = 2 * 128;
         let t = past + n;
-        let k = be.tensor(&data(t * kvd), t, kvd).unwrap();
+        let k = be.tensor(&data_f32(t * kvd), t, kvd).unwrap();
         be.kv_append(&mut kv, &k, &k).unwrap();
-        let q = be.tensor(&data(n * 12 * 128), n, 12 * 128).unwrap();
+        let q = be.tensor(&data_f32(n * 12 * 128), n, 12 * 128).unwrap();
         let mask = Mask::causal(past, n);
         group.bench_function(format!("n{n}_past{past}"), |b| {
             b.iter(|| be.attention(&q, &kv, &mask, &h).unwrap())

@@ -1,25 +1,23 @@
 //! The CPU backend: activations are plain host `f32` matrices, weights stay
-//! in their GGUF quantized blocks and every matmul runs on them through
-//! candle-core's quantized kernels (AVX2 on x86-64). Nothing is dequantized
-//! in full.
+//! in their GGUF quantized blocks and every matmul runs on them. Nothing is
+//! dequantized in full.
+//!
+//! Q8_0, Q4_K and Q6_K matrices run on our own kernels ([`qmm`], see
+//! `docs/cpu-kernels.md`) wherever the CPU has AVX2, FMA and F16C: a token's
+//! results never depend on the other tokens of its batch (speculative
+//! decoding verifies many tokens at once and must reproduce one-token
+//! decoding bit for bit), and they equal ggml's dot products bit for bit.
 //!
 //! Q5_0 matrices are repacked to Q8_0 when loaded: the same 32-element
 //! blocks and scale, with `q8 = q5 - 16`, so the numbers are identical while
-//! candle's Q8_0 path is several times faster than its Q5_0 one. That costs
-//! 34/22 of those tensors' bytes.
+//! the Q8_0 kernel is fast. That costs 34/22 of those tensors' bytes.
 //!
-//! Q6_K matrices never use candle's repacked tile kernels: those run only
-//! for inputs of more than one row and round differently from the one-row
-//! kernel, so a token's logits would depend on how many tokens were batched
-//! with it, and speculative decoding (which verifies many tokens at once)
-//! could not reproduce one-token decoding bit for bit. We call candle's
-//! plain block matmul on the same blocks instead, which runs every row
-//! through the same dot products, at every batch size (prefill included, so
-//! a prompt's KV cache does not depend on how it was chunked either).
-//!
-//! Q4_K (and Q8_0 on VNNI CPUs) matrices go through candle's tiles at every
-//! batch size; we keep only the tiles and free the GGUF blocks (see
-//! [`packed`]), which nearly halves what those weights hold.
+//! Other types, other CPUs, and [`CandleBackend::with_candle_kernels`] use
+//! candle-core's kernels. Among those, Q6_K never takes candle's repacked
+//! tile kernels (they round differently with the batch size): we call its
+//! plain block matmul at every batch size. Q4_K (and Q8_0 on VNNI CPUs) go
+//! through candle's tiles at every batch size; we keep only the tiles and
+//! free the GGUF blocks (see [`packed`]).
 //!
 //! Small ops (norms, RoPE, SwiGLU, attention) are written here over slices,
 //! parallelised with rayon where they are big enough to matter.
@@ -126,15 +124,22 @@ pub struct HostKv {
 /// to f16 before their products (accumulation stays f32). Greedy outputs
 /// then match llama.cpp's token for token where two candidates are within
 /// a few hundredths of a logit, which f32 attention does not.
+///
+/// Q8_0 (and repacked Q5_0), Q4_K and Q6_K matrices run on our own kernels
+/// ([`qmm`]) where the CPU has AVX2, FMA and F16C; elsewhere, or with
+/// [`CandleBackend::with_candle_kernels`] (or `ARBOR_CANDLE_KERNELS=1` in
+/// the environment), on candle's.
 #[derive(Debug, Clone)]
 pub struct CandleBackend {
     f16_attention: bool,
+    candle_kernels: bool,
 }
 
 impl Default for CandleBackend {
     fn default() -> Self {
         Self {
             f16_attention: true,
+            candle_kernels: std::env::var("ARBOR_CANDLE_KERNELS").as_deref() == Ok("1"),
         }
     }
 }
@@ -149,7 +154,22 @@ impl CandleBackend {
     pub fn with_f32_attention() -> Self {
         Self {
             f16_attention: false,
+            ..Self::default()
         }
+    }
+
+    /// Every matmul on candle-core's own kernels (the baseline ours are
+    /// measured against).
+    pub fn with_candle_kernels(self) -> Self {
+        Self {
+            candle_kernels: true,
+            ..self
+        }
+    }
+
+    /// Whether `ty` (as held) multiplies on our kernels.
+    fn own_kernel(&self, ty: GgmlType) -> bool {
+        !self.candle_kernels && qmm::Kind::of(ty).is_some() && qmm::available()
     }
 }
 
@@ -253,7 +273,9 @@ impl Backend for CandleBackend {
     fn weight(&self, w: WeightData<'_>) -> Result<CandleWeight> {
         check_weight(&w)?;
         let (ty, bytes) = held_form(&w)?;
-        if let Some(q) = qmm::QWeight::new(ty, w.rows, w.cols, &bytes) {
+        if self.own_kernel(ty)
+            && let Some(q) = qmm::QWeight::new(ty, w.rows, w.cols, &bytes)
+        {
             return Ok(CandleWeight {
                 held: q.held_bytes(),
                 mm: Held::Own(q),
@@ -286,7 +308,7 @@ impl Backend for CandleBackend {
         } else {
             ty
         };
-        if qmm::Kind::of(held).is_some() && qmm::available() {
+        if self.own_kernel(held) {
             return held.bytes_for((rows * cols) as u64).unwrap_or(0);
         }
         packed::tiles_for(candle_dtype(held), rows, cols)

@@ -64,8 +64,7 @@ pub(crate) fn available() -> bool {
     {
         static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *OK.get_or_init(|| {
-            std::env::var("ARBOR_CANDLE_KERNELS").as_deref() != Ok("1")
-                && is_x86_feature_detected!("avx2")
+            is_x86_feature_detected!("avx2")
                 && is_x86_feature_detected!("fma")
                 && is_x86_feature_detected!("f16c")
         })
