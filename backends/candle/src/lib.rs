@@ -2,18 +2,17 @@
 //! in their GGUF quantized blocks and every matmul runs on them. Nothing is
 //! dequantized in full.
 //!
-//! Q8_0, Q4_K and Q6_K matrices run on our own kernels ([`qmm`], see
+//! Q5_0, Q8_0, Q4_K and Q6_K matrices run on our own kernels ([`qmm`], see
 //! `docs/cpu-kernels.md`) wherever the CPU has AVX2, FMA and F16C: a token's
 //! results never depend on the other tokens of its batch (speculative
 //! decoding verifies many tokens at once and must reproduce one-token
 //! decoding bit for bit), and they equal ggml's dot products bit for bit.
 //!
-//! Q5_0 matrices are repacked to Q8_0 when loaded: the same 32-element
-//! blocks and scale, with `q8 = q5 - 16`, so the numbers are identical while
-//! the Q8_0 kernel is fast. That costs 34/22 of those tensors' bytes.
-//!
 //! Other types, other CPUs, and [`CandleBackend::with_candle_kernels`] use
-//! candle-core's kernels. Among those, Q6_K never takes candle's repacked
+//! candle-core's kernels. For those, Q5_0 matrices are repacked to Q8_0
+//! when loaded: the same 32-element blocks and scale, with `q8 = q5 - 16`,
+//! so the numbers are identical while candle's Q8_0 path is several times
+//! faster than its Q5_0 one (at 34/22 of the bytes). Among candle's paths, Q6_K never takes candle's repacked
 //! tile kernels (they round differently with the batch size): we call its
 //! plain block matmul at every batch size. Q4_K (and Q8_0 on VNNI CPUs) go
 //! through candle's tiles at every batch size; we keep only the tiles and
@@ -66,7 +65,8 @@ pub struct CandleWeight {
 }
 
 impl CandleWeight {
-    /// The type the weight is held in (Q8_0 for a repacked Q5_0).
+    /// The type the weight is held in (Q8_0 for a Q5_0 repacked for
+    /// candle's kernels).
     pub fn held_as(&self) -> GgmlType {
         self.ty
     }
@@ -125,7 +125,7 @@ pub struct HostKv {
 /// then match llama.cpp's token for token where two candidates are within
 /// a few hundredths of a logit, which f32 attention does not.
 ///
-/// Q8_0 (and repacked Q5_0), Q4_K and Q6_K matrices run on our own kernels
+/// Q5_0, Q8_0, Q4_K and Q6_K matrices run on our own kernels
 /// ([`qmm`]) where the CPU has AVX2, FMA and F16C; elsewhere, or with
 /// [`CandleBackend::with_candle_kernels`] (or `ARBOR_CANDLE_KERNELS=1` in
 /// the environment), on candle's.
@@ -170,6 +170,27 @@ impl CandleBackend {
     /// Whether `ty` (as held) multiplies on our kernels.
     fn own_kernel(&self, ty: GgmlType) -> bool {
         !self.candle_kernels && qmm::Kind::of(ty).is_some() && qmm::available()
+    }
+
+    /// The type a weight of type `ty` is held in: candle's kernels get Q5_0
+    /// repacked to Q8_0 (candle has no fast Q5_0 path).
+    fn held_type(&self, ty: GgmlType) -> GgmlType {
+        if ty == GgmlType::Q5_0 && !self.own_kernel(ty) {
+            GgmlType::Q8_0
+        } else {
+            ty
+        }
+    }
+
+    /// The type and bytes a weight is held in.
+    fn held_form<'a>(&self, w: &WeightData<'a>) -> Result<(GgmlType, Cow<'a, [u8]>)> {
+        Ok(match self.held_type(w.ty) {
+            GgmlType::Q8_0 if w.ty == GgmlType::Q5_0 => (
+                GgmlType::Q8_0,
+                Cow::Owned(arbor_gguf::quant::repack_q5_0_to_q8_0(w.bytes)?),
+            ),
+            ty => (ty, Cow::Borrowed(w.bytes)),
+        })
     }
 }
 
@@ -226,17 +247,6 @@ fn check_weight(w: &WeightData<'_>) -> Result<()> {
     Ok(())
 }
 
-/// The type and bytes a weight is held in: Q5_0 becomes Q8_0.
-fn held_form<'a>(w: &WeightData<'a>) -> Result<(GgmlType, Cow<'a, [u8]>)> {
-    Ok(match w.ty {
-        GgmlType::Q5_0 => (
-            GgmlType::Q8_0,
-            Cow::Owned(arbor_gguf::quant::repack_q5_0_to_q8_0(w.bytes)?),
-        ),
-        ty => (ty, Cow::Borrowed(w.bytes)),
-    })
-}
-
 /// Attention with fewer (query row × key × head) scores than this runs on
 /// the calling thread.
 const PARALLEL_ATTENTION_MIN: usize = 1 << 16;
@@ -272,7 +282,7 @@ impl Backend for CandleBackend {
 
     fn weight(&self, w: WeightData<'_>) -> Result<CandleWeight> {
         check_weight(&w)?;
-        let (ty, bytes) = held_form(&w)?;
+        let (ty, bytes) = self.held_form(&w)?;
         if self.own_kernel(ty)
             && let Some(q) = qmm::QWeight::new(ty, w.rows, w.cols, &bytes)
         {
@@ -298,16 +308,17 @@ impl Backend for CandleBackend {
 
     fn embedding_table(&self, w: WeightData<'_>) -> Result<CandleWeight> {
         check_weight(&w)?;
-        let (ty, bytes) = held_form(&w)?;
+        // Our kernels' weights look rows up from their blocks (a tied table
+        // is also the output head); candle's tiles cannot.
+        if self.own_kernel(self.held_type(w.ty)) {
+            return self.weight(w);
+        }
+        let (ty, bytes) = self.held_form(&w)?;
         self.plain_weight(ty, &w, bytes)
     }
 
     fn weight_bytes(&self, ty: GgmlType, rows: usize, cols: usize) -> u64 {
-        let held = if ty == GgmlType::Q5_0 {
-            GgmlType::Q8_0
-        } else {
-            ty
-        };
+        let held = self.held_type(ty);
         if self.own_kernel(held) {
             return held.bytes_for((rows * cols) as u64).unwrap_or(0);
         }

@@ -1,6 +1,6 @@
 //! Our own matmul kernels on GGUF quantized blocks (x86-64, AVX2 + FMA +
-//! F16C), for the types the Qwen and SmolLM files are mostly made of: Q8_0
-//! (and Q5_0, repacked to Q8_0), Q4_K and Q6_K.
+//! F16C), for the types the Qwen files are made of: Q5_0, Q8_0, Q4_K and
+//! Q6_K.
 //!
 //! Why not candle's: its plain kernels compute one (weight row, token) dot
 //! product per call, so a batch of tokens re-decodes every weight block once
@@ -27,6 +27,7 @@ use candle_core::quantized::k_quants::{BlockQ8_0, BlockQ8K, GgmlType as CandleBl
 /// A block type with a kernel here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
+    Q5_0,
     Q8_0,
     Q4K,
     Q6K,
@@ -35,6 +36,7 @@ pub(crate) enum Kind {
 impl Kind {
     pub(crate) fn of(ty: GgmlType) -> Option<Kind> {
         match ty {
+            GgmlType::Q5_0 => Some(Kind::Q5_0),
             GgmlType::Q8_0 => Some(Kind::Q8_0),
             GgmlType::Q4_K => Some(Kind::Q4K),
             GgmlType::Q6_K => Some(Kind::Q6K),
@@ -44,6 +46,7 @@ impl Kind {
 
     fn block_bytes(self) -> usize {
         match self {
+            Kind::Q5_0 => 22,
             Kind::Q8_0 => 34,
             Kind::Q4K => 144,
             Kind::Q6K => 210,
@@ -52,7 +55,7 @@ impl Kind {
 
     fn block_len(self) -> usize {
         match self {
-            Kind::Q8_0 => 32,
+            Kind::Q5_0 | Kind::Q8_0 => 32,
             Kind::Q4K | Kind::Q6K => 256,
         }
     }
@@ -179,7 +182,7 @@ impl Activations {
     fn quantize(kind: Kind, x: &[f32], m: usize, cols: usize) -> Activations {
         let nb = cols / kind.block_len();
         match kind {
-            Kind::Q8_0 => {
+            Kind::Q5_0 | Kind::Q8_0 => {
                 let blocks = quantize_rows::<BlockQ8_0>(x, m, cols, nb);
                 let raw = as_bytes(&blocks);
                 let mut bytes = Vec::with_capacity(m * nb * 32);
@@ -308,7 +311,7 @@ macro_rules! kernels {
                 // of KiB) stay in L2.
                 let mut t0 = 0;
                 while t0 < m {
-                    let width = if w.kind == Kind::Q8_0 {
+                    let width = if matches!(w.kind, Kind::Q5_0 | Kind::Q8_0) {
                         TILE_Q8
                     } else {
                         TILE_K
@@ -376,10 +379,14 @@ macro_rules! kernels {
                 }
                 let vals = unsafe {
                     match w.kind {
-                        Kind::Q8_0 => {
+                        Kind::Q5_0 | Kind::Q8_0 => {
                             let s: [*const f32; T] =
                                 std::array::from_fn(|t| act.scales.as_ptr().add((t0 + t) * nb));
-                            q8_0::<R, T>(wr, nb, a, s)
+                            if w.kind == Kind::Q5_0 {
+                                q8_0::<R, T, true>(wr, nb, a, s)
+                            } else {
+                                q8_0::<R, T, false>(wr, nb, a, s)
+                            }
                         }
                         Kind::Q4K => q4k::<R, T>(wr, nb, a),
                         Kind::Q6K => q6k::<R, T>(wr, nb, a),
@@ -449,7 +456,7 @@ macro_rules! kernels {
             /// Q8_0 row (`nb` blocks of 34 bytes) against `T` tokens' Q8_0
             /// quants (`a`, 32 bytes per block) and scales (`s`).
             #[target_feature(enable = $features)]
-            unsafe fn q8_0<const R: usize, const T: usize>(
+            unsafe fn q8_0<const R: usize, const T: usize, const Q5: bool>(
                 w: [*const u8; R],
                 nb: usize,
                 a: [*const u8; T],
@@ -458,9 +465,13 @@ macro_rules! kernels {
                 let mut acc = [[_mm256_setzero_ps(); T]; R];
                 for b in 0..nb {
                     for r in 0..R {
-                        let blk = unsafe { w[r].add(b * 34) };
+                        let blk = unsafe { w[r].add(b * if Q5 { 22 } else { 34 }) };
                         let wd = f16_at(blk);
-                        let bx = unsafe { load(blk.add(2)) };
+                        let bx = if Q5 {
+                            unsafe { q5_0_quants(blk) }
+                        } else {
+                            unsafe { load(blk.add(2)) }
+                        };
                         let ax = _mm256_sign_epi8(bx, bx);
                         for t in 0..T {
                             let by = unsafe { load(a[t].add(b * 32)) };
@@ -472,6 +483,40 @@ macro_rules! kernels {
                     }
                 }
                 sums(acc)
+            }
+
+            /// A Q5_0 block's quants as i8 `q - 16` (exactly the Q8_0 quants
+            /// of its repacking): low nibbles are elements 0..16, high
+            /// nibbles 16..32, bit j of the u32 after the scale is bit 4 of
+            /// element j.
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn q5_0_quants(blk: *const u8) -> __m256i {
+                let qh = unsafe { read_unaligned(blk.add(2) as *const u32) };
+                let lo = unsafe { _mm_loadu_si128(blk.add(6) as *const __m128i) };
+                let nibbles = _mm256_and_si256(
+                    _mm256_set_m128i(_mm_srli_epi16(lo, 4), lo),
+                    _mm256_set1_epi8(0x0F),
+                );
+                // Byte j = 0xFF where bit j of `qh` is set.
+                let spread = _mm256_shuffle_epi8(
+                    _mm256_set1_epi32(u32::from_le(qh) as i32),
+                    _mm256_set_epi64x(
+                        0x0303030303030303,
+                        0x0202020202020202,
+                        0x0101010101010101,
+                        0,
+                    ),
+                );
+                let bits = _mm256_cmpeq_epi8(
+                    _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
+                    _mm256_set1_epi8(-1),
+                );
+                // Without bit 4, q - 16 = nibble | 0xF0 (as i8).
+                _mm256_or_si256(
+                    nibbles,
+                    _mm256_andnot_si256(bits, _mm256_set1_epi8(0xF0u8 as i8)),
+                )
             }
 
             /// Horizontal sums of the accumulators.

@@ -95,8 +95,7 @@ fn matmul_on_f32_and_quantized_weights_matches_host_math() {
 }
 
 #[test]
-fn q5_0_weights_are_repacked_losslessly() {
-    let be = CandleBackend::new();
+fn q5_0_weights_are_held_or_repacked_losslessly() {
     let (m, k) = (4, 64);
     let qs: Vec<u8> = (0..m * k).map(|i| (i * 7 % 32) as u8).collect();
     let bytes = q5_0(&qs, 0.25);
@@ -109,13 +108,30 @@ fn q5_0_weights_are_repacked_losslessly() {
     };
     let expected: Vec<f32> = qs.iter().map(|&q| (q as f32 - 16.0) * 0.25).collect();
     assert_eq!(data.to_f32().unwrap(), expected);
-    let w = be.weight(data).unwrap();
-    assert_eq!(w.held_as(), GgmlType::Q8_0);
-    // Embedding rows come straight from the stored blocks: exact.
-    let rows = be.to_vec(&be.embed(&w, &[2, 0]).unwrap()).unwrap();
-    assert_eq!(rows[..k], expected[2 * k..3 * k]);
-    assert_eq!(rows[k..], expected[..k]);
-    assert!(be.embed(&w, &[4]).is_err(), "id past the table is an error");
+    let x = Gen(5).vec(3 * k);
+    let mut products = Vec::new();
+    // Our kernel multiplies the Q5_0 blocks as they are; candle's are given
+    // them repacked to Q8_0.
+    for be in [
+        CandleBackend::new(),
+        CandleBackend::new().with_candle_kernels(),
+    ] {
+        let w = be.weight(data.clone()).unwrap();
+        assert!(matches!(w.held_as(), GgmlType::Q5_0 | GgmlType::Q8_0));
+        // Embedding rows come straight from the stored blocks: exact.
+        let rows = be.to_vec(&be.embed(&w, &[2, 0]).unwrap()).unwrap();
+        assert_eq!(rows[..k], expected[2 * k..3 * k]);
+        assert_eq!(rows[k..], expected[..k]);
+        assert!(be.embed(&w, &[4]).is_err(), "id past the table is an error");
+        let y = be.matmul(&be.tensor(&x, 3, k).unwrap(), &w).unwrap();
+        products.push(be.to_vec(&y).unwrap());
+    }
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&products[0]),
+        bits(&products[1]),
+        "Q5_0 kernel and the Q8_0 repacking disagree"
+    );
 }
 
 #[test]

@@ -80,6 +80,7 @@ fn check(kind: Kind, ty: GgmlType, scale_at: &[usize]) {
         let x: Vec<f32> = (0..m * cols).map(|_| g.f32()).collect();
         let want = match kind {
             Kind::Q8_0 => reference::<BlockQ8_0, BlockQ8_0>(&bytes, rows, cols, &x, m),
+            Kind::Q5_0 => unreachable!("checked against its Q8_0 repacking"),
             Kind::Q4K => reference::<BlockQ4K, BlockQ8K>(&bytes, rows, cols, &x, m),
             Kind::Q6K => reference::<BlockQ6K, BlockQ8K>(&bytes, rows, cols, &x, m),
         };
@@ -117,4 +118,34 @@ fn q6_k_equals_candle_vec_dot_bit_for_bit() {
 fn other_types_have_no_kernel() {
     assert!(QWeight::new(GgmlType::Q4_0, 1, 32, &[0; 18]).is_none());
     assert!(QWeight::new(GgmlType::F32, 1, 32, &[0; 128]).is_none());
+}
+
+/// Q5_0 blocks multiply exactly like their Q8_0 repacking (`q8 = q5 - 16`),
+/// which is what candle's kernels are given.
+#[test]
+fn q5_0_equals_its_q8_0_repacking_bit_for_bit() {
+    if !available() {
+        return;
+    }
+    let mut g = Gen(0x55);
+    let (rows, cols) = (37, 256);
+    let bytes = blocks(Kind::Q5_0, rows * cols / 32, &mut g, &[0]);
+    let repacked = arbor_gguf::quant::repack_q5_0_to_q8_0(&bytes).unwrap();
+    let q5 = QWeight::new(GgmlType::Q5_0, rows, cols, &bytes).unwrap();
+    let q8 = QWeight::new(GgmlType::Q8_0, rows, cols, &repacked).unwrap();
+    for m in [1usize, 3, 8, 11] {
+        let x: Vec<f32> = (0..m * cols).map(|_| g.f32()).collect();
+        let want = reference::<BlockQ8_0, BlockQ8_0>(&repacked, rows, cols, &x, m);
+        for with_vnni in [false, vnni()] {
+            for w in [&q5, &q8] {
+                let mut got = vec![0f32; m * rows];
+                w.matmul_on(with_vnni, &x, m, &mut got);
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{:?}, {m} tokens, vnni {with_vnni}", w.kind);
+            }
+        }
+    }
 }
