@@ -116,7 +116,7 @@ fn q5_0_weights_are_held_or_repacked_losslessly() {
         CandleBackend::new(),
         CandleBackend::new().with_candle_kernels(),
     ] {
-        let w = be.weight(data.clone()).unwrap();
+        let w = be.weight(data).unwrap();
         assert!(matches!(w.held_as(), GgmlType::Q5_0 | GgmlType::Q8_0));
         // Embedding rows come straight from the stored blocks: exact.
         let rows = be.to_vec(&be.embed(&w, &[2, 0]).unwrap()).unwrap();
