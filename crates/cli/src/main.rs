@@ -205,16 +205,43 @@ pub fn load(path: &std::path::Path, backend: BackendKind) -> Result<Engine> {
     Ok(engine)
 }
 
+/// `tree` with a draft, `autoregressive` without, and `autoregressive` too
+/// when a memory budget holds the whole target by itself: speculative
+/// decoding would have to make room for the draft by streaming target
+/// layers from disk on every pass, which costs far more than it saves.
+fn default_strategy(
+    target: &std::path::Path,
+    draft: bool,
+    budget: Option<u64>,
+    backend: BackendKind,
+) -> Result<&'static str> {
+    if !draft {
+        return Ok("autoregressive");
+    }
+    if let Some(b) = budget {
+        let options = arbor_engine::MemoryOptions::new(b, false);
+        if Engine::target_fits(target, backend, &options)? {
+            eprintln!(
+                "the target fits the memory budget by itself: decoding without the draft \
+                 (--strategy tree to use it anyway)"
+            );
+            return Ok("autoregressive");
+        }
+    }
+    Ok("tree")
+}
+
 fn generate(args: &GenerateArgs, backend: BackendKind) -> Result<()> {
     let path = model_path(args.model.as_deref())?;
-    let strategy_name = args.strategy.clone().unwrap_or_else(|| {
-        if args.draft.is_some() {
-            "tree"
-        } else {
-            "autoregressive"
-        }
-        .into()
-    });
+    let budget = args
+        .memory_budget
+        .as_deref()
+        .map(arbor_engine::parse_bytes)
+        .transpose()?;
+    let strategy_name = match &args.strategy {
+        Some(s) => s.clone(),
+        None => default_strategy(&path, args.draft.is_some(), budget, backend)?.into(),
+    };
     let variant = spec::Variant::parse(&strategy_name)?;
     let strategy_name = variant.base.to_string();
     let needs_draft = arbor_engine::Strategy::parse(&strategy_name)?.needs_draft();
@@ -225,11 +252,6 @@ fn generate(args: &GenerateArgs, backend: BackendKind) -> Result<()> {
         Some(d) if needs_draft => Some(spec::fetch_or_resolve(d)?),
         _ => None,
     };
-    let budget = args
-        .memory_budget
-        .as_deref()
-        .map(arbor_engine::parse_bytes)
-        .transpose()?;
     let mut engine = match budget {
         Some(b) => {
             spec::load_budgeted(&path, draft_path.as_deref(), backend, b, variant.pipelined)?

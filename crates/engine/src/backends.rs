@@ -119,3 +119,12 @@ pub(crate) fn load_budgeted(
         crate::memory::load_target(backend, file, path, draft, options, progress)
     })
 }
+
+pub(crate) fn target_fits(
+    kind: BackendKind,
+    file: &GgufFile,
+    options: &crate::MemoryOptions,
+) -> Result<bool> {
+    let _ = (&file, &options);
+    with_backend!(kind, backend => crate::memory::target_fits(&backend, file, options))
+}

@@ -170,6 +170,15 @@ impl Engine {
         Ok(engine)
     }
 
+    /// Whether the model at `path` alone (no draft) keeps every layer
+    /// resident under `options`, measured against what this process holds
+    /// now. When it does, decoding without a draft is the fastest choice:
+    /// a draft's memory would push target layers out to be streamed.
+    pub fn target_fits(path: &Path, backend: BackendKind, options: &MemoryOptions) -> Result<bool> {
+        let file = arbor_gguf::GgufFile::open(path)?;
+        backends::target_fits(backend, &file, options)
+    }
+
     /// How the memory budget was split, when the engine was loaded under one.
     pub fn memory(&self) -> Option<&MemoryReport> {
         self.memory.as_ref()

@@ -97,16 +97,14 @@ fn kv_per_token(c: &Config) -> u64 {
 /// activations that are not counted one by one.
 const SLACK: u64 = 48 << 20;
 
-/// Loads the target of `file` under `options`, given that `draft` (if any)
-/// is already loaded.
-pub(crate) fn load_target<B: Backend + Clone>(
-    backend: B,
+/// The residency plan for the target of `file` under `options`, given that
+/// `draft` (if any) is already loaded, with the target's layer specs.
+fn plan_target<B: Backend>(
+    backend: &B,
     file: &GgufFile,
-    path: &Path,
     draft: Option<&Config>,
     options: &MemoryOptions,
-    progress: &mut dyn FnMut(usize, usize),
-) -> Result<(Box<dyn LanguageModel>, MemoryReport)> {
+) -> Result<(Plan, Vec<Vec<arbor_model::TensorSpec>>, u64)> {
     let h = file.header();
     let c = Config::from_gguf(h)?;
     let specs: Vec<_> = (0..c.n_layers)
@@ -115,7 +113,7 @@ pub(crate) fn load_target<B: Backend + Clone>(
     let costs: Vec<LayerCost> = specs
         .iter()
         .map(|s| LayerCost {
-            held: arbor_model::decoder::held_bytes(&backend, s),
+            held: arbor_model::decoder::held_bytes(backend, s),
             read: s.iter().map(|t| t.len as u64).sum(),
         })
         .collect();
@@ -137,6 +135,38 @@ pub(crate) fn load_target<B: Backend + Clone>(
         read_buffer_bytes(&refs) * buffer_sets(options.mode),
     )
     .map_err(arbor_model::ModelError::from)?;
+    Ok((plan, specs, base))
+}
+
+/// Whether the target of `file` would keep every layer resident under
+/// `options` with nothing else loaded (no draft): then the fastest way to
+/// run it is without one, since a draft's memory would push target layers
+/// out to be read from disk on every pass.
+pub(crate) fn target_fits<B: Backend>(
+    backend: &B,
+    file: &GgufFile,
+    options: &MemoryOptions,
+) -> Result<bool> {
+    Ok(match plan_target(backend, file, None, options) {
+        Ok((plan, _, _)) => plan.streamed() == 0,
+        Err(crate::EngineError::Model(arbor_model::ModelError::Paging(
+            arbor_paging::PagingError::TooSmall { .. },
+        ))) => false,
+        Err(e) => return Err(e),
+    })
+}
+
+/// Loads the target of `file` under `options`, given that `draft` (if any)
+/// is already loaded.
+pub(crate) fn load_target<B: Backend + Clone>(
+    backend: B,
+    file: &GgufFile,
+    path: &Path,
+    draft: Option<&Config>,
+    options: &MemoryOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<(Box<dyn LanguageModel>, MemoryReport)> {
+    let (plan, specs, base) = plan_target(&backend, file, draft, options)?;
     let mut model = Decoder::load_partial(backend.clone(), file, &plan.resident, progress)?;
     let target_resident_bytes = model.resident_bytes();
     let mut monitor = None;

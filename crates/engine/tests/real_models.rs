@@ -260,6 +260,17 @@ fn a_memory_budget_streams_layers_without_changing_the_output() {
     let plan = probe.memory().unwrap().plan.clone();
     assert_eq!(plan.streamed(), 0, "8 GiB holds smollm2 whole");
     drop(probe);
+    // The planning-only check agrees with what loading did, at both ends.
+    assert!(Engine::target_fits(&path, BackendKind::Candle, &roomy).unwrap());
+    let whole = plan.fixed + plan.resident_bytes;
+    for (budget, fits) in [(whole, true), (whole - 1, false), (plan.fixed / 2, false)] {
+        let options = MemoryOptions {
+            base,
+            ..MemoryOptions::new(budget, false)
+        };
+        let got = Engine::target_fits(&path, BackendKind::Candle, &options).unwrap();
+        assert_eq!(got, fits, "budget {budget}");
+    }
 
     for pipelined in [false, true] {
         let budget = plan.fixed + plan.resident_bytes / 2;
