@@ -213,14 +213,37 @@ impl Activations {
                         }
                     }
                 }
+                if kind == Kind::Q6K {
+                    bytes = with_offset_sums(&bytes);
+                }
+                let block = if kind == Kind::Q6K {
+                    Q6K_ACT
+                } else {
+                    Q8K_BYTES
+                };
                 Activations {
                     bytes,
                     scales: Vec::new(),
-                    stride: nb * Q8K_BYTES,
+                    stride: nb * block,
                 }
             }
         }
     }
+}
+
+/// Q8_K blocks each followed by what the Q6_K kernel subtracts for the
+/// quants' offset of 32: `32 * (q[2j] + q[2j + 1])` as i16, 16 per 32
+/// quants (what `_mm256_maddubs_epi16` of 32s and the quants gives).
+fn with_offset_sums(blocks: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(blocks.len() / Q8K_BYTES * Q6K_ACT);
+    for block in blocks.chunks_exact(Q8K_BYTES) {
+        out.extend_from_slice(block);
+        for pair in block[4..4 + 256].chunks_exact(2) {
+            let v = 32 * (pair[0] as i8 as i16 + pair[1] as i8 as i16);
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    out
 }
 
 /// Quantizes the `m` rows of `x` with candle's `from_float` (on the thread
@@ -257,6 +280,9 @@ impl<B> BlockPtr<B> {
 const Q8K_BYTES: usize = 4 + 256 + 32;
 /// Where the sums start in a Q8_K block.
 const Q8K_SUMS: usize = 4 + 256;
+/// Bytes per block of a Q6_K kernel's activations: the Q8_K block, then
+/// 256 bytes of offset sums (see [`with_offset_sums`]).
+const Q6K_ACT: usize = Q8K_BYTES + 256;
 const _: () = assert!(std::mem::size_of::<BlockQ8K>() == Q8K_BYTES);
 const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
 
@@ -278,7 +304,7 @@ fn as_bytes<T>(blocks: &[T]) -> &[u8] {
 macro_rules! kernels {
     ($name:ident, $features:literal, vnni: $vnni:literal, q8_0_tile: $tile:literal) => {
         pub(super) mod $name {
-            use super::{Activations, Kind, Q8K_BYTES, Q8K_SUMS, QWeight, SendPtr};
+            use super::{Activations, Kind, Q6K_ACT, Q8K_BYTES, Q8K_SUMS, QWeight, SendPtr};
             use std::arch::x86_64::*;
             use std::ops::Range;
             use std::ptr::read_unaligned;
@@ -292,7 +318,19 @@ macro_rules! kernels {
             /// Rows computed side by side for a single token.
             const ROWS: usize = 4;
 
+            /// Rows whose accumulators are held while a batch walks the
+            /// weight rows' blocks in chunks.
+            const GROUP: usize = 16;
+
             /// Computes output rows `rows` for all `m` tokens.
+            ///
+            /// For each group of rows and tile of tokens, the blocks of a
+            /// row are taken a chunk at a time, every row of the group
+            /// before the next chunk, so the tile's activations for the
+            /// chunk stay in L1 (a Q6_K row of 8960 against 8 tokens would
+            /// otherwise stream 150 KiB of activations from L2 per row).
+            /// Each (row, token) accumulator still sees every block in
+            /// order: the result is the same as one pass.
             ///
             /// # Safety
             /// The CPU has the module's features; `out` points to
@@ -305,59 +343,113 @@ macro_rules! kernels {
                 rows: Range<usize>,
                 out: SendPtr,
             ) {
-                let row_bytes = w.cols / w.kind.block_len() * w.kind.block_bytes();
-                // Token tiles outside, rows inside: a tile's quantized
-                // activations stay in L1 while the chunk's rows (a few tens
-                // of KiB) stay in L2.
-                let mut t0 = 0;
-                while t0 < m {
-                    let width = if matches!(w.kind, Kind::Q5_0 | Kind::Q8_0) {
-                        TILE_Q8
-                    } else {
-                        TILE_K
-                    };
-                    let n = (m - t0).min(width);
-                    let mut r = rows.start;
-                    while r < rows.end {
-                        // A lone token takes several rows at once, so that
-                        // their (serial) accumulations overlap.
-                        let g = if n == 1 && w.kind != Kind::Q6K {
-                            (rows.end - r).min(ROWS)
-                        } else {
-                            1
-                        };
-                        let at = (w, row_bytes, r, act, t0, out);
-                        unsafe {
-                            match (n, g) {
-                                (1, ROWS) => tile::<ROWS, 1>(at),
-                                (1, _) => tile::<1, 1>(at),
-                                (2, _) => tile::<1, 2>(at),
-                                (3, _) => tile::<1, 3>(at),
-                                (4, _) => tile::<1, 4>(at),
-                                (5, _) => tile::<1, 5>(at),
-                                (6, _) => tile::<1, 6>(at),
-                                (7, _) => tile::<1, 7>(at),
-                                _ => tile::<1, TILE>(at),
+                let nb = w.cols / w.kind.block_len();
+                let row_bytes = nb * w.kind.block_bytes();
+                let width = if matches!(w.kind, Kind::Q5_0 | Kind::Q8_0) {
+                    TILE_Q8
+                } else {
+                    TILE_K
+                };
+                // Blocks per chunk: about 12 KiB of a full tile's activations.
+                let chunk = match w.kind {
+                    Kind::Q5_0 | Kind::Q8_0 => 48,
+                    Kind::Q4K => 6,
+                    Kind::Q6K => 3,
+                };
+                // Accumulators between chunks (untouched when a row is one
+                // chunk: the kernel then keeps them in registers).
+                let mut acc = [[_mm256_setzero_ps(); TILE]; GROUP];
+                let mut acc_m = [[_mm_setzero_ps(); TILE]; GROUP];
+                let mut g0 = rows.start;
+                while g0 < rows.end {
+                    let g1 = (g0 + GROUP).min(rows.end);
+                    let mut t0 = 0;
+                    while t0 < m {
+                        let n = (m - t0).min(width);
+                        let step = if n == 1 { nb } else { chunk };
+                        let mut b0 = 0;
+                        while b0 < nb {
+                            let blocks = b0..(b0 + step).min(nb);
+                            let mut r = g0;
+                            while r < g1 {
+                                // A lone token takes several rows at once,
+                                // so that their (serial) accumulations
+                                // overlap.
+                                let g = if n == 1 && w.kind != Kind::Q6K {
+                                    (g1 - r).min(ROWS)
+                                } else {
+                                    1
+                                };
+                                let at = Tile {
+                                    w,
+                                    row_bytes,
+                                    r,
+                                    act,
+                                    t0,
+                                    first: blocks.start == 0,
+                                    last: blocks.end == nb,
+                                    blocks: blocks.clone(),
+                                    acc: acc[r - g0].as_mut_ptr(),
+                                    acc_m: acc_m[r - g0].as_mut_ptr(),
+                                    out,
+                                };
+                                unsafe {
+                                    match (n, g) {
+                                        (1, ROWS) => tile::<ROWS, 1>(at),
+                                        (1, _) => tile::<1, 1>(at),
+                                        (2, _) => tile::<1, 2>(at),
+                                        (3, _) => tile::<1, 3>(at),
+                                        (4, _) => tile::<1, 4>(at),
+                                        (5, _) => tile::<1, 5>(at),
+                                        (6, _) => tile::<1, 6>(at),
+                                        (7, _) => tile::<1, 7>(at),
+                                        _ => tile::<1, TILE>(at),
+                                    }
+                                }
+                                r += g;
                             }
+                            b0 += step;
                         }
-                        r += g;
+                        t0 += n;
                     }
-                    t0 += n;
+                    g0 = g1;
                 }
             }
 
-            /// Rows `r..r + R` for tokens `t0..t0 + T`, written to `out`.
+            /// Where one kernel call reads and accumulates: rows `r..r + R`
+            /// and tokens `t0..t0 + T`, over `blocks`; accumulator (i, t)
+            /// at `acc + i * TILE + t` (and `acc_m`, for Q4_K's mins),
+            /// starting from zero on the `first` chunk and written to `out`
+            /// as results after the `last`.
+            struct Tile<'a> {
+                w: &'a QWeight,
+                row_bytes: usize,
+                r: usize,
+                act: &'a Activations,
+                t0: usize,
+                first: bool,
+                last: bool,
+                blocks: Range<usize>,
+                acc: *mut __m256,
+                acc_m: *mut __m128,
+                out: SendPtr,
+            }
+
             #[target_feature(enable = $features)]
-            unsafe fn tile<const R: usize, const T: usize>(
-                (w, row_bytes, r, act, t0, out): (
-                    &QWeight,
-                    usize,
-                    usize,
-                    &Activations,
-                    usize,
-                    SendPtr,
-                ),
-            ) {
+            unsafe fn tile<const R: usize, const T: usize>(at: Tile<'_>) {
+                let Tile {
+                    w,
+                    row_bytes,
+                    r,
+                    act,
+                    t0,
+                    first,
+                    last,
+                    blocks,
+                    acc,
+                    acc_m,
+                    out,
+                } = at;
                 if T > TILE {
                     return;
                 }
@@ -369,7 +461,7 @@ macro_rules! kernels {
                 });
                 if R > 1 {
                     // Interleaved rows hide the hardware prefetcher's
-                    // stream: fetch the group after next ourselves.
+                    // stream: fetch a few groups ahead ourselves.
                     let ahead = wr[0].wrapping_add(4 * R * row_bytes);
                     let mut off = 0;
                     while off < R * row_bytes {
@@ -377,24 +469,50 @@ macro_rules! kernels {
                         off += 64;
                     }
                 }
-                let vals = unsafe {
+                let mut main = [[_mm256_setzero_ps(); T]; R];
+                let mut mins = [[_mm_setzero_ps(); T]; R];
+                if !first {
+                    for i in 0..R {
+                        for t in 0..T {
+                            unsafe {
+                                main[i][t] = *acc.add(i * TILE + t);
+                                mins[i][t] = *acc_m.add(i * TILE + t);
+                            }
+                        }
+                    }
+                }
+                unsafe {
                     match w.kind {
                         Kind::Q5_0 | Kind::Q8_0 => {
                             let s: [*const f32; T] =
                                 std::array::from_fn(|t| act.scales.as_ptr().add((t0 + t) * nb));
                             if w.kind == Kind::Q5_0 {
-                                q8_0::<R, T, true>(wr, nb, a, s)
+                                q8_0::<R, T, true>(wr, blocks, a, s, &mut main)
                             } else {
-                                q8_0::<R, T, false>(wr, nb, a, s)
+                                q8_0::<R, T, false>(wr, blocks, a, s, &mut main)
                             }
                         }
-                        Kind::Q4K => q4k::<R, T>(wr, nb, a),
-                        Kind::Q6K => q6k::<R, T>(wr, nb, a),
+                        Kind::Q4K => q4k::<R, T>(wr, blocks, a, &mut main, &mut mins),
+                        Kind::Q6K => q6k::<R, T>(wr, blocks, a, &mut main),
                     }
-                };
-                for (i, row) in vals.iter().enumerate() {
-                    for (t, v) in row.iter().enumerate() {
-                        unsafe { *out.0.add((t0 + t) * w.rows + r + i) = *v };
+                }
+                for i in 0..R {
+                    for t in 0..T {
+                        if !last {
+                            unsafe {
+                                *acc.add(i * TILE + t) = main[i][t];
+                                *acc_m.add(i * TILE + t) = mins[i][t];
+                            }
+                            continue;
+                        }
+                        let mut v = hsum(main[i][t]);
+                        if w.kind == Kind::Q4K {
+                            let m = mins[i][t];
+                            let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+                            let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+                            v += _mm_cvtss_f32(m);
+                        }
+                        unsafe { *out.0.add((t0 + t) * w.rows + r + i) = v };
                     }
                 }
             }
@@ -458,15 +576,17 @@ macro_rules! kernels {
             #[target_feature(enable = $features)]
             unsafe fn q8_0<const R: usize, const T: usize, const Q5: bool>(
                 w: [*const u8; R],
-                nb: usize,
+                blocks: Range<usize>,
                 a: [*const u8; T],
                 s: [*const f32; T],
-            ) -> [[f32; T]; R] {
-                let mut acc = [[_mm256_setzero_ps(); T]; R];
-                for b in 0..nb {
+                acc_out: &mut [[__m256; T]; R],
+            ) {
+                // Local copies stay in registers through the loop.
+                let mut acc = *acc_out;
+                for b in blocks {
                     for r in 0..R {
                         let blk = unsafe { w[r].add(b * if Q5 { 22 } else { 34 }) };
-                        let wd = f16_at(blk);
+                        let wdv = _mm256_set1_ps(f16_at(blk));
                         let bx = if Q5 {
                             unsafe { q5_0_quants(blk) }
                         } else {
@@ -477,12 +597,13 @@ macro_rules! kernels {
                             let by = unsafe { load(a[t].add(b * 32)) };
                             let sy = _mm256_sign_epi8(by, bx);
                             let q = _mm256_cvtepi32_ps(dot4(ax, sy));
-                            let d = _mm256_set1_ps(wd * unsafe { *s[t].add(b) });
+                            // wd * the token's block scale, in every lane.
+                            let d = _mm256_mul_ps(wdv, _mm256_set1_ps(unsafe { *s[t].add(b) }));
                             acc[r][t] = _mm256_fmadd_ps(d, q, acc[r][t]);
                         }
                     }
                 }
-                sums(acc)
+                *acc_out = acc;
             }
 
             /// A Q5_0 block's quants as i8 `q - 16` (exactly the Q8_0 quants
@@ -519,17 +640,13 @@ macro_rules! kernels {
                 )
             }
 
-            /// Horizontal sums of the accumulators.
-            #[inline]
-            #[target_feature(enable = $features)]
-            fn sums<const R: usize, const T: usize>(acc: [[__m256; T]; R]) -> [[f32; T]; R] {
-                let mut out = [[0f32; T]; R];
-                for r in 0..R {
-                    for t in 0..T {
-                        out[r][t] = hsum(acc[r][t]);
-                    }
-                }
-                out
+            /// Which of two integer partial sums sub-block `k` adds to: with
+            /// few tokens two chains halve the dependent multiply-adds, with
+            /// many the tokens already overlap (integer sums are exact, so
+            /// the split never changes a result).
+            #[inline(always)]
+            const fn split(tokens: usize, k: usize) -> usize {
+                if tokens >= 4 { 0 } else { k % 2 }
             }
 
             /// Q6_K row (`nb` blocks of 210 bytes: low 4 bits, high 2 bits,
@@ -538,16 +655,16 @@ macro_rules! kernels {
             #[target_feature(enable = $features)]
             unsafe fn q6k<const R: usize, const T: usize>(
                 w: [*const u8; R],
-                nb: usize,
+                blocks: Range<usize>,
                 a: [*const u8; T],
-            ) -> [[f32; T]; R] {
+                acc_out: &mut [[__m256; T]; R],
+            ) {
+                let mut acc = *acc_out;
                 let m4 = _mm256_set1_epi8(0xF);
                 let m2 = _mm256_set1_epi8(3);
-                let m32s = _mm256_set1_epi8(32);
-                let mut acc = [[_mm256_setzero_ps(); T]; R];
                 let mut q6 = [_mm256_setzero_si256(); 8];
                 let mut sc = [_mm256_setzero_si256(); 8];
-                for b in 0..nb {
+                for b in blocks {
                     for r in 0..R {
                         let blk = unsafe { w[r].add(b * 210) };
                         let xd = f16_at(unsafe { blk.add(208) });
@@ -587,29 +704,29 @@ macro_rules! kernels {
                             };
                             *s = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
                         }
+                        let xdv = _mm256_set1_ps(xd);
                         for t in 0..T {
-                            let y = unsafe { a[t].add(b * Q8K_BYTES) };
-                            let yd = unsafe { read_unaligned(y as *const f32) };
-                            let q8 = unsafe { y.add(4) };
-                            // Two integer partial sums (exact) halve the chain.
+                            let y = unsafe { a[t].add(b * Q6K_ACT) };
+                            let (q8, q8s) = unsafe { (y.add(4), y.add(Q8K_BYTES)) };
                             let mut sumi = [_mm256_setzero_si256(); 2];
                             for k in 0..8 {
-                                let q8v = unsafe { load(q8.add(32 * k)) };
-                                let q8s = _mm256_maddubs_epi16(m32s, q8v);
-                                let p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q6[k], q8v), q8s);
-                                sumi[k % 2] = madd_add(sumi[k % 2], sc[k], p16);
+                                let (q8v, q8sv) =
+                                    unsafe { (load(q8.add(32 * k)), load(q8s.add(32 * k))) };
+                                let p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q6[k], q8v), q8sv);
+                                let h = split(T, k);
+                                sumi[h] = madd_add(sumi[h], sc[k], p16);
                             }
                             let sumi = _mm256_add_epi32(sumi[0], sumi[1]);
-                            let d = yd * xd;
-                            acc[r][t] = _mm256_fmadd_ps(
-                                _mm256_set1_ps(d),
-                                _mm256_cvtepi32_ps(sumi),
-                                acc[r][t],
+                            // yd * xd in every lane.
+                            let d = _mm256_mul_ps(
+                                _mm256_set1_ps(unsafe { read_unaligned(y as *const f32) }),
+                                xdv,
                             );
+                            acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc[r][t]);
                         }
                     }
                 }
-                sums(acc)
+                *acc_out = acc;
             }
 
             /// Q4_K row (`nb` blocks of 144 bytes: f16 scale and min scale,
@@ -618,18 +735,19 @@ macro_rules! kernels {
             #[target_feature(enable = $features)]
             unsafe fn q4k<const R: usize, const T: usize>(
                 w: [*const u8; R],
-                nb: usize,
+                blocks: Range<usize>,
                 a: [*const u8; T],
-            ) -> [[f32; T]; R] {
+                acc_out: &mut [[__m256; T]; R],
+                acc_m_out: &mut [[__m128; T]; R],
+            ) {
+                let (mut acc, mut acc_m) = (*acc_out, *acc_m_out);
                 const KMASK1: u32 = 0x3f3f3f3f;
                 const KMASK2: u32 = 0x0f0f0f0f;
                 const KMASK3: u32 = 0x03030303;
                 let m4 = _mm256_set1_epi8(0xF);
-                let mut acc = [[_mm256_setzero_ps(); T]; R];
-                let mut acc_m = [[_mm_setzero_ps(); T]; R];
                 let mut q4 = [_mm256_setzero_si256(); 8];
                 let mut sc = [_mm256_setzero_si256(); 8];
-                for b in 0..nb {
+                for b in blocks {
                     for r in 0..R {
                         let blk = unsafe { w[r].add(b * 144) };
                         let (xd, xmin) = (f16_at(blk), f16_at(unsafe { blk.add(2) }));
@@ -662,42 +780,35 @@ macro_rules! kernels {
                             q4[2 * j] = _mm256_and_si256(bits, m4);
                             q4[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
                         }
+                        let (xdv, nxminv) = (_mm256_set1_ps(xd), _mm256_set1_ps(-xmin));
                         for t in 0..T {
                             let y = unsafe { a[t].add(b * Q8K_BYTES) };
-                            let yd = unsafe { read_unaligned(y as *const f32) };
-                            let (d, dmin) = (yd * xd, -yd * xmin);
+                            let ydv = _mm256_set1_ps(unsafe { read_unaligned(y as *const f32) });
+                            // yd * xd and -yd * xmin, in every lane.
+                            let (d, dmin) = (_mm256_mul_ps(ydv, xdv), _mm256_mul_ps(ydv, nxminv));
                             // Sums of 32 quants (see `Activations::quantize`).
                             let q8s = unsafe { _mm_loadu_si128(y.add(Q8K_SUMS) as *const __m128i) };
                             let prod = _mm_madd_epi16(mins, q8s);
-                            acc_m[r][t] =
-                                _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[r][t]);
+                            acc_m[r][t] = _mm_fmadd_ps(
+                                _mm256_castps256_ps128(dmin),
+                                _mm_cvtepi32_ps(prod),
+                                acc_m[r][t],
+                            );
                             let q8 = unsafe { y.add(4) };
-                            // Two integer partial sums (exact) halve the chain.
                             let mut sumi = [_mm256_setzero_si256(); 2];
                             for k in 0..8 {
                                 let q8v = unsafe { load(q8.add(32 * k)) };
-                                sumi[k % 2] =
-                                    madd_add(sumi[k % 2], sc[k], _mm256_maddubs_epi16(q4[k], q8v));
+                                let h = split(T, k);
+                                sumi[h] =
+                                    madd_add(sumi[h], sc[k], _mm256_maddubs_epi16(q4[k], q8v));
                             }
                             let sumi = _mm256_add_epi32(sumi[0], sumi[1]);
-                            acc[r][t] = _mm256_fmadd_ps(
-                                _mm256_set1_ps(d),
-                                _mm256_cvtepi32_ps(sumi),
-                                acc[r][t],
-                            );
+                            acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc[r][t]);
                         }
                     }
                 }
-                let mut out = sums(acc);
-                for r in 0..R {
-                    for t in 0..T {
-                        let m = acc_m[r][t];
-                        let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-                        let m = _mm_add_ss(m, _mm_movehdup_ps(m));
-                        out[r][t] += _mm_cvtss_f32(m);
-                    }
-                }
-                out
+                *acc_out = acc;
+                *acc_m_out = acc_m;
             }
         }
     };

@@ -72,8 +72,11 @@ fn check(kind: Kind, ty: GgmlType, scale_at: &[usize]) {
         return;
     }
     let mut g = Gen(0xa7b0_0001 ^ kind.block_bytes() as u64);
-    // 37 rows: not a whole number of the pool's row chunks.
-    let (rows, cols) = (37, 512);
+    // 37 rows: not a whole number of the pool's row chunks; rows of 50
+    // Q8_0 or 7 K-quant blocks: several of the kernels' block chunks, the
+    // last one short.
+    let rows = 37;
+    let cols = if kind == Kind::Q8_0 { 50 * 32 } else { 7 * 256 };
     let bytes = blocks(kind, rows * cols / kind.block_len(), &mut g, scale_at);
     let w = QWeight::new(ty, rows, cols, &bytes).unwrap();
     for m in [1usize, 2, 3, 4, 5, 7, 8, 9, 17] {
@@ -128,7 +131,7 @@ fn q5_0_equals_its_q8_0_repacking_bit_for_bit() {
         return;
     }
     let mut g = Gen(0x55);
-    let (rows, cols) = (37, 256);
+    let (rows, cols) = (37, 50 * 32);
     let bytes = blocks(Kind::Q5_0, rows * cols / 32, &mut g, &[0]);
     let repacked = arbor_gguf::quant::repack_q5_0_to_q8_0(&bytes).unwrap();
     let q5 = QWeight::new(GgmlType::Q5_0, rows, cols, &bytes).unwrap();
