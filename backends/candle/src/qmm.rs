@@ -103,9 +103,12 @@ impl QWeight {
     /// caller has checked that `bytes` is a whole `[rows, cols]` matrix.
     pub(crate) fn new(ty: GgmlType, rows: usize, cols: usize, bytes: &[u8]) -> Option<QWeight> {
         let kind = Kind::of(ty).filter(|_| available())?;
-        debug_assert_eq!(
-            bytes.len(),
-            rows * cols / kind.block_len() * kind.block_bytes()
+        // Every raw read in the kernels relies on this.
+        assert!(
+            cols.is_multiple_of(kind.block_len())
+                && bytes.len() == rows * cols / kind.block_len() * kind.block_bytes(),
+            "{} bytes are not a {rows}x{cols} {ty} matrix",
+            bytes.len()
         );
         Some(QWeight {
             kind,
@@ -137,26 +140,26 @@ impl QWeight {
     #[cfg(target_arch = "x86_64")]
     fn matmul_on(&self, with_vnni: bool, x: &[f32], m: usize, out: &mut [f32]) {
         assert!(x.len() == m * self.cols && out.len() == m * self.rows);
-        {
-            let act = Activations::quantize(self.kind, x, m, self.cols);
-            let out_at = SendPtr(out.as_mut_ptr());
-            // Row chunks small enough to balance two threads, large enough
-            // that each grab does real work.
-            let chunk = 16;
-            let n_chunks = self.rows.div_ceil(chunk);
-            candle_core::utils::barrier_pool().execute_chunked(n_chunks, |range| {
-                let rows = range.start * chunk..(range.end * chunk).min(self.rows);
-                // SAFETY: the CPU has the features (checked in `new`); each
-                // row range is handed out once, so writes never overlap.
-                unsafe {
-                    if with_vnni {
-                        vnni::rows(self, &act, m, rows, out_at)
-                    } else {
-                        avx2::rows(self, &act, m, rows, out_at)
-                    }
-                };
-            });
-        }
+        assert!(!with_vnni || vnni(), "this CPU lacks AVX-512 VNNI");
+        let act = Activations::quantize(self.kind, x, m, self.cols);
+        let out_at = SendPtr(out.as_mut_ptr());
+        // Row chunks small enough to balance two threads, large enough that
+        // each grab does real work.
+        let chunk = 16;
+        let n_chunks = self.rows.div_ceil(chunk);
+        candle_core::utils::barrier_pool().execute_chunked(n_chunks, |range| {
+            let span = range.start * chunk..(range.end * chunk).min(self.rows);
+            // SAFETY: the CPU has the features (AVX2/FMA/F16C checked in
+            // `new`, VNNI just above); each row range is handed out once, so
+            // writes never overlap.
+            unsafe {
+                if with_vnni {
+                    vnni::rows(self, &act, m, span, out_at)
+                } else {
+                    avx2::rows(self, &act, m, span, out_at)
+                }
+            };
+        });
     }
 }
 
@@ -170,7 +173,9 @@ unsafe impl Sync for SendPtr {}
 /// The tokens quantized for the weight's kernel: Q8_0 blocks for Q8_0
 /// weights (scales widened to f32 once), Q8_K blocks for the K-quants.
 struct Activations {
-    /// Q8_0: 32 quants per block; Q8_K: candle's whole blocks.
+    /// Q8_0: 32 quants per block. Q8_K: candle's blocks, for Q4_K with pair
+    /// sums in place of the 16-quant sums, for Q6_K each followed by 256
+    /// bytes of offset sums.
     bytes: Vec<u8>,
     /// Q8_0 block scales as f32 (empty for Q8_K).
     scales: Vec<f32>,
@@ -298,11 +303,11 @@ fn as_bytes<T>(blocks: &[T]) -> &[u8] {
 /// The kernels, compiled once per instruction set: `avx2` everywhere, and
 /// `vnni` with AVX-512 VNNI (256-bit forms), whose fused integer
 /// multiply-adds give exactly the same integer sums, so both produce the
-/// same bits; `vnni` also multiplies each decoded block into more tokens
-/// (it has twice the vector registers).
+/// same bits; `vnni` also multiplies each decoded K-quant block into more
+/// tokens (it has twice the vector registers).
 #[cfg(target_arch = "x86_64")]
 macro_rules! kernels {
-    ($name:ident, $features:literal, vnni: $vnni:literal, q8_0_tile: $tile:literal) => {
+    ($name:ident, $features:literal, vnni: $vnni:literal) => {
         pub(super) mod $name {
             use super::{Activations, Kind, Q6K_ACT, Q8K_BYTES, Q8K_SUMS, QWeight, SendPtr};
             use std::arch::x86_64::*;
@@ -312,7 +317,7 @@ macro_rules! kernels {
             const VNNI: bool = $vnni;
             /// Tokens multiplied by one decoded weight block: a Q8_0 block
             /// decodes in one load, K-quant blocks take registers to hold.
-            const TILE_Q8: usize = $tile;
+            const TILE_Q8: usize = 8;
             const TILE_K: usize = if VNNI { 8 } else { 4 };
             const TILE: usize = if TILE_Q8 > TILE_K { TILE_Q8 } else { TILE_K };
             /// Rows computed side by side for a single token.
@@ -350,7 +355,8 @@ macro_rules! kernels {
                 } else {
                     TILE_K
                 };
-                // Blocks per chunk: about 12 KiB of a full tile's activations.
+                // Blocks per chunk: about 12 KiB of an 8-token tile's
+                // activations (half that for AVX2's 4-token K-quant tiles).
                 let chunk = match w.kind {
                     Kind::Q5_0 | Kind::Q8_0 => 48,
                     Kind::Q4K => 6,
@@ -375,8 +381,8 @@ macro_rules! kernels {
                                 // A lone token takes several rows at once,
                                 // so that their (serial) accumulations
                                 // overlap.
-                                let g = if n == 1 && w.kind != Kind::Q6K {
-                                    (g1 - r).min(ROWS)
+                                let g = if n == 1 && w.kind != Kind::Q6K && g1 - r >= ROWS {
+                                    ROWS
                                 } else {
                                     1
                                 };
@@ -389,8 +395,16 @@ macro_rules! kernels {
                                     first: blocks.start == 0,
                                     last: blocks.end == nb,
                                     blocks: blocks.clone(),
-                                    acc: acc[r - g0].as_mut_ptr(),
-                                    acc_m: acc_m[r - g0].as_mut_ptr(),
+                                    // From the whole arrays: a kernel call
+                                    // may cover several rows.
+                                    acc: acc
+                                        .as_mut_ptr()
+                                        .cast::<__m256>()
+                                        .wrapping_add((r - g0) * TILE),
+                                    acc_m: acc_m
+                                        .as_mut_ptr()
+                                        .cast::<__m128>()
+                                        .wrapping_add((r - g0) * TILE),
                                     out,
                                 };
                                 unsafe {
@@ -403,7 +417,8 @@ macro_rules! kernels {
                                         (5, _) => tile::<1, 5>(at),
                                         (6, _) => tile::<1, 6>(at),
                                         (7, _) => tile::<1, 7>(at),
-                                        _ => tile::<1, TILE>(at),
+                                        (8, _) => tile::<1, 8>(at),
+                                        _ => unreachable!("tiles hold at most {TILE} tokens"),
                                     }
                                 }
                                 r += g;
@@ -450,9 +465,7 @@ macro_rules! kernels {
                     acc_m,
                     out,
                 } = at;
-                if T > TILE {
-                    return;
-                }
+                const { assert!(T <= TILE && R <= ROWS) };
                 let nb = w.cols / w.kind.block_len();
                 let wr: [*const u8; R] =
                     std::array::from_fn(|i| unsafe { w.bytes.as_ptr().add((r + i) * row_bytes) });
@@ -461,7 +474,7 @@ macro_rules! kernels {
                 });
                 if R > 1 {
                     // Interleaved rows hide the hardware prefetcher's
-                    // stream: fetch a few groups ahead ourselves.
+                    // stream: fetch the rows four groups ahead ourselves.
                     let ahead = wr[0].wrapping_add(4 * R * row_bytes);
                     let mut off = 0;
                     while off < R * row_bytes {
@@ -556,7 +569,8 @@ macro_rules! kernels {
             }
 
             /// Sums of four consecutive u8 × i8 products, as i32 lanes
-            /// (pairs never saturate i16 for these operands: |a| ≤ 128).
+            /// (pairs never saturate i16 for these operands: |a| ≤ 128 and
+            /// Q8_0 activations within ±127).
             #[inline]
             #[target_feature(enable = $features)]
             fn dot4(a: __m256i, b: __m256i) -> __m256i {
@@ -815,9 +829,9 @@ macro_rules! kernels {
 }
 
 #[cfg(target_arch = "x86_64")]
-kernels!(avx2, "avx2,fma,f16c", vnni: false, q8_0_tile: 8);
+kernels!(avx2, "avx2,fma,f16c", vnni: false);
 #[cfg(target_arch = "x86_64")]
-kernels!(vnni, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", vnni: true, q8_0_tile: 8);
+kernels!(vnni, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", vnni: true);
 
 /// `_mm_shuffle_epi8` picks that spread Q6_K sub-block scales 2k and 2k + 1
 /// over eight bytes each.

@@ -152,3 +152,42 @@ fn q5_0_equals_its_q8_0_repacking_bit_for_bit() {
         }
     }
 }
+
+/// Row counts that leave 1, 2 or 3 rows after the four-row groups of the
+/// one-token path, and rows of a single block.
+#[test]
+fn every_row_is_computed_for_any_shape() {
+    if !available() {
+        return;
+    }
+    let mut g = Gen(0x77);
+    for (kind, ty, scale_at) in [
+        (Kind::Q8_0, GgmlType::Q8_0, &[0][..]),
+        (Kind::Q4K, GgmlType::Q4_K, &[0, 2][..]),
+        (Kind::Q6K, GgmlType::Q6_K, &[208][..]),
+    ] {
+        for rows in [1usize, 2, 3, 5, 6, 7, 17, 18, 19, 38, 39] {
+            let cols = kind.block_len();
+            let bytes = blocks(kind, rows, &mut g, scale_at);
+            let w = QWeight::new(ty, rows, cols, &bytes).unwrap();
+            for m in [1usize, 2, 9] {
+                let x: Vec<f32> = (0..m * cols).map(|_| g.f32()).collect();
+                let want = match kind {
+                    Kind::Q8_0 => reference::<BlockQ8_0, BlockQ8_0>(&bytes, rows, cols, &x, m),
+                    Kind::Q4K => reference::<BlockQ4K, BlockQ8K>(&bytes, rows, cols, &x, m),
+                    _ => reference::<BlockQ6K, BlockQ8K>(&bytes, rows, cols, &x, m),
+                };
+                for with_vnni in [false, vnni()] {
+                    // NaN marks outputs the kernel never wrote.
+                    let mut got = vec![f32::NAN; m * rows];
+                    w.matmul_on(with_vnni, &x, m, &mut got);
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{ty}: {rows} rows, {m} tokens, vnni {with_vnni}");
+                }
+            }
+        }
+    }
+}
