@@ -3,6 +3,15 @@
 #   benches/compare.sh [MODEL_NAME...]   (default: both Qwen models)
 # Needs a release build (cargo build --release -p arbor-cli) and
 # llama-cpp-python installed; prints the two JSON rows and the ratios.
+#
+# Same instruction set on both sides: pip builds llama-cpp-python for the
+# host CPU (AVX-512 where present) while arbor picks its kernels at run time.
+# For an AVX2-only comparison (the reference machine kind), build llama.cpp
+# without AVX-512 into a directory and force arbor's AVX2 kernels:
+#   CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+#     -DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX_VNNI=OFF" \
+#     pip install --no-deps --target /tmp/llama-avx2 --no-binary llama-cpp-python llama-cpp-python==0.3.36
+#   ARBOR_NO_AVX512=1 PYTHONPATH=/tmp/llama-avx2 benches/compare.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ARBOR=${ARBOR:-${CARGO_TARGET_DIR:-target}/release/arbor}
