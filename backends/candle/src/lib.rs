@@ -167,6 +167,20 @@ impl CandleBackend {
         }
     }
 
+    /// Which matmul kernels this backend runs here: `qmm1-vnni`,
+    /// `qmm1-avx2` (ours, see [`qmm`]) or `candle`. Anything measured with
+    /// one (latency profiles) is stale for another.
+    pub fn kernels(&self) -> &'static str {
+        if self.candle_kernels || !qmm::available() {
+            return "candle";
+        }
+        #[cfg(target_arch = "x86_64")]
+        if qmm::vnni() {
+            return "qmm1-vnni";
+        }
+        "qmm1-avx2"
+    }
+
     /// Whether `ty` (as held) multiplies on our kernels.
     fn own_kernel(&self, ty: GgmlType) -> bool {
         !self.candle_kernels && qmm::Kind::of(ty).is_some() && qmm::available()

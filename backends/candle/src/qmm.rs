@@ -372,7 +372,15 @@ macro_rules! kernels {
                     let mut t0 = 0;
                     while t0 < m {
                         let n = (m - t0).min(width);
-                        let step = if n == 1 { nb } else { chunk };
+                        // Chunk only when the tile's whole rows of
+                        // activations would not fit L1 (the jumps between
+                        // rows then defeat the hardware prefetcher, so
+                        // `tile` prefetches each row's next chunk).
+                        let step = if n * act.stride <= 24 << 10 {
+                            nb
+                        } else {
+                            chunk
+                        };
                         let mut b0 = 0;
                         while b0 < nb {
                             let blocks = b0..(b0 + step).min(nb);
@@ -479,6 +487,15 @@ macro_rules! kernels {
                     let mut off = 0;
                     while off < R * row_bytes {
                         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off) as *const i8);
+                        off += 64;
+                    }
+                }
+                if !last {
+                    let bb = w.kind.block_bytes();
+                    let next = wr[0].wrapping_add(blocks.end * bb);
+                    let mut off = 0;
+                    while off < blocks.len() * bb {
+                        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(off) as *const i8);
                         off += 64;
                     }
                 }

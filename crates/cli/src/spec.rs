@@ -176,9 +176,12 @@ fn cached_profile(
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "model".into());
     let threads = rayon::current_num_threads();
+    // Keyed by the kernels too: a profile measured with other kernels (an
+    // older arbor, another CPU) would size trees for the wrong speeds.
+    let kernels = backend.kernels();
     let path = arbor_fetch::arbor_home()
         .join("profiles")
-        .join(format!("{stem}-{backend}-t{threads}.json"));
+        .join(format!("{stem}-{backend}-{kernels}-t{threads}.json"));
     if let Some(p) = std::fs::read_to_string(&path)
         .ok()
         .and_then(|s| LatencyProfile::from_json(&s))

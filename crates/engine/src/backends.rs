@@ -40,6 +40,17 @@ impl BackendKind {
         }
     }
 
+    /// Which kernels the backend runs on this machine (its name, and for
+    /// candle which of its matmul kernels): what a cached measurement such
+    /// as a latency profile is only valid for.
+    pub fn kernels(self) -> &'static str {
+        match self {
+            #[cfg(feature = "candle")]
+            Self::Candle => arbor_backend_candle::CandleBackend::new().kernels(),
+            other => other.name(),
+        }
+    }
+
     /// The backends compiled into this build.
     pub fn compiled() -> Vec<BackendKind> {
         Self::ALL.into_iter().filter(|b| b.is_compiled()).collect()
