@@ -167,18 +167,19 @@ impl CandleBackend {
         }
     }
 
-    /// Which matmul kernels this backend runs here: `qmm1-vnni`,
-    /// `qmm1-avx2` (ours, see [`qmm`]) or `candle`. Anything measured with
-    /// one (latency profiles) is stale for another.
+    /// Which matmul kernels this backend runs here: `qmm2-vnni`,
+    /// `qmm2-avx2` (ours, see [`qmm`]) or `candle`. Anything measured with
+    /// one (latency profiles) is stale for another; the number changes when
+    /// our kernels' speeds do.
     pub fn kernels(&self) -> &'static str {
         if self.candle_kernels || !qmm::available() {
             return "candle";
         }
         #[cfg(target_arch = "x86_64")]
         if qmm::vnni() {
-            return "qmm1-vnni";
+            return "qmm2-vnni";
         }
-        "qmm1-avx2"
+        "qmm2-avx2"
     }
 
     /// Whether `ty` (as held) multiplies on our kernels.
