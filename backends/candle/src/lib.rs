@@ -12,11 +12,12 @@
 //! candle-core's kernels. For those, Q5_0 matrices are repacked to Q8_0
 //! when loaded: the same 32-element blocks and scale, with `q8 = q5 - 16`,
 //! so the numbers are identical while candle's Q8_0 path is several times
-//! faster than its Q5_0 one (at 34/22 of the bytes). Among candle's paths, Q6_K never takes candle's repacked
-//! tile kernels (they round differently with the batch size): we call its
-//! plain block matmul at every batch size. Q4_K (and Q8_0 on VNNI CPUs) go
-//! through candle's tiles at every batch size; we keep only the tiles and
-//! free the GGUF blocks (see [`packed`]).
+//! faster than its Q5_0 one (at 34/22 of the bytes). Among candle's paths,
+//! Q6_K never takes candle's repacked tile kernels (they round differently
+//! with the batch size): we call its plain block matmul at every batch
+//! size. Q4_K (and Q8_0 on VNNI CPUs) go through candle's tiles at every
+//! batch size; we keep only the tiles and free the GGUF blocks (see
+//! [`packed`]).
 //!
 //! Small ops (norms, RoPE, SwiGLU, attention) are written here over slices,
 //! parallelised with rayon where they are big enough to matter.
@@ -167,19 +168,20 @@ impl CandleBackend {
         }
     }
 
-    /// Which matmul kernels this backend runs here: `qmm2-vnni`,
-    /// `qmm2-avx2` (ours, see [`qmm`]) or `candle`. Anything measured with
-    /// one (latency profiles) is stale for another; the number changes when
-    /// our kernels' speeds do.
+    /// This backend with the matmul kernels it runs here:
+    /// `candle-qmm2-vnni`, `candle-qmm2-avx2` (ours, see [`qmm`]) or
+    /// `candle` (candle-core's). Anything measured with one (latency
+    /// profiles) is stale for another; the number changes when our kernels'
+    /// speeds do.
     pub fn kernels(&self) -> &'static str {
         if self.candle_kernels || !qmm::available() {
-            return "candle";
+            return NAME;
         }
         #[cfg(target_arch = "x86_64")]
         if qmm::vnni() {
-            return "qmm2-vnni";
+            return "candle-qmm2-vnni";
         }
-        "qmm2-avx2"
+        "candle-qmm2-avx2"
     }
 
     /// Whether `ty` (as held) multiplies on our kernels.
@@ -334,10 +336,13 @@ impl Backend for CandleBackend {
 
     fn weight_bytes(&self, ty: GgmlType, rows: usize, cols: usize) -> u64 {
         let held = self.held_type(ty);
-        if self.own_kernel(held) {
-            return held.bytes_for((rows * cols) as u64).unwrap_or(0);
-        }
-        packed::tiles_for(candle_dtype(held), rows, cols)
+        // Our kernels hold the blocks; candle may hold tiles instead.
+        let tiles = if self.own_kernel(held) {
+            None
+        } else {
+            packed::tiles_for(candle_dtype(held), rows, cols)
+        };
+        tiles
             .map(|b| b as u64)
             .or_else(|| held.bytes_for((rows * cols) as u64))
             .unwrap_or(0)
@@ -400,28 +405,22 @@ impl Backend for CandleBackend {
                 ),
             ));
         }
-        let mm = match &w.mm {
-            Held::Own(q) => {
-                let mut data = vec![0f32; x.rows * w.rows];
-                q.matmul(&x.data, x.rows, &mut data);
-                return Ok(HostTensor {
-                    data,
-                    rows: x.rows,
-                    cols: w.rows,
-                });
-            }
-            Held::Candle(mm) => mm,
-        };
-        if let Some(blocks) = q6k_blocks(mm) {
-            let mut data = vec![0f32; x.rows * w.rows];
-            k_quants::matmul((x.rows, x.cols, w.rows), &x.data, blocks, &mut data).map_err(err)?;
-            return Ok(HostTensor {
-                data,
-                rows: x.rows,
-                cols: w.rows,
-            });
+        let mut data = vec![0f32; x.rows * w.rows];
+        match &w.mm {
+            Held::Own(q) => q.matmul(&x.data, x.rows, &mut data),
+            Held::Candle(mm) => match q6k_blocks(mm) {
+                Some(blocks) => {
+                    k_quants::matmul((x.rows, x.cols, w.rows), &x.data, blocks, &mut data)
+                        .map_err(err)?
+                }
+                None => return from_candle(&mm.forward(&to_candle(x)?).map_err(err)?),
+            },
         }
-        from_candle(&mm.forward(&to_candle(x)?).map_err(err)?)
+        Ok(HostTensor {
+            data,
+            rows: x.rows,
+            cols: w.rows,
+        })
     }
 
     fn add(&self, a: &HostTensor, b: &HostTensor) -> Result<HostTensor> {

@@ -44,20 +44,21 @@ impl Kind {
         }
     }
 
-    fn block_bytes(self) -> usize {
+    fn ty(self) -> GgmlType {
         match self {
-            Kind::Q5_0 => 22,
-            Kind::Q8_0 => 34,
-            Kind::Q4K => 144,
-            Kind::Q6K => 210,
+            Kind::Q5_0 => GgmlType::Q5_0,
+            Kind::Q8_0 => GgmlType::Q8_0,
+            Kind::Q4K => GgmlType::Q4_K,
+            Kind::Q6K => GgmlType::Q6_K,
         }
     }
 
+    fn block_bytes(self) -> usize {
+        self.ty().block_bytes()
+    }
+
     fn block_len(self) -> usize {
-        match self {
-            Kind::Q5_0 | Kind::Q8_0 => 32,
-            Kind::Q4K | Kind::Q6K => 256,
-        }
+        self.ty().block_len()
     }
 }
 
@@ -163,12 +164,28 @@ impl QWeight {
     }
 }
 
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: only used to write disjoint output elements from the pool's
-// threads while the owning `&mut [f32]` is borrowed by `matmul`.
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
+/// A pointer the pool's threads write through, each to its own elements,
+/// while the caller holds the buffer (the output of `matmul_on`, the blocks
+/// of `quantize_rows`).
+struct SendPtr<T>(*mut T);
+// SAFETY: see above: writes through it never overlap, and the buffer
+// outlives the pool call that uses it.
+unsafe impl<T> Send for SendPtr<T> {}
+unsafe impl<T> Sync for SendPtr<T> {}
+
+impl<T> Clone for SendPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
+    /// The pointer (a method, so closures capture the whole `SendPtr`).
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
 
 /// The tokens quantized for the weight's kernel: Q8_0 blocks for Q8_0
 /// weights (scales widened to f32 once), Q8_K blocks for the K-quants.
@@ -205,7 +222,7 @@ impl Activations {
             Kind::Q4K | Kind::Q6K => {
                 let blocks = quantize_rows::<BlockQ8K>(x, m, cols, nb);
                 let mut bytes = as_bytes(&blocks).to_vec();
-                if kind == Kind::Q4K {
+                let block = if kind == Kind::Q4K {
                     // The Q4_K kernel only needs the sums of 32 quants (for
                     // the sub-block mins): pairs of the 16-quant sums, added
                     // as `_mm_hadd_epi16` would, in place of those.
@@ -217,14 +234,10 @@ impl Activations {
                             sums[2 * i..2 * i + 2].copy_from_slice(&pair.to_le_bytes());
                         }
                     }
-                }
-                if kind == Kind::Q6K {
-                    bytes = with_offset_sums(&bytes);
-                }
-                let block = if kind == Kind::Q6K {
-                    Q6K_ACT
-                } else {
                     Q8K_BYTES
+                } else {
+                    bytes = with_offset_sums(&bytes);
+                    Q6K_ACT
                 };
                 Activations {
                     bytes,
@@ -255,7 +268,7 @@ fn with_offset_sums(blocks: &[u8]) -> Vec<u8> {
 /// pool when there are several).
 fn quantize_rows<B: CandleBlock>(x: &[f32], m: usize, cols: usize, nb: usize) -> Vec<B> {
     let mut blocks = vec![B::zeros(); m * nb];
-    let at = BlockPtr(blocks.as_mut_ptr());
+    let at = SendPtr(blocks.as_mut_ptr());
     let one = |t: usize| {
         // SAFETY: each row `t` is quantized once, into its own `nb` blocks.
         let dst = unsafe { std::slice::from_raw_parts_mut(at.get().add(t * nb), nb) };
@@ -267,18 +280,6 @@ fn quantize_rows<B: CandleBlock>(x: &[f32], m: usize, cols: usize, nb: usize) ->
         candle_core::utils::barrier_pool().execute_chunked(m, |range| range.for_each(one));
     }
     blocks
-}
-
-struct BlockPtr<B>(*mut B);
-// SAFETY: used only to write disjoint rows of blocks from the pool's threads
-// while `quantize_rows` owns the vector.
-unsafe impl<B> Send for BlockPtr<B> {}
-unsafe impl<B> Sync for BlockPtr<B> {}
-
-impl<B> BlockPtr<B> {
-    fn get(&self) -> *mut B {
-        self.0
-    }
 }
 
 /// Bytes of candle's Q8_K block: f32 scale, 256 quants, 16 i16 sums.
@@ -346,7 +347,7 @@ macro_rules! kernels {
                 act: &Activations,
                 m: usize,
                 rows: Range<usize>,
-                out: SendPtr,
+                out: SendPtr<f32>,
             ) {
                 let nb = w.cols / w.kind.block_len();
                 let row_bytes = nb * w.kind.block_bytes();
@@ -455,7 +456,7 @@ macro_rules! kernels {
                 blocks: Range<usize>,
                 acc: *mut __m256,
                 acc_m: *mut __m128,
-                out: SendPtr,
+                out: SendPtr<f32>,
             }
 
             #[target_feature(enable = $features)]
@@ -483,21 +484,11 @@ macro_rules! kernels {
                 if R > 1 {
                     // Interleaved rows hide the hardware prefetcher's
                     // stream: fetch the rows four groups ahead ourselves.
-                    let ahead = wr[0].wrapping_add(4 * R * row_bytes);
-                    let mut off = 0;
-                    while off < R * row_bytes {
-                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off) as *const i8);
-                        off += 64;
-                    }
+                    prefetch(wr[0].wrapping_add(4 * R * row_bytes), R * row_bytes);
                 }
                 if !last {
                     let bb = w.kind.block_bytes();
-                    let next = wr[0].wrapping_add(blocks.end * bb);
-                    let mut off = 0;
-                    while off < blocks.len() * bb {
-                        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(off) as *const i8);
-                        off += 64;
-                    }
+                    prefetch(wr[0].wrapping_add(blocks.end * bb), blocks.len() * bb);
                 }
                 let mut main = [[_mm256_setzero_ps(); T]; R];
                 let mut mins = [[_mm_setzero_ps(); T]; R];
@@ -537,12 +528,9 @@ macro_rules! kernels {
                         }
                         let mut v = hsum(main[i][t]);
                         if w.kind == Kind::Q4K {
-                            let m = mins[i][t];
-                            let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-                            let m = _mm_add_ss(m, _mm_movehdup_ps(m));
-                            v += _mm_cvtss_f32(m);
+                            v += hsum4(mins[i][t]);
                         }
-                        unsafe { *out.0.add((t0 + t) * w.rows + r + i) = v };
+                        unsafe { *out.get().add((t0 + t) * w.rows + r + i) = v };
                     }
                 }
             }
@@ -555,13 +543,36 @@ macro_rules! kernels {
                 _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
             }
 
+            /// ggml's horizontal sum of eight lanes: the two halves, then
+            /// as [`hsum4`].
             #[inline]
             #[target_feature(enable = $features)]
             fn hsum(x: __m256) -> f32 {
-                let r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+                hsum4(_mm_add_ps(
+                    _mm256_extractf128_ps(x, 1),
+                    _mm256_castps256_ps128(x),
+                ))
+            }
+
+            /// Lanes (0 + 2) + (1 + 3).
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn hsum4(r: __m128) -> f32 {
                 let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
                 let r = _mm_add_ss(r, _mm_movehdup_ps(r));
                 _mm_cvtss_f32(r)
+            }
+
+            /// Asks for the cache lines of `len` bytes from `p` (which may
+            /// lie past the weights: prefetches never fault).
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn prefetch(p: *const u8, len: usize) {
+                let mut off = 0;
+                while off < len {
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off) as *const i8);
+                    off += 64;
+                }
             }
 
             #[inline]

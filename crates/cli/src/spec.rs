@@ -181,7 +181,7 @@ fn cached_profile(
     let kernels = backend.kernels();
     let path = arbor_fetch::arbor_home()
         .join("profiles")
-        .join(format!("{stem}-{backend}-{kernels}-t{threads}.json"));
+        .join(format!("{stem}-{kernels}-t{threads}.json"));
     if let Some(p) = std::fs::read_to_string(&path)
         .ok()
         .and_then(|s| LatencyProfile::from_json(&s))

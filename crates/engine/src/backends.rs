@@ -40,9 +40,9 @@ impl BackendKind {
         }
     }
 
-    /// Which kernels the backend runs on this machine (its name, and for
-    /// candle which of its matmul kernels): what a cached measurement such
-    /// as a latency profile is only valid for.
+    /// The backend and the kernels it runs on this machine (its name, and
+    /// for candle which of its matmul kernels): what a cached measurement
+    /// such as a latency profile is only valid for.
     pub fn kernels(self) -> &'static str {
         match self {
             #[cfg(feature = "candle")]
