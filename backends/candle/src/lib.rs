@@ -20,7 +20,8 @@
 //! [`packed`]).
 //!
 //! Small ops (norms, RoPE, SwiGLU, attention) are written here over slices,
-//! parallelised with rayon where they are big enough to matter.
+//! attention shares out its (query, head) pairs to candle's thread pool
+//! where it is big enough to matter.
 
 use std::borrow::Cow;
 
@@ -32,7 +33,6 @@ use candle_core::quantized::k_quants::{self, BlockQ6K};
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{Device, Module, Tensor};
 use half::slice::HalfFloatSliceExt;
-use rayon::prelude::*;
 
 const NAME: &str = "candle";
 
@@ -266,7 +266,7 @@ fn check_weight(w: &WeightData<'_>) -> Result<()> {
 
 /// Attention with fewer (query row × key × head) scores than this runs on
 /// the calling thread.
-const PARALLEL_ATTENTION_MIN: usize = 1 << 16;
+const PARALLEL_ATTENTION_MIN: usize = 1 << 10;
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     // Eight independent accumulators so the compiler vectorises the loop.
@@ -381,9 +381,14 @@ impl Backend for CandleBackend {
             Held::Candle(mm) => mm,
             Held::Own(q) => {
                 let rows: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
-                let data =
-                    arbor_gguf::quant::dequantize_rows(table.ty, q.bytes(), table.cols, &rows)
-                        .map_err(err)?;
+                let picked: Vec<usize> = (0..rows.len()).collect();
+                let data = arbor_gguf::quant::dequantize_rows(
+                    table.ty,
+                    &q.gguf_rows(&rows),
+                    table.cols,
+                    &picked,
+                )
+                .map_err(err)?;
                 return Ok(HostTensor {
                     data,
                     rows: ids.len(),
@@ -609,13 +614,21 @@ impl Backend for CandleBackend {
                 axpy(o, self.round_one(s / sum), &kv.v[j * kvd + kvh * d..][..d]);
             }
         };
-        // Decode-sized attention is a few microseconds of work: handing it
-        // to the thread pool costs more than it saves (and competes with
-        // candle's matmul workers for the cores).
+        // On the matmuls' spinning pool: even one decode step's attention
+        // (tens of microseconds per layer) outweighs its hand-off, and the
+        // pool's other thread would otherwise spin idle meanwhile.
         if n * t * h.n_heads < PARALLEL_ATTENTION_MIN {
             out.chunks_mut(d).enumerate().for_each(one);
         } else {
-            out.par_chunks_mut(d).enumerate().for_each(one);
+            let at = qmm::SendPtr(out.as_mut_ptr());
+            candle_core::utils::barrier_pool().execute_chunked(n * h.n_heads, |tasks| {
+                for task in tasks {
+                    // SAFETY: task `task` owns `out[task * d..][..d]`, and
+                    // `out` outlives the pool call.
+                    let o = unsafe { std::slice::from_raw_parts_mut(at.get().add(task * d), d) };
+                    one((task, o));
+                }
+            });
         }
         Ok(HostTensor {
             data: out,

@@ -23,6 +23,7 @@
 
 use arbor_tensor::GgmlType;
 use candle_core::quantized::k_quants::{BlockQ8_0, BlockQ8K, GgmlType as CandleBlock};
+use std::ops::Range;
 
 /// A block type with a kernel here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,17 +112,43 @@ impl QWeight {
             "{} bytes are not a {rows}x{cols} {ty} matrix",
             bytes.len()
         );
+        let bytes = if kind == Kind::Q4K {
+            q4k8::interleave(bytes, rows, cols / 256)
+        } else {
+            bytes.to_vec()
+        };
         Some(QWeight {
             kind,
             rows,
             cols,
-            bytes: bytes.to_vec(),
+            bytes,
         })
     }
 
-    /// The blocks, as in the GGUF file.
-    pub(crate) fn bytes(&self) -> &[u8] {
-        &self.bytes
+    /// Rows `rows`, one after another, as GGUF blocks.
+    pub(crate) fn gguf_rows(&self, rows: &[usize]) -> Vec<u8> {
+        let nb = self.cols / self.kind.block_len();
+        let row_bytes = nb * self.kind.block_bytes();
+        let mut out = Vec::with_capacity(rows.len() * row_bytes);
+        for &r in rows {
+            assert!(r < self.rows, "row {r} of {}", self.rows);
+            if self.kind == Kind::Q4K {
+                q4k8::gguf_row(&self.bytes, self.rows, nb, r, &mut out);
+            } else {
+                out.extend_from_slice(&self.bytes[r * row_bytes..][..row_bytes]);
+            }
+        }
+        out
+    }
+
+    /// Rows computed by the interleaved Q4_K kernel (the rest, fewer than
+    /// eight, by the row-at-a-time one).
+    fn grouped_rows(&self) -> usize {
+        if self.kind == Kind::Q4K {
+            self.rows / q4k8::ROWS * q4k8::ROWS
+        } else {
+            0
+        }
     }
 
     pub(crate) fn held_bytes(&self) -> u64 {
@@ -148,26 +175,33 @@ impl QWeight {
         // each grab does real work.
         let chunk = 16;
         let n_chunks = self.rows.div_ceil(chunk);
-        candle_core::utils::barrier_pool().execute_chunked(n_chunks, |range| {
+        let pool = candle_core::utils::barrier_pool();
+        let work = |range: Range<usize>| {
             let span = range.start * chunk..(range.end * chunk).min(self.rows);
+            // Whole chunks are whole groups of eight rows.
+            let split = span.end.min(self.grouped_rows()).max(span.start);
+            let (grouped, single) = (span.start..split, split..span.end);
             // SAFETY: the CPU has the features (AVX2/FMA/F16C checked in
             // `new`, VNNI just above); each row range is handed out once, so
             // writes never overlap.
             unsafe {
                 if with_vnni {
-                    vnni::rows(self, &act, m, span, out_at)
+                    vnni::groups(self, &act, m, grouped, out_at);
+                    vnni::rows(self, &act, m, single, out_at)
                 } else {
-                    avx2::rows(self, &act, m, span, out_at)
+                    avx2::groups(self, &act, m, grouped, out_at);
+                    avx2::rows(self, &act, m, single, out_at)
                 }
             };
-        });
+        };
+        pool.execute_chunked(n_chunks, work);
     }
 }
 
 /// A pointer the pool's threads write through, each to its own elements,
 /// while the caller holds the buffer (the output of `matmul_on`, the blocks
 /// of `quantize_rows`).
-struct SendPtr<T>(*mut T);
+pub(crate) struct SendPtr<T>(pub(crate) *mut T);
 // SAFETY: see above: writes through it never overlap, and the buffer
 // outlives the pool call that uses it.
 unsafe impl<T> Send for SendPtr<T> {}
@@ -182,7 +216,7 @@ impl<T> Copy for SendPtr<T> {}
 
 impl<T> SendPtr<T> {
     /// The pointer (a method, so closures capture the whole `SendPtr`).
-    fn get(self) -> *mut T {
+    pub(crate) fn get(self) -> *mut T {
         self.0
     }
 }
@@ -191,8 +225,8 @@ impl<T> SendPtr<T> {
 /// weights (scales widened to f32 once), Q8_K blocks for the K-quants.
 struct Activations {
     /// Q8_0: 32 quants per block. Q8_K: candle's blocks, for Q4_K with pair
-    /// sums in place of the 16-quant sums, for Q6_K each followed by 256
-    /// bytes of offset sums.
+    /// sums in place of the 16-quant sums, for Q6_K and several tokens each
+    /// followed by 256 bytes of offset sums.
     bytes: Vec<u8>,
     /// Q8_0 block scales as f32 (empty for Q8_K).
     scales: Vec<f32>,
@@ -235,9 +269,14 @@ impl Activations {
                         }
                     }
                     Q8K_BYTES
-                } else {
+                } else if m > 1 {
+                    // Tokens sharing a decoded block each save a multiply
+                    // per 32 quants by loading these; a lone token computes
+                    // them (loading twice the activations costs more).
                     bytes = with_offset_sums(&bytes);
                     Q6K_ACT
+                } else {
+                    Q8K_BYTES
                 };
                 Activations {
                     bytes,
@@ -514,7 +553,10 @@ macro_rules! kernels {
                             }
                         }
                         Kind::Q4K => q4k::<R, T>(wr, blocks, a, &mut main, &mut mins),
-                        Kind::Q6K => q6k::<R, T>(wr, blocks, a, &mut main),
+                        Kind::Q6K if act.stride == nb * Q6K_ACT => {
+                            q6k::<R, T, true>(wr, blocks, a, &mut main)
+                        }
+                        Kind::Q6K => q6k::<R, T, false>(wr, blocks, a, &mut main),
                     }
                 }
                 for i in 0..R {
@@ -532,6 +574,203 @@ macro_rules! kernels {
                         }
                         unsafe { *out.get().add((t0 + t) * w.rows + r + i) = v };
                     }
+                }
+            }
+
+            /// Tokens multiplied by one decoded group block of eight
+            /// interleaved Q4_K rows.
+            const TILE_G: usize = if VNNI { 4 } else { 2 };
+
+            /// Computes output rows `rows` (whole groups of eight
+            /// interleaved Q4_K rows, see [`super::q4k8`]) for all `m`
+            /// tokens: each group block is decoded once per tile of tokens,
+            /// eight rows at a time.
+            ///
+            /// # Safety
+            /// As [`rows`]; `rows` starts and ends on group boundaries.
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn groups(
+                w: &QWeight,
+                act: &Activations,
+                m: usize,
+                rows: Range<usize>,
+                out: SendPtr<f32>,
+            ) {
+                debug_assert!(rows.start % 8 == 0 && rows.end % 8 == 0 && rows.end <= w.rows);
+                let nb = w.cols / 256;
+                for r in rows.step_by(8) {
+                    let g = unsafe { w.bytes.as_ptr().add(r / 8 * nb * super::q4k8::BYTES) };
+                    let mut t0 = 0;
+                    while t0 < m {
+                        let n = (m - t0).min(TILE_G);
+                        let at = Group {
+                            w,
+                            g,
+                            nb,
+                            r,
+                            act,
+                            t0,
+                            out,
+                        };
+                        unsafe {
+                            match n {
+                                1 => q4k8::<1>(at),
+                                2 => q4k8::<2>(at),
+                                3 => q4k8::<3>(at),
+                                4 => q4k8::<4>(at),
+                                _ => unreachable!("group tiles hold at most {TILE_G} tokens"),
+                            }
+                        }
+                        t0 += n;
+                    }
+                }
+            }
+
+            /// One group kernel call: the `nb` group blocks at `g` (rows
+            /// `r..r + 8`) against tokens `t0..t0 + T`.
+            struct Group<'a> {
+                w: &'a QWeight,
+                g: *const u8,
+                nb: usize,
+                r: usize,
+                act: &'a Activations,
+                t0: usize,
+                out: SendPtr<f32>,
+            }
+
+            /// Eight interleaved Q4_K rows against `T` tokens' Q8_K blocks.
+            /// Vectors hold one value per row: `acc[t][j]` is lane `j` of
+            /// ggml's eight float accumulators, `acc_m[t][i]` lane `i` of its
+            /// four for the mins, for each of the eight rows.
+            #[target_feature(enable = $features)]
+            unsafe fn q4k8<const T: usize>(at: Group<'_>) {
+                use super::q4k8::{BYTES, PICK, QUANTS_AT, SCALES_AT};
+                let Group {
+                    w,
+                    g,
+                    nb,
+                    r,
+                    act,
+                    t0,
+                    out,
+                } = at;
+                let a: [*const u8; T] = std::array::from_fn(|t| unsafe {
+                    act.bytes.as_ptr().add((t0 + t) * act.stride)
+                });
+                let m4 = _mm256_set1_epi8(0xF);
+                let m30 = _mm256_set1_epi8(0x30);
+                let pick = unsafe { PICK.map(|p| load(p.as_ptr())) };
+                let mut acc = [[_mm256_setzero_ps(); 8]; T];
+                let mut acc_m = [[_mm256_setzero_ps(); 4]; T];
+                let mut sc = [_mm256_setzero_si256(); 8];
+                let mut mins = [_mm256_setzero_si256(); 4];
+                for b in 0..nb {
+                    let blk = unsafe { g.add(b * BYTES) };
+                    // The hardware prefetcher alone leaves a one-token
+                    // product at 2/3 of DRAM bandwidth: ask for the group
+                    // blocks six ahead (into the next group's, which
+                    // follow in memory).
+                    prefetch(blk.wrapping_add(6 * BYTES), BYTES);
+                    let xd = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(blk as *const __m128i) });
+                    let xmin =
+                        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(blk.add(16) as *const __m128i) });
+                    let nxmin = _mm256_xor_ps(xmin, _mm256_set1_ps(-0.0));
+                    let (pa, pb, pc) = unsafe {
+                        (
+                            load(blk.add(SCALES_AT)),
+                            load(blk.add(SCALES_AT + 32)),
+                            load(blk.add(SCALES_AT + 64)),
+                        )
+                    };
+                    // The four vectors of six-bit values (see `q4k8`).
+                    let u = [
+                        _mm256_or_si256(
+                            _mm256_and_si256(pa, m4),
+                            _mm256_and_si256(_mm256_slli_epi16(pc, 4), m30),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16(pa, 4), m4),
+                            _mm256_and_si256(_mm256_slli_epi16(pc, 2), m30),
+                        ),
+                        _mm256_or_si256(_mm256_and_si256(pb, m4), _mm256_and_si256(pc, m30)),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16(pb, 4), m4),
+                            _mm256_and_si256(_mm256_srli_epi16(pc, 2), m30),
+                        ),
+                    ];
+                    for gi in 0..4 {
+                        // Scale group `gi` (and mins group `gi`) in both halves.
+                        let (s, mn) = if gi % 2 == 0 {
+                            (
+                                _mm256_permute2x128_si256(u[gi / 2], u[gi / 2], 0x00),
+                                _mm256_permute2x128_si256(u[2 + gi / 2], u[2 + gi / 2], 0x00),
+                            )
+                        } else {
+                            (
+                                _mm256_permute2x128_si256(u[gi / 2], u[gi / 2], 0x11),
+                                _mm256_permute2x128_si256(u[2 + gi / 2], u[2 + gi / 2], 0x11),
+                            )
+                        };
+                        sc[2 * gi] = _mm256_shuffle_epi8(s, pick[0]);
+                        sc[2 * gi + 1] = _mm256_shuffle_epi8(s, pick[1]);
+                        mins[gi] = _mm256_shuffle_epi8(mn, pick[2]);
+                    }
+                    let mut d = [_mm256_setzero_ps(); T];
+                    for t in 0..T {
+                        let y = unsafe { a[t].add(b * Q8K_BYTES) };
+                        let yd = _mm256_set1_ps(unsafe { read_unaligned(y as *const f32) });
+                        // yd * xd and yd * -xmin, per row.
+                        d[t] = _mm256_mul_ps(yd, xd);
+                        let dmin = _mm256_mul_ps(yd, nxmin);
+                        for (i, mn) in mins.iter().enumerate() {
+                            // The sums of sub-blocks 2i and 2i + 1's quants.
+                            let s =
+                                unsafe { read_unaligned(y.add(Q8K_SUMS + 4 * i) as *const i32) };
+                            let p = _mm256_madd_epi16(*mn, _mm256_set1_epi32(s));
+                            acc_m[t][i] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(p), acc_m[t][i]);
+                        }
+                    }
+                    for j in 0..8 {
+                        let mut sumi = [_mm256_setzero_si256(); T];
+                        for c in 0..4 {
+                            let bits = unsafe { load(blk.add(QUANTS_AT + 32 * (4 * j + c))) };
+                            let lo = _mm256_and_si256(bits, m4);
+                            let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                            for t in 0..T {
+                                // Elements 4j..4j + 4 of sub-blocks 2c and 2c + 1.
+                                let q8 = unsafe { a[t].add(b * Q8K_BYTES + 4 + 64 * c + 4 * j) };
+                                let (yl, yh) = unsafe {
+                                    (
+                                        _mm256_set1_epi32(read_unaligned(q8 as *const i32)),
+                                        _mm256_set1_epi32(read_unaligned(q8.add(32) as *const i32)),
+                                    )
+                                };
+                                sumi[t] =
+                                    madd_add(sumi[t], sc[2 * c], _mm256_maddubs_epi16(lo, yl));
+                                sumi[t] =
+                                    madd_add(sumi[t], sc[2 * c + 1], _mm256_maddubs_epi16(hi, yh));
+                            }
+                        }
+                        for t in 0..T {
+                            acc[t][j] =
+                                _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(sumi[t]), acc[t][j]);
+                        }
+                    }
+                }
+                for t in 0..T {
+                    // ggml's horizontal sums, for eight rows at once.
+                    let x = &acc[t];
+                    let u: [__m256; 4] = std::array::from_fn(|i| _mm256_add_ps(x[i], x[i + 4]));
+                    let main = _mm256_add_ps(_mm256_add_ps(u[0], u[2]), _mm256_add_ps(u[1], u[3]));
+                    let mm = &acc_m[t];
+                    let mins =
+                        _mm256_add_ps(_mm256_add_ps(mm[0], mm[2]), _mm256_add_ps(mm[1], mm[3]));
+                    unsafe {
+                        _mm256_storeu_ps(
+                            out.get().add((t0 + t) * w.rows + r),
+                            _mm256_add_ps(main, mins),
+                        )
+                    };
                 }
             }
 
@@ -695,7 +934,7 @@ macro_rules! kernels {
             /// 16 i8 sub-block scales, f16 scale) against `T` tokens' Q8_K
             /// blocks.
             #[target_feature(enable = $features)]
-            unsafe fn q6k<const R: usize, const T: usize>(
+            unsafe fn q6k<const R: usize, const T: usize, const OFFSETS: bool>(
                 w: [*const u8; R],
                 blocks: Range<usize>,
                 a: [*const u8; T],
@@ -704,12 +943,18 @@ macro_rules! kernels {
                 let mut acc = *acc_out;
                 let m4 = _mm256_set1_epi8(0xF);
                 let m2 = _mm256_set1_epi8(3);
-                let mut q6 = [_mm256_setzero_si256(); 8];
-                let mut sc = [_mm256_setzero_si256(); 8];
+                let m32s = _mm256_set1_epi8(32);
+                let mut q6 = [_mm256_setzero_si256(); 4];
+                let mut sc = [_mm256_setzero_si256(); 4];
                 for b in blocks {
                     for r in 0..R {
                         let blk = unsafe { w[r].add(b * 210) };
                         let xd = f16_at(unsafe { blk.add(208) });
+                        let scales = unsafe { _mm_loadu_si128(blk.add(192) as *const __m128i) };
+                        let mut sumi = [[_mm256_setzero_si256(); 2]; T];
+                        // Half a block (128 quants, four sub-block pairs) at
+                        // a time: the decoded quants and scales of a whole
+                        // block would not fit AVX2's sixteen registers.
                         for j in 0..2 {
                             let (ql, qh) = unsafe { (blk.add(64 * j), blk.add(128 + 32 * j)) };
                             let (lo1, lo2, hi) = unsafe { (load(ql), load(ql.add(32)), load(qh)) };
@@ -726,39 +971,51 @@ macro_rules! kernels {
                                 _mm256_and_si256(_mm256_srli_epi16(hi, 6), m2),
                                 4,
                             );
-                            q6[4 * j] = _mm256_or_si256(_mm256_and_si256(lo1, m4), h0);
-                            q6[4 * j + 1] = _mm256_or_si256(_mm256_and_si256(lo2, m4), h1);
-                            q6[4 * j + 2] = _mm256_or_si256(
+                            q6[0] = _mm256_or_si256(_mm256_and_si256(lo1, m4), h0);
+                            q6[1] = _mm256_or_si256(_mm256_and_si256(lo2, m4), h1);
+                            q6[2] = _mm256_or_si256(
                                 _mm256_and_si256(_mm256_srli_epi16(lo1, 4), m4),
                                 h2,
                             );
-                            q6[4 * j + 3] = _mm256_or_si256(
+                            q6[3] = _mm256_or_si256(
                                 _mm256_and_si256(_mm256_srli_epi16(lo2, 4), m4),
                                 h3,
                             );
-                        }
-                        // Sub-block scale 2k in the low eight i16 lanes, 2k + 1
-                        // in the high eight.
-                        let scales = unsafe { _mm_loadu_si128(blk.add(192) as *const __m128i) };
-                        for (k, s) in sc.iter_mut().enumerate() {
-                            let pick = unsafe {
-                                _mm_loadu_si128(super::Q6K_SCALE[k].as_ptr() as *const __m128i)
-                            };
-                            *s = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
+                            // Sub-block scale 2k in the low eight i16 lanes,
+                            // 2k + 1 in the high eight.
+                            for (i, s) in sc.iter_mut().enumerate() {
+                                let pick = unsafe {
+                                    _mm_loadu_si128(
+                                        super::Q6K_SCALE[4 * j + i].as_ptr() as *const __m128i
+                                    )
+                                };
+                                *s = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
+                            }
+                            for (t, sumi) in sumi.iter_mut().enumerate() {
+                                let y = unsafe {
+                                    a[t].add(b * if OFFSETS { Q6K_ACT } else { Q8K_BYTES })
+                                };
+                                let (q8, q8s) = unsafe { (y.add(4), y.add(Q8K_BYTES)) };
+                                for i in 0..4 {
+                                    let k = 4 * j + i;
+                                    let q8v = unsafe { load(q8.add(32 * k)) };
+                                    let q8sv = if OFFSETS {
+                                        unsafe { load(q8s.add(32 * k)) }
+                                    } else {
+                                        _mm256_maddubs_epi16(m32s, q8v)
+                                    };
+                                    let p16 =
+                                        _mm256_sub_epi16(_mm256_maddubs_epi16(q6[i], q8v), q8sv);
+                                    let h = split(T, k);
+                                    sumi[h] = madd_add(sumi[h], sc[i], p16);
+                                }
+                            }
                         }
                         let xdv = _mm256_set1_ps(xd);
                         for t in 0..T {
-                            let y = unsafe { a[t].add(b * Q6K_ACT) };
-                            let (q8, q8s) = unsafe { (y.add(4), y.add(Q8K_BYTES)) };
-                            let mut sumi = [_mm256_setzero_si256(); 2];
-                            for k in 0..8 {
-                                let (q8v, q8sv) =
-                                    unsafe { (load(q8.add(32 * k)), load(q8s.add(32 * k))) };
-                                let p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q6[k], q8v), q8sv);
-                                let h = split(T, k);
-                                sumi[h] = madd_add(sumi[h], sc[k], p16);
-                            }
-                            let sumi = _mm256_add_epi32(sumi[0], sumi[1]);
+                            let y =
+                                unsafe { a[t].add(b * if OFFSETS { Q6K_ACT } else { Q8K_BYTES }) };
+                            let sumi = _mm256_add_epi32(sumi[t][0], sumi[t][1]);
                             // yd * xd in every lane.
                             let d = _mm256_mul_ps(
                                 _mm256_set1_ps(unsafe { read_unaligned(y as *const f32) }),
@@ -893,5 +1150,6 @@ const Q4K_SCALE: [[u8; 32]; 8] = {
     t
 };
 
+mod q4k8;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,206 @@
+//! Q4_K rows interleaved eight at a time, so that one vector instruction
+//! works on eight rows and their sub-block scales unpack together.
+//!
+//! A GGUF Q4_K block (144 bytes: f16 `d`, f16 `dmin`, twelve bytes packing
+//! eight 6-bit sub-block scales and eight 6-bit mins, 128 bytes of 4-bit
+//! quants) costs a one-token dot product about as much work unpacking its
+//! scales as multiplying its quants. Here the same block of eight
+//! consecutive rows becomes one 1152-byte group block (the same bytes, so a
+//! weight holds exactly its GGUF size):
+//!
+//! | bytes | what |
+//! |---|---|
+//! | 0..16 | the eight rows' `d` (f16) |
+//! | 16..32 | the eight rows' `dmin` (f16) |
+//! | 32..128 | the 128 six-bit scales and mins, packed as described below |
+//! | 128..1152 | 32 vectors of 32 quant bytes: vector `4 * j + c` holds, for rows 0..8 in turn, the row's quant bytes `32 * c + 4 * j .. + 4` |
+//!
+//! Low nibbles of a quant byte `32 * c + e` are element `e` of sub-block
+//! `2c`, high nibbles element `e` of sub-block `2c + 1`; so one vector holds
+//! elements `4j..4j + 4` of two sub-blocks for all eight rows, which is what
+//! lane `j` of ggml's per-row integer sums adds up. The kernel therefore
+//! forms exactly ggml's eight lane sums per row (integer sums are exact),
+//! and the float steps stay per (row, lane) as in ggml: results are the
+//! same bits as the row-at-a-time kernel.
+//!
+//! Scales: the unpacked values are 128 bytes `u`, four 32-byte vectors, in
+//! 16-byte groups: group `g` (0..4) holds the scales of sub-blocks `2g` and
+//! `2g + 1` for rows 0..8 (`u[16g + 8h + r]` = scale of sub-block `2g + h`,
+//! row `r`), groups 4..8 the mins likewise. Vectors `u0..u4` pack into three,
+//! `A = u0 & 15 | (u1 & 15) << 4`, `B = u2 & 15 | (u3 & 15) << 4`,
+//! `C = u0 >> 4 | (u1 >> 4) << 2 | (u2 >> 4) << 4 | (u3 >> 4) << 6`, which
+//! unpack with a few shifts and masks.
+
+/// Rows per group.
+pub(crate) const ROWS: usize = 8;
+/// Bytes of one group block (eight Q4_K blocks).
+pub(crate) const BYTES: usize = ROWS * 144;
+/// Where a group block's packed scales and quants start.
+pub(crate) const SCALES_AT: usize = 32;
+pub(crate) const QUANTS_AT: usize = 128;
+
+/// A Q4_K block's sub-block scales and mins (ggml's 6-bit packing).
+fn unpack_scales(q: &[u8]) -> ([u8; 8], [u8; 8]) {
+    let (mut s, mut m) = ([0u8; 8], [0u8; 8]);
+    for j in 0..8 {
+        if j < 4 {
+            s[j] = q[j] & 63;
+            m[j] = q[j + 4] & 63;
+        } else {
+            s[j] = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+            m[j] = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+        }
+    }
+    (s, m)
+}
+
+/// The inverse of [`unpack_scales`].
+fn pack_scales(s: &[u8; 8], m: &[u8; 8]) -> [u8; 12] {
+    let mut q = [0u8; 12];
+    for j in 0..4 {
+        q[j] = s[j] | ((s[j + 4] >> 4) << 6);
+        q[j + 4] = m[j] | ((m[j + 4] >> 4) << 6);
+        q[j + 8] = (s[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4);
+    }
+    q
+}
+
+/// The weight with its first `rows / 8 * 8` rows in group blocks; the
+/// remaining rows stay GGUF blocks, where they were (a group of eight rows
+/// takes exactly the bytes of its eight rows).
+pub(crate) fn interleave(src: &[u8], rows: usize, nb: usize) -> Vec<u8> {
+    let row_bytes = nb * 144;
+    let groups = rows / ROWS;
+    let mut out = vec![0u8; src.len()];
+    for g in 0..groups {
+        for b in 0..nb {
+            let dst = &mut out[(g * nb + b) * BYTES..][..BYTES];
+            let block = |r: usize| &src[(g * ROWS + r) * row_bytes + b * 144..][..144];
+            let mut u = [0u8; 128];
+            for r in 0..ROWS {
+                let x = block(r);
+                dst[2 * r..2 * r + 2].copy_from_slice(&x[0..2]);
+                dst[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&x[2..4]);
+                let (s, m) = unpack_scales(&x[4..16]);
+                for k in 0..8 {
+                    u[16 * (k / 2) + 8 * (k % 2) + r] = s[k];
+                    u[64 + 16 * (k / 2) + 8 * (k % 2) + r] = m[k];
+                }
+                for j in 0..8 {
+                    for c in 0..4 {
+                        let at = QUANTS_AT + 32 * (4 * j + c) + 4 * r;
+                        dst[at..at + 4].copy_from_slice(&x[16 + 32 * c + 4 * j..][..4]);
+                    }
+                }
+            }
+            for i in 0..32 {
+                let v = [u[i], u[32 + i], u[64 + i], u[96 + i]];
+                dst[SCALES_AT + i] = (v[0] & 15) | ((v[1] & 15) << 4);
+                dst[SCALES_AT + 32 + i] = (v[2] & 15) | ((v[3] & 15) << 4);
+                dst[SCALES_AT + 64 + i] =
+                    (v[0] >> 4) | ((v[1] >> 4) << 2) | ((v[2] >> 4) << 4) | ((v[3] >> 4) << 6);
+            }
+        }
+    }
+    let done = groups * ROWS * row_bytes;
+    out[done..].copy_from_slice(&src[done..]);
+    out
+}
+
+/// Row `r` as GGUF Q4_K blocks (appended to `out`), from a weight laid out
+/// by [`interleave`].
+pub(crate) fn gguf_row(held: &[u8], rows: usize, nb: usize, r: usize, out: &mut Vec<u8>) {
+    let row_bytes = nb * 144;
+    if r >= rows / ROWS * ROWS {
+        out.extend_from_slice(&held[r * row_bytes..][..row_bytes]);
+        return;
+    }
+    let (g, i) = (r / ROWS, r % ROWS);
+    for b in 0..nb {
+        let src = &held[(g * nb + b) * BYTES..][..BYTES];
+        let mut block = [0u8; 144];
+        block[0..2].copy_from_slice(&src[2 * i..2 * i + 2]);
+        block[2..4].copy_from_slice(&src[16 + 2 * i..16 + 2 * i + 2]);
+        let at = |k: usize, mins: bool| {
+            let n = usize::from(mins) * 64 + 16 * (k / 2) + 8 * (k % 2) + i;
+            let (a, b, c) = (
+                src[SCALES_AT + n % 32],
+                src[SCALES_AT + 32 + n % 32],
+                src[SCALES_AT + 64 + n % 32],
+            );
+            let v = n / 32;
+            let low = ((if v < 2 { a } else { b }) >> (4 * (v % 2))) & 15;
+            low | (((c >> (2 * v)) & 3) << 4)
+        };
+        let s: [u8; 8] = std::array::from_fn(|k| at(k, false));
+        let m: [u8; 8] = std::array::from_fn(|k| at(k, true));
+        block[4..16].copy_from_slice(&pack_scales(&s, &m));
+        for j in 0..8 {
+            for c in 0..4 {
+                let at = QUANTS_AT + 32 * (4 * j + c) + 4 * i;
+                block[16 + 32 * c + 4 * j..][..4].copy_from_slice(&src[at..at + 4]);
+            }
+        }
+        out.extend_from_slice(&block);
+    }
+}
+
+/// `_mm256_shuffle_epi8` picks over a 16-byte scale group (in both halves):
+/// `[h]` spreads the scale of sub-block `2g + h` of rows 0..8 to i16 lanes
+/// `2r` and `2r + 1`; `[2]` puts the mins of sub-blocks `2g` and `2g + 1`
+/// of row `r` in i16 lanes `2r` and `2r + 1`.
+pub(crate) const PICK: [[u8; 32]; 3] = {
+    let mut t = [[0u8; 32]; 3];
+    let mut which = 0;
+    while which < 3 {
+        let mut p = 0;
+        while p < 32 {
+            let r = 4 * (p / 16) + (p % 16) / 4;
+            t[which][p] = match (which, p % 4) {
+                (0 | 1, 0 | 2) => (8 * which + r) as u8,
+                (2, 0) => r as u8,
+                (2, 2) => (8 + r) as u8,
+                _ => 0x80,
+            };
+            p += 1;
+        }
+        which += 1;
+    }
+    t
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scales_pack_back_to_the_same_bytes() {
+        for seed in 0..200u32 {
+            let q: [u8; 12] = std::array::from_fn(|i| {
+                (seed.wrapping_mul(2654435761) >> (i % 24)) as u8 ^ (i as u8 * 37)
+            });
+            let (s, m) = unpack_scales(&q);
+            assert_eq!(pack_scales(&s, &m), q);
+        }
+    }
+
+    #[test]
+    fn every_row_comes_back_as_its_gguf_blocks() {
+        for rows in [1usize, 8, 13, 16, 21] {
+            let nb = 3;
+            let src: Vec<u8> = (0..rows * nb * 144)
+                .map(|i| ((i as u32).wrapping_mul(2654435761) >> 13) as u8)
+                .collect();
+            let held = interleave(&src, rows, nb);
+            assert_eq!(held.len(), src.len());
+            if rows >= 8 {
+                assert_ne!(held, src, "{rows} rows were not interleaved");
+            }
+            for r in 0..rows {
+                let mut out = Vec::new();
+                gguf_row(&held, rows, nb, r, &mut out);
+                assert_eq!(out, src[r * nb * 144..][..nb * 144], "{rows} rows, row {r}");
+            }
+        }
+    }
+}
