@@ -169,7 +169,7 @@ impl CandleBackend {
     }
 
     /// This backend with the matmul kernels it runs here:
-    /// `candle-qmm2-vnni`, `candle-qmm2-avx2` (ours, see [`qmm`]) or
+    /// `candle-qmm3-vnni`, `candle-qmm3-avx2` (ours, see [`qmm`]) or
     /// `candle` (candle-core's). Anything measured with one (latency
     /// profiles) is stale for another; the number changes when our kernels'
     /// speeds do.
@@ -179,9 +179,9 @@ impl CandleBackend {
         }
         #[cfg(target_arch = "x86_64")]
         if qmm::vnni() {
-            return "candle-qmm2-vnni";
+            return "candle-qmm3-vnni";
         }
-        "candle-qmm2-avx2"
+        "candle-qmm3-avx2"
     }
 
     /// Whether `ty` (as held) multiplies on our kernels.

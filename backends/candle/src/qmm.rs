@@ -112,10 +112,10 @@ impl QWeight {
             "{} bytes are not a {rows}x{cols} {ty} matrix",
             bytes.len()
         );
-        let bytes = if kind == Kind::Q4K {
-            q4k8::interleave(bytes, rows, cols / 256)
-        } else {
-            bytes.to_vec()
+        let bytes = match kind {
+            Kind::Q4K => q4k8::interleave(bytes, rows, cols / 256),
+            Kind::Q6K => q6k8::interleave(bytes, rows, cols / 256),
+            Kind::Q5_0 | Kind::Q8_0 => bytes.to_vec(),
         };
         Some(QWeight {
             kind,
@@ -132,22 +132,23 @@ impl QWeight {
         let mut out = Vec::with_capacity(rows.len() * row_bytes);
         for &r in rows {
             assert!(r < self.rows, "row {r} of {}", self.rows);
-            if self.kind == Kind::Q4K {
-                q4k8::gguf_row(&self.bytes, self.rows, nb, r, &mut out);
-            } else {
-                out.extend_from_slice(&self.bytes[r * row_bytes..][..row_bytes]);
+            match self.kind {
+                Kind::Q4K => q4k8::gguf_row(&self.bytes, self.rows, nb, r, &mut out),
+                Kind::Q6K => q6k8::gguf_row(&self.bytes, self.rows, nb, r, &mut out),
+                Kind::Q5_0 | Kind::Q8_0 => {
+                    out.extend_from_slice(&self.bytes[r * row_bytes..][..row_bytes])
+                }
             }
         }
         out
     }
 
-    /// Rows computed by the interleaved Q4_K kernel (the rest, fewer than
-    /// eight, by the row-at-a-time one).
+    /// Rows held and computed in interleaved groups of eight (the rest,
+    /// fewer than eight, by the row-at-a-time kernels).
     fn grouped_rows(&self) -> usize {
-        if self.kind == Kind::Q4K {
-            self.rows / q4k8::ROWS * q4k8::ROWS
-        } else {
-            0
+        match self.kind {
+            Kind::Q4K | Kind::Q6K => self.rows / 8 * 8,
+            Kind::Q5_0 | Kind::Q8_0 => 0,
         }
     }
 
@@ -582,7 +583,8 @@ macro_rules! kernels {
             const TILE_G: usize = if VNNI { 4 } else { 2 };
 
             /// Computes output rows `rows` (whole groups of eight
-            /// interleaved Q4_K rows, see [`super::q4k8`]) for all `m`
+            /// interleaved K-quant rows, see [`super::q4k8`] and
+            /// [`super::q6k8`]) for all `m`
             /// tokens: each group block is decoded once per tile of tokens,
             /// eight rows at a time.
             ///
@@ -598,8 +600,12 @@ macro_rules! kernels {
             ) {
                 debug_assert!(rows.start % 8 == 0 && rows.end % 8 == 0 && rows.end <= w.rows);
                 let nb = w.cols / 256;
+                let (bytes, offsets) = match w.kind {
+                    Kind::Q4K => (super::q4k8::BYTES, false),
+                    _ => (super::q6k8::BYTES, act.stride == nb * Q6K_ACT),
+                };
                 for r in rows.step_by(8) {
-                    let g = unsafe { w.bytes.as_ptr().add(r / 8 * nb * super::q4k8::BYTES) };
+                    let g = unsafe { w.bytes.as_ptr().add(r / 8 * nb * bytes) };
                     let mut t0 = 0;
                     while t0 < m {
                         let n = (m - t0).min(TILE_G);
@@ -613,11 +619,16 @@ macro_rules! kernels {
                             out,
                         };
                         unsafe {
-                            match n {
-                                1 => q4k8::<1>(at),
-                                2 => q4k8::<2>(at),
-                                3 => q4k8::<3>(at),
-                                4 => q4k8::<4>(at),
+                            match (w.kind, offsets, n) {
+                                (Kind::Q4K, _, 1) => q4k8::<1>(at),
+                                (Kind::Q4K, _, 2) => q4k8::<2>(at),
+                                (Kind::Q4K, _, 3) => q4k8::<3>(at),
+                                (Kind::Q4K, _, 4) => q4k8::<4>(at),
+                                (_, false, 1) => q6k8::<1, false>(at),
+                                (_, true, 1) => q6k8::<1, true>(at),
+                                (_, true, 2) => q6k8::<2, true>(at),
+                                (_, true, 3) => q6k8::<3, true>(at),
+                                (_, true, 4) => q6k8::<4, true>(at),
                                 _ => unreachable!("group tiles hold at most {TILE_G} tokens"),
                             }
                         }
@@ -771,6 +782,118 @@ macro_rules! kernels {
                             _mm256_add_ps(main, mins),
                         )
                     };
+                }
+            }
+
+            /// Eight interleaved Q6_K rows against `T` tokens' Q8_K blocks
+            /// (followed by offset sums if `OFFSETS`, else the offsets are
+            /// computed here). `acc[t][l]` is lane `l` of ggml's eight float
+            /// accumulators, for each of the eight rows.
+            #[target_feature(enable = $features)]
+            unsafe fn q6k8<const T: usize, const OFFSETS: bool>(at: Group<'_>) {
+                use super::q6k8::{BYTES, DOUBLE, QUANTS_AT, SCALES_AT};
+                let Group {
+                    w,
+                    g,
+                    nb,
+                    r,
+                    act,
+                    t0,
+                    out,
+                } = at;
+                let block = if OFFSETS { Q6K_ACT } else { Q8K_BYTES };
+                let a: [*const u8; T] = std::array::from_fn(|t| unsafe {
+                    act.bytes.as_ptr().add((t0 + t) * act.stride)
+                });
+                let m4 = _mm256_set1_epi8(0xF);
+                let m2 = _mm256_set1_epi8(3);
+                let m32s = _mm256_set1_epi8(32);
+                let double = unsafe { _mm_loadu_si128(DOUBLE.as_ptr() as *const __m128i) };
+                let mut acc = [[_mm256_setzero_ps(); 8]; T];
+                let mut sc = [_mm256_setzero_si256(); 16];
+                for b in 0..nb {
+                    let blk = unsafe { g.add(b * BYTES) };
+                    // As in `q4k8`.
+                    prefetch(blk.wrapping_add(4 * BYTES), BYTES);
+                    let xd = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(blk as *const __m128i) });
+                    // Scale `s` of each row in both i16 halves of its lane.
+                    for (s, v) in sc.iter_mut().enumerate() {
+                        let eight = unsafe {
+                            _mm_loadl_epi64(blk.add(SCALES_AT + 8 * s) as *const __m128i)
+                        };
+                        *v = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(eight, double));
+                    }
+                    let d: [__m256; T] = std::array::from_fn(|t| {
+                        let yd = unsafe { read_unaligned(a[t].add(b * block) as *const f32) };
+                        _mm256_mul_ps(_mm256_set1_ps(yd), xd)
+                    });
+                    for l in 0..8 {
+                        let mut sumi = [_mm256_setzero_si256(); T];
+                        for j in 0..2 {
+                            let q = unsafe { blk.add(QUANTS_AT + 96 * (2 * l + j)) };
+                            let (lo1, lo2, hi) =
+                                unsafe { (load(q), load(q.add(32)), load(q.add(64))) };
+                            let q6 = [
+                                _mm256_or_si256(
+                                    _mm256_and_si256(lo1, m4),
+                                    _mm256_slli_epi16(_mm256_and_si256(hi, m2), 4),
+                                ),
+                                _mm256_or_si256(
+                                    _mm256_and_si256(lo2, m4),
+                                    _mm256_slli_epi16(
+                                        _mm256_and_si256(_mm256_srli_epi16(hi, 2), m2),
+                                        4,
+                                    ),
+                                ),
+                                _mm256_or_si256(
+                                    _mm256_and_si256(_mm256_srli_epi16(lo1, 4), m4),
+                                    _mm256_slli_epi16(
+                                        _mm256_and_si256(_mm256_srli_epi16(hi, 4), m2),
+                                        4,
+                                    ),
+                                ),
+                                _mm256_or_si256(
+                                    _mm256_and_si256(_mm256_srli_epi16(lo2, 4), m4),
+                                    _mm256_slli_epi16(
+                                        _mm256_and_si256(_mm256_srli_epi16(hi, 6), m2),
+                                        4,
+                                    ),
+                                ),
+                            ];
+                            for (t, sumi) in sumi.iter_mut().enumerate() {
+                                let y = unsafe { a[t].add(b * block) };
+                                for (i, q6) in q6.iter().enumerate() {
+                                    // Elements 4l..4l + 4 of chunk c; lanes
+                                    // 0..4 take sub-block scale 2c, 4..8 2c + 1.
+                                    let c = 4 * j + i;
+                                    let yb = _mm256_set1_epi32(unsafe {
+                                        read_unaligned(y.add(4 + 32 * c + 4 * l) as *const i32)
+                                    });
+                                    let off = if OFFSETS {
+                                        _mm256_set1_epi32(unsafe {
+                                            read_unaligned(
+                                                y.add(Q8K_BYTES + 32 * c + 4 * l) as *const i32
+                                            )
+                                        })
+                                    } else {
+                                        _mm256_maddubs_epi16(m32s, yb)
+                                    };
+                                    let p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(*q6, yb), off);
+                                    *sumi = madd_add(*sumi, sc[2 * c + l / 4], p16);
+                                }
+                            }
+                        }
+                        for t in 0..T {
+                            acc[t][l] =
+                                _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(sumi[t]), acc[t][l]);
+                        }
+                    }
+                }
+                for (t, x) in acc.iter().enumerate() {
+                    // ggml's horizontal sum, for eight rows at once.
+                    let u: [__m256; 4] = std::array::from_fn(|i| _mm256_add_ps(x[i], x[i + 4]));
+                    let v = _mm256_add_ps(_mm256_add_ps(u[0], u[2]), _mm256_add_ps(u[1], u[3]));
+                    unsafe { _mm256_storeu_ps(out.get().add((t0 + t) * w.rows + r), v) };
                 }
             }
 
@@ -1151,5 +1274,6 @@ const Q4K_SCALE: [[u8; 32]; 8] = {
 };
 
 mod q4k8;
+mod q6k8;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,123 @@
+//! Q6_K rows interleaved eight at a time, as [`super::q4k8`] does for Q4_K.
+//!
+//! A GGUF Q6_K block (210 bytes: 128 bytes of low 4 bits, 64 of high 2
+//! bits, sixteen i8 sub-block scales, f16 `d`) of eight consecutive rows
+//! becomes one 1680-byte group block:
+//!
+//! | bytes | what |
+//! |---|---|
+//! | 0..16 | the eight rows' `d` (f16) |
+//! | 16..144 | scales: byte `16 + 8 * s + r` is sub-block scale `s` of row `r` |
+//! | 144..1680 | for lane `l` (0..8) and half `j` (0..2), at `144 + 96 * (2l + j)`: three vectors of 32 bytes, each holding four bytes per row (row `r` at `4r`): low bits `ql[64j + 4l..]`, low bits `ql[64j + 32 + 4l..]`, high bits `qh[32j + 4l..]` |
+//!
+//! Those three vectors decode (as ggml decodes a row's) into elements
+//! `4l..4l + 4` of the four 32-quant chunks `4j..4j + 4` for all eight rows:
+//! exactly what lane `l` of ggml's per-row integer sums adds up, so the
+//! kernel's results are the same bits as the row-at-a-time kernel's.
+
+/// Rows per group.
+pub(crate) const ROWS: usize = 8;
+/// Bytes of one group block (eight Q6_K blocks).
+pub(crate) const BYTES: usize = ROWS * 210;
+/// Where a group block's scales and quants start.
+pub(crate) const SCALES_AT: usize = 16;
+pub(crate) const QUANTS_AT: usize = 144;
+
+/// Where, in a group block, row `i`'s copy of GGUF block byte `at` lives
+/// (for every byte of a Q6_K block: the layout is a permutation).
+fn place(i: usize, at: usize) -> usize {
+    match at {
+        0..128 => {
+            // ql: half j, second 32 bytes or not, lane l, byte k of four.
+            let (j, rest) = (at / 64, at % 64);
+            let (second, e) = (rest / 32, rest % 32);
+            let (l, k) = (e / 4, e % 4);
+            QUANTS_AT + 96 * (2 * l + j) + 32 * second + 4 * i + k
+        }
+        128..192 => {
+            let (j, e) = ((at - 128) / 32, (at - 128) % 32);
+            let (l, k) = (e / 4, e % 4);
+            QUANTS_AT + 96 * (2 * l + j) + 64 + 4 * i + k
+        }
+        192..208 => SCALES_AT + 8 * (at - 192) + i,
+        _ => 2 * i + (at - 208),
+    }
+}
+
+/// The weight with its first `rows / 8 * 8` rows in group blocks; the
+/// remaining rows stay GGUF blocks, where they were.
+pub(crate) fn interleave(src: &[u8], rows: usize, nb: usize) -> Vec<u8> {
+    let row_bytes = nb * 210;
+    let groups = rows / ROWS;
+    let mut out = vec![0u8; src.len()];
+    for g in 0..groups {
+        for b in 0..nb {
+            let dst = &mut out[(g * nb + b) * BYTES..][..BYTES];
+            for i in 0..ROWS {
+                let x = &src[(g * ROWS + i) * row_bytes + b * 210..][..210];
+                for (at, &v) in x.iter().enumerate() {
+                    dst[place(i, at)] = v;
+                }
+            }
+        }
+    }
+    let done = groups * ROWS * row_bytes;
+    out[done..].copy_from_slice(&src[done..]);
+    out
+}
+
+/// Row `r` as GGUF Q6_K blocks (appended to `out`), from a weight laid out
+/// by [`interleave`].
+pub(crate) fn gguf_row(held: &[u8], rows: usize, nb: usize, r: usize, out: &mut Vec<u8>) {
+    let row_bytes = nb * 210;
+    if r >= rows / ROWS * ROWS {
+        out.extend_from_slice(&held[r * row_bytes..][..row_bytes]);
+        return;
+    }
+    let (g, i) = (r / ROWS, r % ROWS);
+    for b in 0..nb {
+        let src = &held[(g * nb + b) * BYTES..][..BYTES];
+        out.extend((0..210).map(|at| src[place(i, at)]));
+    }
+}
+
+/// `_mm_shuffle_epi8` pick doubling each of eight bytes (a scale per row,
+/// then sign-extended into the two i16 lanes of that row's i32 lane).
+pub(crate) const DOUBLE: [u8; 16] = [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_is_a_permutation_of_eight_blocks() {
+        let mut seen = vec![false; BYTES];
+        for i in 0..ROWS {
+            for at in 0..210 {
+                let p = place(i, at);
+                assert!(!seen[p], "byte {at} of row {i} lands on a taken place {p}");
+                seen[p] = true;
+            }
+        }
+        assert!(seen.iter().all(|&s| s));
+    }
+
+    #[test]
+    fn every_row_comes_back_as_its_gguf_blocks() {
+        for rows in [1usize, 8, 13, 16, 21] {
+            let nb = 3;
+            let src: Vec<u8> = (0..rows * nb * 210)
+                .map(|i| ((i as u32).wrapping_mul(2654435761) >> 13) as u8)
+                .collect();
+            let held = interleave(&src, rows, nb);
+            if rows >= 8 {
+                assert_ne!(held, src, "{rows} rows were not interleaved");
+            }
+            for r in 0..rows {
+                let mut out = Vec::new();
+                gguf_row(&held, rows, nb, r, &mut out);
+                assert_eq!(out, src[r * nb * 210..][..nb * 210], "{rows} rows, row {r}");
+            }
+        }
+    }
+}
