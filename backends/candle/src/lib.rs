@@ -298,29 +298,13 @@ impl Backend for CandleBackend {
     }
 
     fn weight(&self, w: WeightData<'_>) -> Result<CandleWeight> {
-        check_weight(&w)?;
-        let (ty, bytes) = self.held_form(&w)?;
-        if self.own_kernel(ty)
-            && let Some(q) = qmm::QWeight::new(ty, w.rows, w.cols, &bytes)
-        {
-            return Ok(CandleWeight {
-                held: q.held_bytes(),
-                mm: Held::Own(q),
-                ty,
-                rows: w.rows,
-                cols: w.cols,
-            });
-        }
-        if let Some(mm) = packed::pack(candle_dtype(ty), w.rows, w.cols, &bytes).map_err(err)? {
-            return Ok(CandleWeight {
-                mm: Held::Candle(mm),
-                ty,
-                rows: w.rows,
-                cols: w.cols,
-                held: self.weight_bytes(w.ty, w.rows, w.cols),
-            });
-        }
-        self.plain_weight(ty, &w, bytes)
+        self.weight_with(w, true)
+    }
+
+    /// K-quant layers streamed under a memory budget keep their GGUF rows:
+    /// interleaving them would cost more per pass than it saves.
+    fn streamed_weight(&self, w: WeightData<'_>) -> Result<CandleWeight> {
+        self.weight_with(w, false)
     }
 
     fn embedding_table(&self, w: WeightData<'_>) -> Result<CandleWeight> {
@@ -639,6 +623,34 @@ impl Backend for CandleBackend {
 }
 
 impl CandleBackend {
+    /// [`Backend::weight`], K-quant rows interleaved or not (see
+    /// [`qmm::QWeight::with_layout`]).
+    fn weight_with(&self, w: WeightData<'_>, interleave: bool) -> Result<CandleWeight> {
+        check_weight(&w)?;
+        let (ty, bytes) = self.held_form(&w)?;
+        if self.own_kernel(ty)
+            && let Some(q) = qmm::QWeight::with_layout(ty, w.rows, w.cols, &bytes, interleave)
+        {
+            return Ok(CandleWeight {
+                held: q.held_bytes(),
+                mm: Held::Own(q),
+                ty,
+                rows: w.rows,
+                cols: w.cols,
+            });
+        }
+        if let Some(mm) = packed::pack(candle_dtype(ty), w.rows, w.cols, &bytes).map_err(err)? {
+            return Ok(CandleWeight {
+                mm: Held::Candle(mm),
+                ty,
+                rows: w.rows,
+                cols: w.cols,
+                held: self.weight_bytes(w.ty, w.rows, w.cols),
+            });
+        }
+        self.plain_weight(ty, &w, bytes)
+    }
+
     /// A weight in candle's ordinary block storage.
     fn plain_weight(
         &self,

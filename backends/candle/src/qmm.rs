@@ -98,12 +98,29 @@ pub(crate) struct QWeight {
     rows: usize,
     cols: usize,
     bytes: Vec<u8>,
+    /// Leading rows held in interleaved groups of eight (K-quants; see
+    /// [`q4k8`], [`q6k8`]); the rest are GGUF rows.
+    grouped: usize,
 }
 
 impl QWeight {
     /// The weight if its type has a kernel here and the CPU runs it; the
     /// caller has checked that `bytes` is a whole `[rows, cols]` matrix.
+    #[cfg(test)]
     pub(crate) fn new(ty: GgmlType, rows: usize, cols: usize, bytes: &[u8]) -> Option<QWeight> {
+        Self::with_layout(ty, rows, cols, bytes, true)
+    }
+
+    /// [`Self::new`], with K-quant rows interleaved in groups of eight
+    /// (faster kernels, at the cost of a pass over the bytes) or left as
+    /// GGUF rows: both give the same bits.
+    pub(crate) fn with_layout(
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        bytes: &[u8],
+        interleave: bool,
+    ) -> Option<QWeight> {
         let kind = Kind::of(ty).filter(|_| available())?;
         // Every raw read in the kernels relies on this.
         assert!(
@@ -112,16 +129,17 @@ impl QWeight {
             "{} bytes are not a {rows}x{cols} {ty} matrix",
             bytes.len()
         );
-        let bytes = match kind {
-            Kind::Q4K => q4k8::interleave(bytes, rows, cols / 256),
-            Kind::Q6K => q6k8::interleave(bytes, rows, cols / 256),
-            Kind::Q5_0 | Kind::Q8_0 => bytes.to_vec(),
+        let (bytes, grouped) = match kind {
+            Kind::Q4K if interleave => (q4k8::interleave(bytes, rows, cols / 256), rows / 8 * 8),
+            Kind::Q6K if interleave => (q6k8::interleave(bytes, rows, cols / 256), rows / 8 * 8),
+            _ => (bytes.to_vec(), 0),
         };
         Some(QWeight {
             kind,
             rows,
             cols,
             bytes,
+            grouped,
         })
     }
 
@@ -133,11 +151,13 @@ impl QWeight {
         for &r in rows {
             assert!(r < self.rows, "row {r} of {}", self.rows);
             match self.kind {
-                Kind::Q4K => q4k8::gguf_row(&self.bytes, self.rows, nb, r, &mut out),
-                Kind::Q6K => q6k8::gguf_row(&self.bytes, self.rows, nb, r, &mut out),
-                Kind::Q5_0 | Kind::Q8_0 => {
-                    out.extend_from_slice(&self.bytes[r * row_bytes..][..row_bytes])
+                Kind::Q4K if r < self.grouped => {
+                    q4k8::gguf_row(&self.bytes, self.rows, nb, r, &mut out)
                 }
+                Kind::Q6K if r < self.grouped => {
+                    q6k8::gguf_row(&self.bytes, self.rows, nb, r, &mut out)
+                }
+                _ => out.extend_from_slice(&self.bytes[r * row_bytes..][..row_bytes]),
             }
         }
         out
@@ -146,10 +166,7 @@ impl QWeight {
     /// Rows held and computed in interleaved groups of eight (the rest,
     /// fewer than eight, by the row-at-a-time kernels).
     fn grouped_rows(&self) -> usize {
-        match self.kind {
-            Kind::Q4K | Kind::Q6K => self.rows / 8 * 8,
-            Kind::Q5_0 | Kind::Q8_0 => 0,
-        }
+        self.grouped
     }
 
     pub(crate) fn held_bytes(&self) -> u64 {

@@ -244,8 +244,14 @@ impl Config {
 
 impl<B: Backend> LayerWeights<B> {
     /// Builds a layer from its tensors' bytes (`bytes[i]` for `specs[i]`, as
-    /// returned by [`Config::layer_tensors`]).
-    pub fn from_bytes(backend: &B, specs: &[TensorSpec], bytes: &[&[u8]]) -> Result<Self> {
+    /// returned by [`Config::layer_tensors`]); `streamed` for a layer built
+    /// for one pass (see [`Backend::streamed_weight`]).
+    pub fn from_bytes(
+        backend: &B,
+        specs: &[TensorSpec],
+        bytes: &[&[u8]],
+        streamed: bool,
+    ) -> Result<Self> {
         let find = |suffix: &str| {
             specs
                 .iter()
@@ -257,13 +263,18 @@ impl<B: Backend> LayerWeights<B> {
         };
         let matrix = |suffix: &str| -> Result<B::Weight> {
             let (s, b) = need(suffix)?;
-            Ok(backend.weight(WeightData {
+            let w = WeightData {
                 name: &s.name,
                 ty: s.ty,
                 rows: s.rows,
                 cols: s.cols,
                 bytes: b,
-            })?)
+            };
+            Ok(if streamed {
+                backend.streamed_weight(w)?
+            } else {
+                backend.weight(w)?
+            })
         };
         let vector = |suffix: &str| -> Result<Option<B::Tensor>> {
             let Some((s, b)) = find(suffix) else {
@@ -448,7 +459,9 @@ impl<B: Backend> Decoder<B> {
                     Ok(file.tensor_bytes(info))
                 })
                 .collect::<Result<_>>()?;
-            blocks.push(Some(LayerWeights::from_bytes(&backend, &specs, &bytes)?));
+            blocks.push(Some(LayerWeights::from_bytes(
+                &backend, &specs, &bytes, false,
+            )?));
             resident_bytes += held_bytes(&backend, &specs);
             for s in &specs {
                 file.release(file.header().tensor(&s.name)?);

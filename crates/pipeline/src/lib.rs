@@ -239,7 +239,7 @@ impl<B: Backend> Builder<B> {
             .zip(starts)
             .map(|((s, buf), &at)| &buf.as_slice()[at..at + s.len])
             .collect();
-        let weights = LayerWeights::from_bytes(&self.backend, specs, &slices)?;
+        let weights = LayerWeights::from_bytes(&self.backend, specs, &slices, true)?;
         let t1 = Instant::now();
         self.monitor.add(|st| {
             st.layers += 1;

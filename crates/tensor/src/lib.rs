@@ -169,6 +169,12 @@ pub trait Backend: Send + Sync + 'static {
     /// Loads a weight matrix (any GGUF type the backend supports) that will
     /// only be multiplied by ([`Backend::matmul`]).
     fn weight(&self, w: WeightData<'_>) -> Result<Self::Weight>;
+    /// Loads a weight for one forward pass (a layer streamed under a memory
+    /// budget): a backend may skip layout work that only pays off over
+    /// many passes. Results must equal [`Backend::weight`]'s.
+    fn streamed_weight(&self, w: WeightData<'_>) -> Result<Self::Weight> {
+        self.weight(w)
+    }
     /// Loads a table that [`Backend::embed`] reads rows of (and that may be
     /// multiplied by too, for models whose head is tied to the embedding).
     fn embedding_table(&self, w: WeightData<'_>) -> Result<Self::Weight> {

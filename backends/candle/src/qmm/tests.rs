@@ -78,25 +78,28 @@ fn check(kind: Kind, ty: GgmlType, scale_at: &[usize]) {
     let rows = 37;
     let cols = if kind == Kind::Q8_0 { 50 * 32 } else { 7 * 256 };
     let bytes = blocks(kind, rows * cols / kind.block_len(), &mut g, scale_at);
-    let w = QWeight::new(ty, rows, cols, &bytes).unwrap();
-    for m in [1usize, 2, 3, 4, 5, 7, 8, 9, 17] {
-        let x: Vec<f32> = (0..m * cols).map(|_| g.f32()).collect();
-        let want = match kind {
-            Kind::Q8_0 => reference::<BlockQ8_0, BlockQ8_0>(&bytes, rows, cols, &x, m),
-            Kind::Q5_0 => unreachable!("checked against its Q8_0 repacking"),
-            Kind::Q4K => reference::<BlockQ4K, BlockQ8K>(&bytes, rows, cols, &x, m),
-            Kind::Q6K => reference::<BlockQ6K, BlockQ8K>(&bytes, rows, cols, &x, m),
-        };
-        for with_vnni in [false, vnni()] {
-            let mut got = vec![0f32; m * rows];
-            w.matmul_on(with_vnni, &x, m, &mut got);
-            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                assert!(a.is_finite(), "{ty}: non-finite output {a}");
-                assert_eq!(
-                    a.to_bits(),
-                    b.to_bits(),
-                    "{ty}, {m} tokens, vnni {with_vnni}, output {i}: {a} vs candle's {b}"
-                );
+    // Interleaved (K-quants) and GGUF rows: both must give candle's bits.
+    for interleave in [true, false] {
+        let w = QWeight::with_layout(ty, rows, cols, &bytes, interleave).unwrap();
+        for m in [1usize, 2, 3, 4, 5, 7, 8, 9, 17] {
+            let x: Vec<f32> = (0..m * cols).map(|_| g.f32()).collect();
+            let want = match kind {
+                Kind::Q8_0 => reference::<BlockQ8_0, BlockQ8_0>(&bytes, rows, cols, &x, m),
+                Kind::Q5_0 => unreachable!("checked against its Q8_0 repacking"),
+                Kind::Q4K => reference::<BlockQ4K, BlockQ8K>(&bytes, rows, cols, &x, m),
+                Kind::Q6K => reference::<BlockQ6K, BlockQ8K>(&bytes, rows, cols, &x, m),
+            };
+            for with_vnni in [false, vnni()] {
+                let mut got = vec![0f32; m * rows];
+                w.matmul_on(with_vnni, &x, m, &mut got);
+                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert!(a.is_finite(), "{ty}: non-finite output {a}");
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "{ty}, {m} tokens, vnni {with_vnni}, interleaved {interleave}, output {i}: {a} vs candle's {b}"
+                    );
+                }
             }
         }
     }
