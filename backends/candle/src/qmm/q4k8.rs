@@ -252,7 +252,7 @@ mod tests {
     fn scales_pack_back_to_the_same_bytes() {
         for seed in 0..200u32 {
             let q: [u8; 12] = std::array::from_fn(|i| {
-                (seed.wrapping_mul(2654435761) >> (i % 24)) as u8 ^ (i as u8 * 37)
+                (seed.wrapping_mul(2654435761) >> (i % 24)) as u8 ^ (i as u8).wrapping_mul(37)
             });
             let (s, m) = unpack_scales(&q);
             assert_eq!(pack_scales(&s, &m), q);
