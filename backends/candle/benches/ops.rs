@@ -6,30 +6,13 @@ use arbor_backend_candle::CandleBackend;
 use arbor_tensor::{Backend, GgmlType, Heads, Mask, WeightData};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
+#[path = "shared/synthetic.rs"]
+mod synthetic;
+
 fn data_f32(n: usize) -> Vec<f32> {
     (0..n)
         .map(|i| ((i * 2654435761) % 1000) as f32 / 500.0 - 1.0)
         .collect()
-}
-
-/// Blocks of `ty` with varied quants and a small fixed f16 scale in every
-/// block (the speed does not depend on the values).
-fn blocks(ty: GgmlType, n: usize) -> Vec<u8> {
-    let size = ty.block_bytes();
-    let mut out: Vec<u8> = (0..n / ty.block_len() * size)
-        .map(|i| ((i * 2654435761) >> 7) as u8)
-        .collect();
-    let scales: &[usize] = match ty {
-        GgmlType::Q6_K => &[208],
-        GgmlType::Q4_K => &[0, 2],
-        _ => &[0],
-    };
-    for block in out.chunks_mut(size) {
-        for &at in scales {
-            block[at..at + 2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
-        }
-    }
-    out
 }
 
 /// Our kernels and candle's on the matrices the two Qwen models spend their
@@ -43,7 +26,7 @@ fn matmul(c: &mut Criterion) {
         (GgmlType::Q4_K, 1536, 8960, "1.5b_mlp_up"),
         (GgmlType::Q6_K, 8960, 1536, "1.5b_mlp_down"),
     ] {
-        let bytes = blocks(ty, k * m);
+        let bytes = synthetic::blocks(ty, k * m, 0);
         let data = |be: &CandleBackend| {
             be.weight(WeightData {
                 name: "w",

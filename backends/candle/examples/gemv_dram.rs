@@ -11,24 +11,8 @@ use arbor_backend_candle::CandleBackend;
 use arbor_tensor::{Backend, GgmlType, WeightData};
 use std::time::Instant;
 
-/// Blocks of `ty` with varied quants and a small f16 scale in every block.
-fn blocks(ty: GgmlType, n: usize, seed: usize) -> Vec<u8> {
-    let size = ty.block_bytes();
-    let mut out: Vec<u8> = (0..n / ty.block_len() * size)
-        .map(|i| (((i + seed) * 2654435761) >> 7) as u8)
-        .collect();
-    let scales: &[usize] = if ty == GgmlType::Q6_K {
-        &[208]
-    } else {
-        &[0, 2]
-    };
-    for block in out.chunks_mut(size) {
-        for &at in scales {
-            block[at..at + 2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
-        }
-    }
-    out
-}
+#[path = "../benches/shared/synthetic.rs"]
+mod synthetic;
 
 fn main() {
     let ours = CandleBackend::new();
@@ -40,7 +24,9 @@ fn main() {
         (GgmlType::Q6_K, 1536, 8960, 40, "ffn_down Q6_K"),
         (GgmlType::Q6_K, 151936, 1536, 3, "output Q6_K"),
     ] {
-        let bytes: Vec<Vec<u8>> = (0..copies).map(|c| blocks(ty, rows * cols, c)).collect();
+        let bytes: Vec<Vec<u8>> = (0..copies)
+            .map(|c| synthetic::blocks(ty, rows * cols, c))
+            .collect();
         let load = |be: &CandleBackend| -> Vec<_> {
             let ws = bytes.iter().map(|b| {
                 be.weight(WeightData {

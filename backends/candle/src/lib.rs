@@ -365,14 +365,9 @@ impl Backend for CandleBackend {
             Held::Candle(mm) => mm,
             Held::Own(q) => {
                 let rows: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
-                let picked: Vec<usize> = (0..rows.len()).collect();
-                let data = arbor_gguf::quant::dequantize_rows(
-                    table.ty,
-                    &q.gguf_rows(&rows),
-                    table.cols,
-                    &picked,
-                )
-                .map_err(err)?;
+                let data =
+                    arbor_gguf::dequantize(table.ty, &q.gguf_rows(&rows), rows.len() * table.cols)
+                        .map_err(err)?;
                 return Ok(HostTensor {
                     data,
                     rows: ids.len(),

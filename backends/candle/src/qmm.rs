@@ -18,7 +18,10 @@
 //! happen in the same order. Results therefore equal candle's `vec_dot` bit
 //! for bit (a test checks it), so greedy outputs still match llama.cpp's.
 //!
-//! Weights are kept as the GGUF bytes, unaligned; rows are shared out to
+//! Weights hold exactly their GGUF bytes, unaligned: Q8_0 and Q5_0 as in
+//! the file, Q4_K and Q6_K (when loaded to stay) with rows interleaved in
+//! groups of eight ([`groups`]), whose kernels work on eight rows per
+//! instruction and still form ggml's per-row sums. Rows are shared out to
 //! candle's spinning thread pool, which the calling thread joins.
 
 use arbor_tensor::GgmlType;
@@ -129,9 +132,10 @@ impl QWeight {
             "{} bytes are not a {rows}x{cols} {ty} matrix",
             bytes.len()
         );
+        let grouped = rows / groups::ROWS * groups::ROWS;
         let (bytes, grouped) = match kind {
-            Kind::Q4K if interleave => (q4k8::interleave(bytes, rows, cols / 256), rows / 8 * 8),
-            Kind::Q6K if interleave => (q6k8::interleave(bytes, rows, cols / 256), rows / 8 * 8),
+            Kind::Q4K if interleave => (q4k8::interleave(bytes, rows, cols / 256), grouped),
+            Kind::Q6K if interleave => (q6k8::interleave(bytes, rows, cols / 256), grouped),
             _ => (bytes.to_vec(), 0),
         };
         Some(QWeight {
@@ -786,13 +790,7 @@ macro_rules! kernels {
                     }
                 }
                 for t in 0..T {
-                    // ggml's horizontal sums, for eight rows at once.
-                    let x = &acc[t];
-                    let u: [__m256; 4] = std::array::from_fn(|i| _mm256_add_ps(x[i], x[i + 4]));
-                    let main = _mm256_add_ps(_mm256_add_ps(u[0], u[2]), _mm256_add_ps(u[1], u[3]));
-                    let mm = &acc_m[t];
-                    let mins =
-                        _mm256_add_ps(_mm256_add_ps(mm[0], mm[2]), _mm256_add_ps(mm[1], mm[3]));
+                    let (main, mins) = (hsum_rows(&acc[t]), hsum4_rows(&acc_m[t]));
                     unsafe {
                         _mm256_storeu_ps(
                             out.get().add((t0 + t) * w.rows + r),
@@ -822,8 +820,6 @@ macro_rules! kernels {
                 let a: [*const u8; T] = std::array::from_fn(|t| unsafe {
                     act.bytes.as_ptr().add((t0 + t) * act.stride)
                 });
-                let m4 = _mm256_set1_epi8(0xF);
-                let m2 = _mm256_set1_epi8(3);
                 let m32s = _mm256_set1_epi8(32);
                 let double = unsafe { _mm_loadu_si128(DOUBLE.as_ptr() as *const __m128i) };
                 let mut acc = [[_mm256_setzero_ps(); 8]; T];
@@ -848,35 +844,8 @@ macro_rules! kernels {
                         let mut sumi = [_mm256_setzero_si256(); T];
                         for j in 0..2 {
                             let q = unsafe { blk.add(QUANTS_AT + 96 * (2 * l + j)) };
-                            let (lo1, lo2, hi) =
-                                unsafe { (load(q), load(q.add(32)), load(q.add(64))) };
-                            let q6 = [
-                                _mm256_or_si256(
-                                    _mm256_and_si256(lo1, m4),
-                                    _mm256_slli_epi16(_mm256_and_si256(hi, m2), 4),
-                                ),
-                                _mm256_or_si256(
-                                    _mm256_and_si256(lo2, m4),
-                                    _mm256_slli_epi16(
-                                        _mm256_and_si256(_mm256_srli_epi16(hi, 2), m2),
-                                        4,
-                                    ),
-                                ),
-                                _mm256_or_si256(
-                                    _mm256_and_si256(_mm256_srli_epi16(lo1, 4), m4),
-                                    _mm256_slli_epi16(
-                                        _mm256_and_si256(_mm256_srli_epi16(hi, 4), m2),
-                                        4,
-                                    ),
-                                ),
-                                _mm256_or_si256(
-                                    _mm256_and_si256(_mm256_srli_epi16(lo2, 4), m4),
-                                    _mm256_slli_epi16(
-                                        _mm256_and_si256(_mm256_srli_epi16(hi, 6), m2),
-                                        4,
-                                    ),
-                                ),
-                            ];
+                            let q6 =
+                                unsafe { q6_quants(load(q), load(q.add(32)), load(q.add(64))) };
                             for (t, sumi) in sumi.iter_mut().enumerate() {
                                 let y = unsafe { a[t].add(b * block) };
                                 for (i, q6) in q6.iter().enumerate() {
@@ -907,11 +876,49 @@ macro_rules! kernels {
                     }
                 }
                 for (t, x) in acc.iter().enumerate() {
-                    // ggml's horizontal sum, for eight rows at once.
-                    let u: [__m256; 4] = std::array::from_fn(|i| _mm256_add_ps(x[i], x[i + 4]));
-                    let v = _mm256_add_ps(_mm256_add_ps(u[0], u[2]), _mm256_add_ps(u[1], u[3]));
+                    let v = hsum_rows(x);
                     unsafe { _mm256_storeu_ps(out.get().add((t0 + t) * w.rows + r), v) };
                 }
+            }
+
+            /// Four vectors of Q6_K quants (0..64, offset not yet taken)
+            /// from two vectors of low bits and one of high bits, as ggml
+            /// decodes them: low nibbles of `lo1`, `lo2`, then their high
+            /// nibbles, each with the next two high bits.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn q6_quants(lo1: __m256i, lo2: __m256i, hi: __m256i) -> [__m256i; 4] {
+                let (m4, m2) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(3));
+                let high = |shift: i32| {
+                    let h = match shift {
+                        0 => hi,
+                        2 => _mm256_srli_epi16(hi, 2),
+                        4 => _mm256_srli_epi16(hi, 4),
+                        _ => _mm256_srli_epi16(hi, 6),
+                    };
+                    _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)
+                };
+                [
+                    _mm256_or_si256(_mm256_and_si256(lo1, m4), high(0)),
+                    _mm256_or_si256(_mm256_and_si256(lo2, m4), high(2)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo1, 4), m4), high(4)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo2, 4), m4), high(6)),
+                ]
+            }
+
+            /// ggml's horizontal sums of eight lanes ([`hsum`]) for eight
+            /// rows at once: `x[l]` holds lane `l` of each row's sum.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn hsum_rows(x: &[__m256; 8]) -> __m256 {
+                hsum4_rows(&std::array::from_fn(|i| _mm256_add_ps(x[i], x[i + 4])))
+            }
+
+            /// [`hsum4`] for eight rows at once: (0 + 2) + (1 + 3).
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn hsum4_rows(x: &[__m256; 4]) -> __m256 {
+                _mm256_add_ps(_mm256_add_ps(x[0], x[2]), _mm256_add_ps(x[1], x[3]))
             }
 
             #[inline]
@@ -1081,10 +1088,7 @@ macro_rules! kernels {
                 acc_out: &mut [[__m256; T]; R],
             ) {
                 let mut acc = *acc_out;
-                let m4 = _mm256_set1_epi8(0xF);
-                let m2 = _mm256_set1_epi8(3);
                 let m32s = _mm256_set1_epi8(32);
-                let mut q6 = [_mm256_setzero_si256(); 4];
                 let mut sc = [_mm256_setzero_si256(); 4];
                 for b in blocks {
                     for r in 0..R {
@@ -1097,30 +1101,7 @@ macro_rules! kernels {
                         // block would not fit AVX2's sixteen registers.
                         for j in 0..2 {
                             let (ql, qh) = unsafe { (blk.add(64 * j), blk.add(128 + 32 * j)) };
-                            let (lo1, lo2, hi) = unsafe { (load(ql), load(ql.add(32)), load(qh)) };
-                            let h0 = _mm256_slli_epi16(_mm256_and_si256(hi, m2), 4);
-                            let h1 = _mm256_slli_epi16(
-                                _mm256_and_si256(_mm256_srli_epi16(hi, 2), m2),
-                                4,
-                            );
-                            let h2 = _mm256_slli_epi16(
-                                _mm256_and_si256(_mm256_srli_epi16(hi, 4), m2),
-                                4,
-                            );
-                            let h3 = _mm256_slli_epi16(
-                                _mm256_and_si256(_mm256_srli_epi16(hi, 6), m2),
-                                4,
-                            );
-                            q6[0] = _mm256_or_si256(_mm256_and_si256(lo1, m4), h0);
-                            q6[1] = _mm256_or_si256(_mm256_and_si256(lo2, m4), h1);
-                            q6[2] = _mm256_or_si256(
-                                _mm256_and_si256(_mm256_srli_epi16(lo1, 4), m4),
-                                h2,
-                            );
-                            q6[3] = _mm256_or_si256(
-                                _mm256_and_si256(_mm256_srli_epi16(lo2, 4), m4),
-                                h3,
-                            );
+                            let q6 = unsafe { q6_quants(load(ql), load(ql.add(32)), load(qh)) };
                             // Sub-block scale 2k in the low eight i16 lanes,
                             // 2k + 1 in the high eight.
                             for (i, s) in sc.iter_mut().enumerate() {
@@ -1290,6 +1271,7 @@ const Q4K_SCALE: [[u8; 32]; 8] = {
     t
 };
 
+mod groups;
 mod q4k8;
 mod q6k8;
 #[cfg(test)]

@@ -31,8 +31,8 @@
 //! `C = u0 >> 4 | (u1 >> 4) << 2 | (u2 >> 4) << 4 | (u3 >> 4) << 6`, which
 //! unpack with a few shifts and masks.
 
-/// Rows per group.
-pub(crate) const ROWS: usize = 8;
+use super::groups::{self, ROWS};
+
 /// Bytes of one group block (eight Q4_K blocks).
 pub(crate) const BYTES: usize = ROWS * 144;
 /// Where a group block's packed scales and quants start.
@@ -65,134 +65,42 @@ fn pack_scales(s: &[u8; 8], m: &[u8; 8]) -> [u8; 12] {
     q
 }
 
-/// The weight with its first `rows / 8 * 8` rows in group blocks; the
-/// remaining rows stay GGUF blocks, where they were (a group of eight rows
-/// takes exactly the bytes of its eight rows). Streamed layers are laid out
-/// on every pass, so this must cost about a copy.
+/// The weight with its first `rows / 8 * 8` rows in group blocks (see
+/// [`groups::interleave`]).
 pub(crate) fn interleave(src: &[u8], rows: usize, nb: usize) -> Vec<u8> {
-    let row_bytes = nb * 144;
-    let groups = rows / ROWS;
-    // Appended in order, never zero-filled first (a whole extra pass).
-    let mut out = Vec::with_capacity(src.len());
-    for g in 0..groups {
-        for b in 0..nb {
-            // The source rows are eight streams the prefetcher follows
-            // poorly (freshly read layers are not in cache).
-            for r in 0..ROWS {
-                let ahead = (g * ROWS + r) * row_bytes + (b + 4) * 144;
-                if let Some(p) = src.get(ahead..ahead + 144) {
-                    prefetch(p);
-                }
+    groups::interleave::<BYTES>(src, rows, nb, 144, |x, dst| {
+        let mut u = [0u8; 128];
+        for (r, x) in x.iter().enumerate() {
+            dst[2 * r..2 * r + 2].copy_from_slice(&x[0..2]);
+            dst[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&x[2..4]);
+            let (s, m) = unpack_scales(&x[4..16]);
+            for k in 0..8 {
+                u[16 * (k / 2) + 8 * (k % 2) + r] = s[k];
+                u[64 + 16 * (k / 2) + 8 * (k % 2) + r] = m[k];
             }
-            // Assembled in L1, then written out whole: scattered small
-            // stores straight into fresh memory run at a third of the speed.
-            let mut block = [0u8; BYTES];
-            let dst = &mut block;
-            let mut u = [0u8; 128];
-            for r in 0..ROWS {
-                let x: &[u8; 144] = src[(g * ROWS + r) * row_bytes + b * 144..][..144]
-                    .try_into()
-                    .expect("a whole block");
-                dst[2 * r..2 * r + 2].copy_from_slice(&x[0..2]);
-                dst[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&x[2..4]);
-                let (s, m) = unpack_scales(&x[4..16]);
-                for k in 0..8 {
-                    u[16 * (k / 2) + 8 * (k % 2) + r] = s[k];
-                    u[64 + 16 * (k / 2) + 8 * (k % 2) + r] = m[k];
-                }
-            }
-            let at = |r: usize| (g * ROWS + r) * row_bytes + b * 144;
-            for c in 0..4 {
-                let from = std::array::from_fn(|r| src[at(r) + 16 + 32 * c..][..32].as_ptr());
-                let to =
-                    std::array::from_fn(|j| dst[QUANTS_AT + 32 * (4 * j + c)..][..32].as_mut_ptr());
-                // SAFETY: `interleave` runs only where the kernels do (AVX2);
-                // the slices above are 32 bytes each.
-                unsafe { transpose_words(from, to) };
-            }
-            for i in 0..32 {
-                let v = [u[i], u[32 + i], u[64 + i], u[96 + i]];
-                dst[SCALES_AT + i] = (v[0] & 15) | ((v[1] & 15) << 4);
-                dst[SCALES_AT + 32 + i] = (v[2] & 15) | ((v[3] & 15) << 4);
-                dst[SCALES_AT + 64 + i] =
-                    (v[0] >> 4) | ((v[1] >> 4) << 2) | ((v[2] >> 4) << 4) | ((v[3] >> 4) << 6);
-            }
-            out.extend_from_slice(&block);
         }
-    }
-    out.extend_from_slice(&src[groups * ROWS * row_bytes..]);
-    out
-}
-
-/// Eight rows' 32-byte runs (`src[r]`) transposed as 4-byte words: `dst[w]`
-/// receives word `w` of rows 0..8 in turn. The interleaved layouts are made
-/// of these (on every pass, for streamed layers: they must cost about a
-/// copy).
-///
-/// # Safety
-/// The CPU has AVX2; each `src[r]` has 32 readable bytes, each `dst[w]` 32
-/// writable ones.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-pub(crate) unsafe fn transpose_words(src: [*const u8; 8], dst: [*mut u8; 8]) {
-    use std::arch::x86_64::*;
-    let r: [__m256i; 8] =
-        std::array::from_fn(|i| unsafe { _mm256_loadu_si256(src[i] as *const __m256i) });
-    // Pairs of rows, then quads, per 128-bit half (words 0..4 | 4..8).
-    let t: [__m256i; 8] = std::array::from_fn(|i| {
-        let (a, b) = (r[2 * (i / 2)], r[2 * (i / 2) + 1]);
-        if i % 2 == 0 {
-            _mm256_unpacklo_epi32(a, b)
-        } else {
-            _mm256_unpackhi_epi32(a, b)
+        for c in 0..4 {
+            let from = std::array::from_fn(|r| x[r][16 + 32 * c..][..32].as_ptr());
+            let to =
+                std::array::from_fn(|j| dst[QUANTS_AT + 32 * (4 * j + c)..][..32].as_mut_ptr());
+            // SAFETY: weights are only interleaved where the kernels run
+            // (AVX2); the slices above are 32 bytes each.
+            unsafe { groups::transpose_words(from, to) };
         }
-    });
-    // u[4q + w]: word w (and w + 4) of rows 4q..4q + 4.
-    let u: [__m256i; 8] = std::array::from_fn(|i| {
-        let (q, w) = (i / 4, i % 4);
-        let (a, b) = (t[4 * q + w / 2], t[4 * q + 2 + w / 2]);
-        if w % 2 == 0 {
-            _mm256_unpacklo_epi64(a, b)
-        } else {
-            _mm256_unpackhi_epi64(a, b)
+        for i in 0..32 {
+            let v = [u[i], u[32 + i], u[64 + i], u[96 + i]];
+            dst[SCALES_AT + i] = (v[0] & 15) | ((v[1] & 15) << 4);
+            dst[SCALES_AT + 32 + i] = (v[2] & 15) | ((v[3] & 15) << 4);
+            dst[SCALES_AT + 64 + i] =
+                (v[0] >> 4) | ((v[1] >> 4) << 2) | ((v[2] >> 4) << 4) | ((v[3] >> 4) << 6);
         }
-    });
-    for w in 0..4 {
-        let (lo, hi) = (
-            _mm256_permute2x128_si256(u[w], u[4 + w], 0x20),
-            _mm256_permute2x128_si256(u[w], u[4 + w], 0x31),
-        );
-        unsafe {
-            _mm256_storeu_si256(dst[w] as *mut __m256i, lo);
-            _mm256_storeu_si256(dst[w + 4] as *mut __m256i, hi);
-        }
-    }
-}
-
-/// Asks for the cache lines of `bytes`.
-pub(crate) fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    for at in (0..bytes.len()).step_by(64) {
-        // SAFETY: a prefetch of memory we hold; prefetches never fault.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                bytes.as_ptr().add(at) as *const i8,
-            )
-        };
-    }
+    })
 }
 
 /// Row `r` as GGUF Q4_K blocks (appended to `out`), from a weight laid out
 /// by [`interleave`].
 pub(crate) fn gguf_row(held: &[u8], rows: usize, nb: usize, r: usize, out: &mut Vec<u8>) {
-    let row_bytes = nb * 144;
-    if r >= rows / ROWS * ROWS {
-        out.extend_from_slice(&held[r * row_bytes..][..row_bytes]);
-        return;
-    }
-    let (g, i) = (r / ROWS, r % ROWS);
-    for b in 0..nb {
-        let src = &held[(g * nb + b) * BYTES..][..BYTES];
+    groups::gguf_row(held, (rows, nb, 144), r, out, |src, i, out| {
         let mut block = [0u8; 144];
         block[0..2].copy_from_slice(&src[2 * i..2 * i + 2]);
         block[2..4].copy_from_slice(&src[16 + 2 * i..16 + 2 * i + 2]);
@@ -217,7 +125,7 @@ pub(crate) fn gguf_row(held: &[u8], rows: usize, nb: usize, r: usize, out: &mut 
             }
         }
         out.extend_from_slice(&block);
-    }
+    });
 }
 
 /// `_mm256_shuffle_epi8` picks over a 16-byte scale group (in both halves):

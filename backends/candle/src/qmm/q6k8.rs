@@ -15,10 +15,8 @@
 //! exactly what lane `l` of ggml's per-row integer sums adds up, so the
 //! kernel's results are the same bits as the row-at-a-time kernel's.
 
-use super::q4k8::prefetch;
+use super::groups::{self, ROWS};
 
-/// Rows per group.
-pub(crate) const ROWS: usize = 8;
 /// Bytes of one group block (eight Q6_K blocks).
 pub(crate) const BYTES: usize = ROWS * 210;
 /// Where a group block's scales and quants start.
@@ -46,68 +44,35 @@ fn place(i: usize, at: usize) -> usize {
     }
 }
 
-/// The weight with its first `rows / 8 * 8` rows in group blocks; the
-/// remaining rows stay GGUF blocks, where they were. (Streamed layers are
-/// laid out on every pass, so this must cost about a copy.)
+/// The weight with its first `rows / 8 * 8` rows in group blocks (see
+/// [`groups::interleave`]).
 pub(crate) fn interleave(src: &[u8], rows: usize, nb: usize) -> Vec<u8> {
-    let row_bytes = nb * 210;
-    let groups = rows / ROWS;
-    // Appended in order, never zero-filled first (a whole extra pass).
-    let mut out = Vec::with_capacity(src.len());
-    for g in 0..groups {
-        for b in 0..nb {
-            // The source rows are eight streams the prefetcher follows
-            // poorly (freshly read layers are not in cache).
-            for r in 0..ROWS {
-                let ahead = (g * ROWS + r) * row_bytes + (b + 4) * 210;
-                if let Some(p) = src.get(ahead..ahead + 210) {
-                    prefetch(p);
-                }
+    groups::interleave::<BYTES>(src, rows, nb, 210, |x, dst| {
+        for (i, x) in x.iter().enumerate() {
+            for (s, &v) in x[192..208].iter().enumerate() {
+                dst[SCALES_AT + 8 * s + i] = v;
             }
-            // Assembled in L1, then written out whole: scattered small
-            // stores straight into fresh memory run at a third of the speed.
-            let mut block = [0u8; BYTES];
-            let dst = &mut block;
-            for i in 0..ROWS {
-                let x: &[u8; 210] = src[(g * ROWS + i) * row_bytes + b * 210..][..210]
-                    .try_into()
-                    .expect("a whole block");
-                for (s, &v) in x[192..208].iter().enumerate() {
-                    dst[SCALES_AT + 8 * s + i] = v;
-                }
-                dst[2 * i..2 * i + 2].copy_from_slice(&x[208..210]);
-            }
-            // Quants: 32-byte runs of low bits (`64j + 32h`) and of high
-            // bits (`128 + 32j`), each a transpose of words over the rows.
-            let at = |i: usize| (g * ROWS + i) * row_bytes + b * 210;
-            for (run, to) in [(0, 0), (32, 32), (64, 96), (96, 128), (128, 64), (160, 160)] {
-                // `to`: where lane 0's vector goes (lane l: 192 further on).
-                let from = std::array::from_fn(|i| src[at(i) + run..][..32].as_ptr());
-                let dst_at =
-                    std::array::from_fn(|l| dst[QUANTS_AT + to + 192 * l..][..32].as_mut_ptr());
-                // SAFETY: only where the kernels run (AVX2); 32-byte slices.
-                unsafe { super::q4k8::transpose_words(from, dst_at) };
-            }
-            out.extend_from_slice(&block);
+            dst[2 * i..2 * i + 2].copy_from_slice(&x[208..210]);
         }
-    }
-    out.extend_from_slice(&src[groups * ROWS * row_bytes..]);
-    out
+        // Quants: 32-byte runs of low bits (`64j + 32h`) and of high bits
+        // (`128 + 32j`), each a transpose of words over the rows; `to` is
+        // where lane 0's vector goes (lane l: 192 further on).
+        for (run, to) in [(0, 0), (32, 32), (64, 96), (96, 128), (128, 64), (160, 160)] {
+            let from = std::array::from_fn(|i| x[i][run..][..32].as_ptr());
+            let dst_at =
+                std::array::from_fn(|l| dst[QUANTS_AT + to + 192 * l..][..32].as_mut_ptr());
+            // SAFETY: only where the kernels run (AVX2); 32-byte slices.
+            unsafe { groups::transpose_words(from, dst_at) };
+        }
+    })
 }
 
 /// Row `r` as GGUF Q6_K blocks (appended to `out`), from a weight laid out
 /// by [`interleave`].
 pub(crate) fn gguf_row(held: &[u8], rows: usize, nb: usize, r: usize, out: &mut Vec<u8>) {
-    let row_bytes = nb * 210;
-    if r >= rows / ROWS * ROWS {
-        out.extend_from_slice(&held[r * row_bytes..][..row_bytes]);
-        return;
-    }
-    let (g, i) = (r / ROWS, r % ROWS);
-    for b in 0..nb {
-        let src = &held[(g * nb + b) * BYTES..][..BYTES];
-        out.extend((0..210).map(|at| src[place(i, at)]));
-    }
+    groups::gguf_row(held, (rows, nb, 210), r, out, |src, i, out| {
+        out.extend((0..210).map(|at| src[place(i, at)]))
+    });
 }
 
 /// `_mm_shuffle_epi8` pick doubling each of eight bytes (a scale per row,

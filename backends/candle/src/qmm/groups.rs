@@ -1,0 +1,125 @@
+//! What the interleaved K-quant layouts ([`super::q4k8`], [`super::q6k8`])
+//! share: the blocks of eight consecutive rows at one column become one
+//! group block holding the same bytes, and rows after the last whole group
+//! stay GGUF blocks where they were (a group takes exactly the bytes of its
+//! eight rows).
+
+/// Rows per group.
+pub(crate) const ROWS: usize = 8;
+
+/// `src` (`rows` rows of `nb` blocks of `block` bytes) with its first
+/// `rows / 8 * 8` rows in group blocks of `GROUP` (= 8 × `block`) bytes,
+/// each laid out by `fill` from its eight rows' blocks. Runs once per
+/// resident weight, at load.
+pub(crate) fn interleave<const GROUP: usize>(
+    src: &[u8],
+    rows: usize,
+    nb: usize,
+    block: usize,
+    fill: impl Fn(&[&[u8]; ROWS], &mut [u8; GROUP]),
+) -> Vec<u8> {
+    assert_eq!(GROUP, ROWS * block, "a group block is eight blocks");
+    let row_bytes = nb * block;
+    let groups = rows / ROWS;
+    // Appended in order, never zero-filled first (a whole extra pass).
+    let mut out = Vec::with_capacity(src.len());
+    for g in 0..groups {
+        let at = |r: usize, b: usize| (g * ROWS + r) * row_bytes + b * block;
+        for b in 0..nb {
+            // Eight source streams, which the hardware prefetcher follows
+            // poorly.
+            for r in 0..ROWS {
+                if let Some(p) = src.get(at(r, b + 4)..at(r, b + 4) + block) {
+                    prefetch(p);
+                }
+            }
+            // Assembled in L1, then written out whole.
+            let mut dst = [0u8; GROUP];
+            fill(
+                &std::array::from_fn(|r| &src[at(r, b)..][..block]),
+                &mut dst,
+            );
+            out.extend_from_slice(&dst);
+        }
+    }
+    out.extend_from_slice(&src[groups * ROWS * row_bytes..]);
+    out
+}
+
+/// Row `r` as GGUF blocks of `block` bytes (appended to `out`), from a
+/// weight laid out by [`interleave`]; `unfill` appends row `i`'s block of
+/// a group block.
+pub(crate) fn gguf_row(
+    held: &[u8],
+    (rows, nb, block): (usize, usize, usize),
+    r: usize,
+    out: &mut Vec<u8>,
+    unfill: impl Fn(&[u8], usize, &mut Vec<u8>),
+) {
+    let row_bytes = nb * block;
+    if r >= rows / ROWS * ROWS {
+        out.extend_from_slice(&held[r * row_bytes..][..row_bytes]);
+        return;
+    }
+    let (g, i) = (r / ROWS, r % ROWS);
+    for b in 0..nb {
+        unfill(&held[(g * nb + b) * ROWS * block..][..ROWS * block], i, out);
+    }
+}
+
+/// Eight rows' 32-byte runs (`src[r]`) transposed as 4-byte words: `dst[w]`
+/// receives word `w` of rows 0..8 in turn: most of both layouts' quants
+/// are placed this way.
+///
+/// # Safety
+/// The CPU has AVX2; each `src[r]` has 32 readable bytes, each `dst[w]` 32
+/// writable ones.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn transpose_words(src: [*const u8; 8], dst: [*mut u8; 8]) {
+    use std::arch::x86_64::*;
+    let r: [__m256i; 8] =
+        std::array::from_fn(|i| unsafe { _mm256_loadu_si256(src[i] as *const __m256i) });
+    // Pairs of rows, then quads, per 128-bit half (words 0..4 | 4..8).
+    let t: [__m256i; 8] = std::array::from_fn(|i| {
+        let (a, b) = (r[2 * (i / 2)], r[2 * (i / 2) + 1]);
+        if i % 2 == 0 {
+            _mm256_unpacklo_epi32(a, b)
+        } else {
+            _mm256_unpackhi_epi32(a, b)
+        }
+    });
+    // u[4q + w]: word w (and w + 4) of rows 4q..4q + 4.
+    let u: [__m256i; 8] = std::array::from_fn(|i| {
+        let (q, w) = (i / 4, i % 4);
+        let (a, b) = (t[4 * q + w / 2], t[4 * q + 2 + w / 2]);
+        if w % 2 == 0 {
+            _mm256_unpacklo_epi64(a, b)
+        } else {
+            _mm256_unpackhi_epi64(a, b)
+        }
+    });
+    for w in 0..4 {
+        let (lo, hi) = (
+            _mm256_permute2x128_si256(u[w], u[4 + w], 0x20),
+            _mm256_permute2x128_si256(u[w], u[4 + w], 0x31),
+        );
+        unsafe {
+            _mm256_storeu_si256(dst[w] as *mut __m256i, lo);
+            _mm256_storeu_si256(dst[w + 4] as *mut __m256i, hi);
+        }
+    }
+}
+
+/// Asks for the cache lines of `bytes`.
+pub(crate) fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for at in (0..bytes.len()).step_by(64) {
+        // SAFETY: a prefetch of memory we hold; prefetches never fault.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                bytes.as_ptr().add(at) as *const i8,
+            )
+        };
+    }
+}
