@@ -123,3 +123,47 @@ pub(crate) fn prefetch(bytes: &[u8]) {
         };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{q4k8, q6k8};
+
+    type Layout = (
+        usize,
+        fn(&[u8], usize, usize) -> Vec<u8>,
+        fn(&[u8], usize, usize, usize, &mut Vec<u8>),
+    );
+
+    #[test]
+    fn every_row_comes_back_as_its_gguf_blocks() {
+        let layouts: [Layout; 2] = [
+            (144, q4k8::interleave, q4k8::gguf_row),
+            (210, q6k8::interleave, q6k8::gguf_row),
+        ];
+        for (block, interleave, gguf_row) in layouts {
+            for rows in [1usize, 8, 13, 16, 21] {
+                let nb = 3;
+                let src: Vec<u8> = (0..rows * nb * block)
+                    .map(|i| ((i as u32).wrapping_mul(2654435761) >> 13) as u8)
+                    .collect();
+                let held = interleave(&src, rows, nb);
+                assert_eq!(held.len(), src.len());
+                if rows >= 8 {
+                    assert_ne!(
+                        held, src,
+                        "{block}-byte blocks, {rows} rows: not interleaved"
+                    );
+                }
+                for r in 0..rows {
+                    let mut out = Vec::new();
+                    gguf_row(&held, rows, nb, r, &mut out);
+                    assert_eq!(
+                        out,
+                        src[r * nb * block..][..nb * block],
+                        "{block}-byte blocks, {rows} rows, row {r}"
+                    );
+                }
+            }
+        }
+    }
+}

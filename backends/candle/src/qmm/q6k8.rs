@@ -95,23 +95,4 @@ mod tests {
         }
         assert!(seen.iter().all(|&s| s));
     }
-
-    #[test]
-    fn every_row_comes_back_as_its_gguf_blocks() {
-        for rows in [1usize, 8, 13, 16, 21] {
-            let nb = 3;
-            let src: Vec<u8> = (0..rows * nb * 210)
-                .map(|i| ((i as u32).wrapping_mul(2654435761) >> 13) as u8)
-                .collect();
-            let held = interleave(&src, rows, nb);
-            if rows >= 8 {
-                assert_ne!(held, src, "{rows} rows were not interleaved");
-            }
-            for r in 0..rows {
-                let mut out = Vec::new();
-                gguf_row(&held, rows, nb, r, &mut out);
-                assert_eq!(out, src[r * nb * 210..][..nb * 210], "{rows} rows, row {r}");
-            }
-        }
-    }
 }
