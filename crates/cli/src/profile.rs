@@ -1,69 +1,92 @@
-//! Device profiles (`configs/*.toml`) and process-wide settings.
+//! `arbor profile`: the measured facts of this machine — each model's
+//! forward latency `L_fp(n)` for the kernels and threads in use, and the
+//! disk's direct-read bandwidth — shown from the cache, or measured when
+//! missing or asked to (`--refresh`).
 
-use std::path::Path;
+use anyhow::Result;
+use arbor_engine::{DEFAULT_DRAFT, DEFAULT_TARGET, Engine, ProfileStore, RunConfig};
+use clap::Args;
 
-use anyhow::{Context, Result, bail};
-use arbor_engine::BackendKind;
+use crate::progress;
 
-/// A device profile. Every field is optional; command-line flags win.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Profile {
-    pub backend: Option<String>,
-    pub threads: Option<usize>,
+#[derive(Args)]
+pub struct ProfileArgs {
+    /// Models to profile (paths or short names; default: the default pair).
+    #[arg(long, value_delimiter = ',')]
+    model: Vec<String>,
+    /// Measure again even where a cached figure exists.
+    #[arg(long)]
+    refresh: bool,
+    #[arg(long)]
+    backend: Option<String>,
+    /// One JSON object per fact on stdout instead of lines of text.
+    #[arg(long)]
+    json: bool,
 }
 
-impl Profile {
-    pub fn load(path: &Path) -> Result<Self> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        toml::from_str(&text).with_context(|| format!("parsing device profile {}", path.display()))
-    }
-}
-
-/// The backend named (or the default one: candle when compiled in).
-pub fn backend(name: Option<&str>) -> Result<BackendKind> {
-    let kind = match name {
-        Some(n) => n.parse()?,
-        None => *BackendKind::compiled()
-            .first()
-            .context("this build has no backend compiled in")?,
+pub fn run(args: &ProfileArgs, device: RunConfig) -> Result<()> {
+    let models = if args.model.is_empty() {
+        vec![DEFAULT_TARGET.to_string(), DEFAULT_DRAFT.to_string()]
+    } else {
+        args.model.clone()
     };
-    if !kind.is_compiled() {
-        bail!(arbor_engine::EngineError::BackendNotCompiled(kind));
+    let store = ProfileStore::default();
+    let threads = rayon::current_num_threads();
+    let mut disk_done = false;
+    for model in &models {
+        let config = device.clone().merge(RunConfig {
+            target: Some(model.clone()),
+            backend: args.backend.clone(),
+            ..RunConfig::default()
+        });
+        let mut events = progress::open_bar();
+        let path = arbor_engine::resolve_or_fetch(model, &mut events)?;
+        let kernels = arbor_engine::pick_backend(config.backend.as_deref())?.kernels();
+        let record = match store.cached_latency(&path, kernels, threads) {
+            Some(r) if !args.refresh => r,
+            _ => {
+                let mut run = Engine::open(&config, &mut events)?;
+                eprintln!("measuring L_fp(n) of {model} ({kernels}, {threads} threads)");
+                let mut bar = progress::count_bar("latency sizes");
+                store.measure_latency(&path, kernels, run.engine_mut().model_mut(), &mut bar)?
+            }
+        };
+        if args.json {
+            println!("{}", serde_json::to_string(&record)?);
+        } else {
+            let at = |n: usize| record.profile().at(n) * 1e3;
+            println!(
+                "{model}: L_fp(1) {:.1} ms, (2) {:.1}, (8) {:.1}, (32) {:.1}, (64) {:.1} [{kernels}, {threads} threads, min of {}, {}] {}",
+                at(1),
+                at(2),
+                at(8),
+                at(32),
+                at(64),
+                record.repetitions,
+                record.measured,
+                store.latency_path(&path, kernels, threads).display()
+            );
+        }
+        if !disk_done {
+            disk_done = true;
+            let disk = match store.cached_disk(&path) {
+                Some(d) if !args.refresh => d,
+                _ => store.measure_disk(&path)?,
+            };
+            if args.json {
+                println!("{}", serde_json::to_string(&disk)?);
+            } else {
+                println!(
+                    "disk: {:.2} GB/s {} reads of {} ({}) [{}] {}",
+                    disk.bytes_per_sec / 1e9,
+                    if disk.direct { "direct" } else { "buffered" },
+                    arbor_engine::format_bytes(disk.bytes),
+                    disk.file,
+                    disk.measured,
+                    store.disk_path(&path).display()
+                );
+            }
+        }
     }
-    Ok(kind)
-}
-
-/// Sizes the worker pool used by the CPU backends. candle reads
-/// `RAYON_NUM_THREADS` itself, so both are set.
-pub fn set_threads(threads: Option<usize>) -> Result<()> {
-    let Some(n) = threads else { return Ok(()) };
-    if n == 0 || n > 1024 {
-        bail!("--threads must be between 1 and 1024, got {n}");
-    }
-    // SAFETY: called from `main` before any other thread exists.
-    unsafe { std::env::set_var("RAYON_NUM_THREADS", n.to_string()) };
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(n)
-        .build_global()
-        .context("configuring the thread pool")
-}
-
-fn status_field(name: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with(name))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
-/// Peak resident set size of this process (Linux), in bytes.
-pub fn peak_rss_bytes() -> Option<u64> {
-    status_field("VmHWM:")
-}
-
-/// Resets the peak RSS counter so the next measurement covers only what
-/// follows (Linux ≥ 4.0; a no-op elsewhere).
-pub fn reset_peak_rss() {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    Ok(())
 }

@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use arbor_engine::OpenEvent;
 use arbor_fetch::Progress;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -42,7 +43,8 @@ pub fn fetch_bar() -> impl FnMut(Progress) {
 }
 
 /// A bar counting things (tensors, windows, prompts).
-pub fn count_bar(what: &'static str) -> impl FnMut(usize, usize) {
+pub fn count_bar(what: impl Into<String>) -> impl FnMut(usize, usize) {
+    let what: String = what.into();
     let mut bar: Option<ProgressBar> = None;
     move |done, total| {
         let b = bar.get_or_insert_with(|| {
@@ -52,7 +54,7 @@ pub fn count_bar(what: &'static str) -> impl FnMut(usize, usize) {
                     .progress_chars("=> "),
             )
         });
-        b.set_message(what);
+        b.set_message(what.clone());
         b.set_position(done as u64);
         if done >= total {
             b.finish_and_clear();
@@ -74,5 +76,32 @@ pub fn load_bar(path: &Path) -> impl FnMut(usize, usize) {
             announced = true;
         }
         inner(done, total)
+    }
+}
+
+/// Bars and notes for what opening a run reports.
+pub fn open_bar() -> impl FnMut(OpenEvent<'_>) {
+    let mut fetch = fetch_bar();
+    let mut load: Option<(std::path::PathBuf, Box<dyn FnMut(usize, usize)>)> = None;
+    let mut measure: Option<(String, Box<dyn FnMut(usize, usize)>)> = None;
+    move |event| match event {
+        OpenEvent::Fetch(p) => fetch(p),
+        OpenEvent::Load { path, done, total } => {
+            if load.as_ref().is_none_or(|(p, _)| p != path) {
+                load = Some((path.to_path_buf(), Box::new(load_bar(path))));
+            }
+            if let Some((_, bar)) = &mut load {
+                bar(done, total);
+            }
+        }
+        OpenEvent::Measure { what, done, total } => {
+            if measure.as_ref().is_none_or(|(w, _)| w != what || done <= 1) {
+                measure = Some((what.to_string(), Box::new(count_bar(what))));
+            }
+            if let Some((_, bar)) = &mut measure {
+                bar(done, total);
+            }
+        }
+        OpenEvent::Note(note) => eprintln!("{note}"),
     }
 }

@@ -235,3 +235,67 @@ fn bench_spec_prints_one_json_object_per_strategy() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn strategy_help_comes_from_the_registry_and_every_name_is_accepted() {
+    let o = arbor(&["generate", "--help"]);
+    let help = String::from_utf8(o.stdout).unwrap();
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    for name in [
+        "autoregressive,",
+        "autoregressive-pipelined,",
+        "chain,",
+        "tree-provisional,",
+        "tree-no-fallback",
+        "static-tree",
+    ] {
+        assert!(help.contains(name), "{name} missing from: {help}");
+    }
+    let o = arbor(&[
+        "generate", "--model", "x.gguf", "--prompt", "x", "--strategy", "treee",
+    ]);
+    let err = stderr(&o);
+    assert!(
+        err.contains("unknown strategy") && err.contains("static-tree"),
+        "{err}"
+    );
+    let Some(_) = smollm2() else { return };
+    let run = |strategy: &str| {
+        let o = arbor(&[
+            "generate",
+            "--model",
+            "smollm2-135m",
+            "--draft",
+            "smollm2-135m",
+            "--prompt",
+            "Hello",
+            "--max-tokens",
+            "6",
+            "--strategy",
+            strategy,
+        ]);
+        assert!(o.status.success(), "{strategy}: {}", stderr(&o));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let plain = run("autoregressive");
+    for name in ["ar", "autoregressive-pipelined", "tree-no-fallback", "chain-on-demand"] {
+        assert_eq!(run(name), plain, "{name}");
+    }
+}
+
+#[test]
+fn profile_reports_cached_facts_as_json() {
+    let Some(_) = smollm2() else { return };
+    let o = arbor(&["profile", "--model", "smollm2-135m", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: Vec<serde_json::Value> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(rows.len(), 2, "a latency curve and the disk: {rows:?}");
+    let points = rows[0]["points"].as_array().unwrap();
+    assert!(points.len() >= 10 && rows[0]["repetitions"].as_u64() >= Some(2));
+    assert!(rows[0]["kernels"].is_string() && rows[0]["measured"].is_string());
+    assert!(rows[1]["bytes_per_sec"].as_f64().unwrap() > 0.0);
+}

@@ -6,8 +6,10 @@ use arbor_sampling::SamplingParams;
 use arbor_speculative::{DecodeOptions, Event, Strategy, Verification};
 use arbor_tokenizer::{StreamDecoder, Tokenizer};
 
-use crate::Result;
-pub use arbor_speculative::{DecodeStats as GenerationStats, Phase, PhaseSpan, StopReason};
+use arbor_pipeline::{Monitor, Span, StreamStats};
+
+use crate::{Result, Trace};
+pub use arbor_speculative::{DecodeStats as GenerationStats, StopReason};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerateOptions {
@@ -26,7 +28,7 @@ impl Default for GenerateOptions {
             max_tokens: 128,
             sampling: SamplingParams::default(),
             stop_tokens: None,
-            strategy: Strategy::Autoregressive,
+            strategy: Strategy::default(),
             verification: Verification::Exact,
         }
     }
@@ -40,13 +42,11 @@ pub struct Generation {
     pub text: String,
     pub stats: GenerationStats,
     /// Layer streaming during this generation (zero when nothing streams).
-    pub stream: arbor_pipeline::StreamStats,
-    /// When decoding started and what the decoding loop did when.
+    pub stream: StreamStats,
+    /// When decoding started; the trace's times count from here.
     pub started: std::time::Instant,
-    pub trace: Vec<PhaseSpan>,
-    /// What the layer streamer did meanwhile (reads, builds, waits), in
-    /// seconds since `started` like `trace` (empty when nothing streams).
-    pub weight_spans: Vec<arbor_pipeline::Span>,
+    /// What the decoding loop and the layer streamer did when.
+    pub trace: Trace,
 }
 
 /// Streamed text. A consumer shows the confirmed text and after it the
@@ -151,14 +151,23 @@ impl<'t> TextStream<'t> {
     }
 }
 
+/// Generates with `target` (and `draft`), streaming text to `on`; with the
+/// `monitor` of a layer streamer, its work during this generation goes into
+/// the statistics and the trace.
 pub fn generate(
     target: &mut dyn LanguageModel,
     draft: Option<&mut dyn LanguageModel>,
     tokenizer: &Tokenizer,
     prompt: &[u32],
     options: &GenerateOptions,
+    monitor: Option<&Monitor>,
     on: &mut dyn FnMut(TextEvent<'_>),
 ) -> Result<Generation> {
+    let before = monitor.map(|m| m.stats()).unwrap_or_default();
+    let epoch = std::time::Instant::now();
+    if let Some(m) = monitor {
+        m.record_from(epoch);
+    }
     let opts = DecodeOptions {
         max_tokens: options.max_tokens,
         sampling: options.sampling,
@@ -174,13 +183,34 @@ pub fn generate(
         stream.push(event, on)
     })?;
     let text = stream.finish(on)?;
+    let (mut stream, mut weights) = (StreamStats::default(), Vec::new());
+    if let Some(m) = monitor {
+        let after = m.stats();
+        stream = StreamStats {
+            layers: after.layers - before.layers,
+            bytes: after.bytes - before.bytes,
+            io_secs: after.io_secs - before.io_secs,
+            build_secs: after.build_secs - before.build_secs,
+            wait_secs: after.wait_secs - before.wait_secs,
+        };
+        // Both count from the start of decoding.
+        let shift = (decoded.started)
+            .saturating_duration_since(epoch)
+            .as_secs_f64();
+        weights = (m.spans().into_iter())
+            .map(|s| Span {
+                start: s.start - shift,
+                end: s.end - shift,
+                ..s
+            })
+            .collect();
+    }
     Ok(Generation {
         tokens: decoded.tokens,
         text,
         stats: decoded.stats,
-        stream: Default::default(),
+        stream,
         started: decoded.started,
-        trace: decoded.trace,
-        weight_spans: Vec::new(),
+        trace: Trace::new(&decoded.trace, &weights),
     })
 }

@@ -1,12 +1,19 @@
-//! The engine: loads a GGUF model with its tokenizer onto a backend and runs
-//! generation and evaluation over the [`LanguageModel`] interface. It owns
-//! no numerics of its own; strategies (speculative decoding, paging) will be
-//! small compositions here.
+//! The engine owns a run: [`Engine::open`] turns a [`RunConfig`] (from a
+//! device config, a command line or a request) into a [`Run`] — models
+//! resolved and fetched, the memory budget planned, target and draft
+//! loaded, latency profiles read or measured, the strategy built — and the
+//! run generates text, its statistics and its [`Trace`]. It owns no
+//! numerics: models, strategies and weight streaming live in the crates
+//! below, and this is the only crate that names the backends.
 
 mod backends;
+mod config;
 mod generate;
 mod memory;
+mod open;
 mod perplexity;
+pub mod profiles;
+mod trace;
 
 use std::path::{Path, PathBuf};
 
@@ -15,13 +22,16 @@ pub use arbor_paging::{format_bytes, parse_bytes};
 pub use arbor_pipeline::{Mode as StreamMode, Span, SpanKind, StreamStats};
 pub use arbor_sampling::{SamplingParams, argmax};
 pub use arbor_speculative::{
-    LatencyProfile, PROFILE_SIZES, SpecError, Strategy, TreeConfig, Typical, Verification,
+    Decoding, LatencyProfile, PROFILE_SIZES, SpecError, Strategy, Streaming, TreeConfig, Typical,
+    Verification,
 };
 pub use arbor_tokenizer::{ChatMessage, Role, Tokenizer};
 pub use backends::BackendKind;
-pub use generate::{
-    GenerateOptions, Generation, GenerationStats, Phase, PhaseSpan, StopReason, TextEvent,
-};
+pub use config::{DEFAULT_DRAFT, DEFAULT_TARGET, RunConfig, Sampling, Tuning};
+pub use generate::{GenerateOptions, Generation, GenerationStats, StopReason, TextEvent};
+pub use open::{OpenEvent, Profiles, Run, pick_backend, resolve_or_fetch};
+pub use profiles::{DiskRecord, Drift, LatencyRecord, ProfileStore};
+pub use trace::{Activity, Segment, Trace};
 pub use memory::{MemoryOptions, MemoryReport, resident_now};
 
 #[derive(Debug, thiserror::Error)]
@@ -300,12 +310,7 @@ impl Engine {
         on: &mut dyn FnMut(TextEvent<'_>),
     ) -> Result<Generation> {
         let monitor = self.memory.as_ref().and_then(|m| m.monitor.clone());
-        let before = monitor.as_ref().map(|m| m.stats()).unwrap_or_default();
-        let epoch = std::time::Instant::now();
-        if let Some(m) = &monitor {
-            m.record_from(epoch);
-        }
-        let mut generation = generate::generate(
+        generate::generate(
             self.model.as_mut(),
             self.draft
                 .as_mut()
@@ -313,33 +318,9 @@ impl Engine {
             &self.tokenizer,
             prompt,
             options,
+            monitor.as_ref(),
             on,
-        )?;
-        if let Some(m) = monitor {
-            let after = m.stats();
-            generation.stream = StreamStats {
-                layers: after.layers - before.layers,
-                bytes: after.bytes - before.bytes,
-                io_secs: after.io_secs - before.io_secs,
-                build_secs: after.build_secs - before.build_secs,
-                wait_secs: after.wait_secs - before.wait_secs,
-            };
-            // Both traces count from the start of decoding.
-            let shift = generation
-                .started
-                .saturating_duration_since(epoch)
-                .as_secs_f64();
-            generation.weight_spans = m
-                .spans()
-                .into_iter()
-                .map(|s| Span {
-                    start: s.start - shift,
-                    end: s.end - shift,
-                    ..s
-                })
-                .collect();
-        }
-        Ok(generation)
+        )
     }
 
     /// Perplexity of `tokens`, in windows of `ctx` tokens.

@@ -8,10 +8,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result};
-use arbor_engine::{BackendKind, GenerateOptions, SamplingParams, format_bytes, parse_bytes};
+use arbor_engine::{Engine, RunConfig, Trace, format_bytes, parse_bytes};
 
-use crate::spec::{BenchSpecArgs, Variant, fetch_or_resolve, latency_profiles, load_prompts};
-use crate::{profile, progress};
+use super::cgroup::{Cgroup, join_cgroup};
+use super::spec::BenchSpecArgs;
+use crate::prompts::load_prompts;
+use crate::report::print_results;
+use crate::{progress, sys};
 
 /// One strategy under one budget.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
@@ -53,26 +56,20 @@ struct ChildReport {
     tokens: Vec<Vec<u32>>,
     /// The execution trace of the first prompt.
     #[serde(default)]
-    trace: Option<crate::trace::Trace>,
+    trace: Option<Trace>,
 }
 
 /// Runs the strategies of `args` (one process each) under every budget.
-pub fn run(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
+pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
     if args.child {
-        return child(args, backend);
+        return child(args, device);
     }
     let budgets: Vec<u64> = args
         .memory_budget
         .iter()
         .map(|b| parse_bytes(b))
         .collect::<Result<_, _>>()?;
-    let mut names = vec!["autoregressive".to_string()];
-    for s in &args.strategies {
-        Variant::parse(s)?;
-        if !names.contains(s) {
-            names.push(s.clone());
-        }
-    }
+    let names = args.names()?;
     eprintln!("reference: unlimited target-only run");
     let reference = spawn(args, "autoregressive", None, false)?;
     let mut rows = Vec::new();
@@ -98,7 +95,7 @@ pub fn run(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
                     "{name} inside {}: first prompt, first 8 target passes",
                     format_bytes(budget)
                 );
-                match trace.draw(&title, 8, &path) {
+                match crate::trace::draw(trace, &title, 8, &path) {
                     Ok(()) => eprintln!("  trace: {}", path.display()),
                     Err(e) => eprintln!("  no trace drawn: {e:#}"),
                 }
@@ -115,7 +112,7 @@ pub fn run(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
         }
     }
     let table = table(&rows, args);
-    crate::spec::print_results(&table, &rows, args.json)?;
+    print_results(&table, &rows, args.json)?;
     draw(&rows, &names, args)?;
     Ok(())
 }
@@ -129,7 +126,7 @@ fn trace_path(plot: &Path, name: &str) -> PathBuf {
 }
 
 fn table(rows: &[BudgetRow], args: &BenchSpecArgs) -> String {
-    let mut s = crate::spec::table_title(rows.first().map_or(0, |r| r.prompts), args);
+    let mut s = args.title(rows.first().map_or(0, |r| r.prompts));
     s += "; identical = same tokens as the unlimited target-only run\n";
     s += "| budget | strategy | tok/s | vs AR | mean accepted | peak | streamed GiB/100 tok | draft s | target compute s | target IO wait s | provisional s (accepted/made) | identical |\n";
     s += "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
@@ -190,47 +187,6 @@ fn draw(rows: &[BudgetRow], names: &[String], args: &BenchSpecArgs) -> Result<()
     Ok(())
 }
 
-/// A cgroup v1 memory group that removes itself when dropped.
-struct Cgroup {
-    dir: PathBuf,
-}
-
-impl Cgroup {
-    /// A new group limited to `bytes`, or `None` when cgroup v1 memory
-    /// control is not available to this user.
-    fn new(bytes: u64) -> Option<Self> {
-        let root = Path::new("/sys/fs/cgroup/memory");
-        if !root.join("memory.limit_in_bytes").exists() {
-            return None;
-        }
-        let dir = root.join(format!("arbor-bench-{}", std::process::id()));
-        let _ = std::fs::remove_dir(&dir);
-        std::fs::create_dir(&dir).ok()?;
-        let group = Self { dir };
-        std::fs::write(group.dir.join("memory.limit_in_bytes"), bytes.to_string()).ok()?;
-        // No swap to escape into, where the kernel offers the knob.
-        let _ = std::fs::write(group.dir.join("memory.swappiness"), "0");
-        let _ = std::fs::write(
-            group.dir.join("memory.memsw.limit_in_bytes"),
-            bytes.to_string(),
-        );
-        Some(group)
-    }
-
-    fn peak(&self) -> u64 {
-        std::fs::read_to_string(self.dir.join("memory.max_usage_in_bytes"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for Cgroup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
-
 /// Runs one strategy in a child process (inside a cgroup limited to the
 /// budget when `limit` and possible) and reads its report.
 fn spawn(
@@ -253,7 +209,7 @@ fn spawn(
         .args(["--strategies", name])
         .arg("--report")
         .arg(&out)
-        .args(args.spec.to_args());
+        .args(args.tuning.to_args());
     if let Some(n) = args.limit {
         cmd.args(["--limit", &n.to_string()]);
     }
@@ -303,68 +259,19 @@ fn spawn(
     Ok(report)
 }
 
-/// Writes the calling process's pid into a cgroup's `tasks` file using only
-/// system calls (safe between fork and exec).
-fn join_cgroup(tasks: &std::ffi::CStr) -> std::io::Result<()> {
-    let mut digits = [0u8; 20];
-    let mut pid = unsafe { libc::getpid() } as u64;
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (pid % 10) as u8;
-        pid /= 10;
-        if pid == 0 {
-            break;
-        }
-    }
-    // SAFETY: plain system calls on a valid C string and stack buffer.
-    unsafe {
-        let fd = libc::open(tasks.as_ptr(), libc::O_WRONLY);
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let n = digits.len() - at;
-        let written = libc::write(fd, digits[at..].as_ptr().cast(), n);
-        libc::close(fd);
-        if written != n as isize {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
 /// The child side: one strategy, every prompt, report to `--report`.
-fn child(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
+fn child(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
     let name = args
         .strategies
         .first()
         .context("the child runs one strategy")?;
-    let variant = Variant::parse(name)?;
-    let strategy_needs_draft = arbor_engine::Strategy::parse(variant.base)?.needs_draft();
     let prompts = load_prompts(&args.prompts, args.limit)?;
-    let target = fetch_or_resolve(&args.target)?;
-    let draft = if strategy_needs_draft {
-        Some(fetch_or_resolve(&args.draft)?)
-    } else {
-        None
+    let config = RunConfig {
+        memory_budget: args.memory_budget.first().cloned(),
+        ..args.config(device, name)
     };
-    let budget = args
-        .memory_budget
-        .first()
-        .map(|b| parse_bytes(b))
-        .transpose()?;
-    let mut engine = match budget {
-        Some(b) => {
-            crate::spec::load_budgeted(&target, draft.as_deref(), backend, b, variant.pipelined)?
-        }
-        None => crate::load(&target, backend)?,
-    };
-    let profiles = if variant.profiled() && !args.spec.no_profile {
-        Some(latency_profiles(&mut engine, draft.as_deref(), backend)?)
-    } else {
-        None
-    };
-    let strategy = args.spec.strategy(variant.base, profiles.as_ref())?;
+    let budget = config.budget_bytes()?;
+    let mut run = Engine::open(&config, &mut progress::open_bar())?;
     let mut row = BudgetRow {
         strategy: name.clone(),
         budget_bytes: budget.unwrap_or(0),
@@ -378,15 +285,8 @@ fn child(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
     let mut trace = None;
     let mut bar = progress::count_bar("prompts");
     for (i, prompt) in prompts.iter().enumerate() {
-        let ids = engine.prompt_tokens(&prompt.text, true)?;
-        let options = GenerateOptions {
-            max_tokens: args.max_tokens,
-            sampling: SamplingParams::default(),
-            stop_tokens: None,
-            strategy: strategy.clone(),
-            verification: args.spec.verification()?,
-        };
-        let g = engine.generate(&ids, &options, &mut |_| {})?;
+        let ids = run.prompt_tokens(&prompt.text, true)?;
+        let g = run.generate(&ids, &mut |_| {})?;
         let s = &g.stats;
         row.generated += s.generated_tokens.saturating_sub(1);
         row.decode_secs += s.decode_secs;
@@ -400,16 +300,19 @@ fn child(args: &BenchSpecArgs, backend: BackendKind) -> Result<()> {
         passes += s.verifications + s.target_steps;
         streamed += g.stream.bytes;
         if trace.is_none() {
-            trace = Some(crate::trace::Trace::of(&g));
+            trace = Some(g.trace.clone());
         }
         tokens.push(g.tokens);
         bar(i + 1, prompts.len());
+    }
+    for note in run.take_notes() {
+        eprintln!("{note}");
     }
     row.tok_s = row.generated as f64 / row.decode_secs.max(1e-9);
     row.mean_accepted = produced as f64 / passes.max(1) as f64;
     row.streamed_gib_per_100 =
         streamed as f64 / (1u64 << 30) as f64 * 100.0 / row.generated.max(1) as f64;
-    row.peak_bytes = profile::peak_rss_bytes().unwrap_or(0);
+    row.peak_bytes = sys::peak_rss_bytes().unwrap_or(0);
     let report = ChildReport { row, tokens, trace };
     let path = args
         .report

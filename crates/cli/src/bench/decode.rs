@@ -1,68 +1,19 @@
-//! `arbor bench`: speed measurements printed as JSON lines.
+//! `arbor bench decode`: prefill and decode speed of one model, one JSON
+//! object per model.
 
 use std::time::Instant;
 
-use anyhow::{Result, bail};
-use arbor_engine::{BackendKind, LanguageModel};
-use clap::Subcommand;
+use anyhow::Result;
+use arbor_engine::{Engine, LanguageModel, RunConfig};
 
-use crate::profile;
+use crate::{progress, sys};
 
 /// A fixed English/code text, repeated to make prompts of any length.
 const FILLER: &str = "The quick brown fox jumps over the lazy dog. \
 def add(a, b):\n    return a + b\n\nIn 1887 the committee met in the old town hall to discuss the budget. ";
 
-#[derive(Subcommand)]
-pub enum BenchCommand {
-    /// Prefill and decode speed of one or more models (one JSON object per model).
-    Decode {
-        /// Model paths or short names (repeat the flag or separate with commas).
-        #[arg(long, required = true, value_delimiter = ',')]
-        model: Vec<String>,
-        /// Tokens to decode.
-        #[arg(long, default_value_t = 64)]
-        tokens: usize,
-        /// Prompt length for the prefill measurement.
-        #[arg(long, default_value_t = 128)]
-        prompt_tokens: usize,
-        #[arg(long)]
-        backend: Option<String>,
-    },
-    /// Speculative strategies against autoregressive decoding on a prompt
-    /// set: a table (or JSON lines) and a bar chart.
-    Spec(Box<crate::spec::BenchSpecArgs>),
-}
-
-pub fn run(
-    which: BenchCommand,
-    pick: &dyn Fn(&Option<String>) -> Result<BackendKind>,
-) -> Result<()> {
-    match which {
-        BenchCommand::Decode {
-            model,
-            tokens,
-            prompt_tokens,
-            backend,
-        } => {
-            if tokens == 0 || prompt_tokens == 0 {
-                bail!("--tokens and --prompt-tokens must be at least 1");
-            }
-            let backend = pick(&backend)?;
-            for m in &model {
-                let row = decode(m, backend, tokens, prompt_tokens)?;
-                println!("{}", serde_json::to_string(&row)?);
-            }
-            Ok(())
-        }
-        BenchCommand::Spec(args) => {
-            let backend = pick(&args.backend)?;
-            crate::spec::bench_spec(&args, backend)
-        }
-    }
-}
-
 #[derive(serde::Serialize)]
-struct DecodeRow {
+pub struct DecodeRow {
     model: String,
     backend: String,
     threads: usize,
@@ -74,17 +25,22 @@ struct DecodeRow {
     peak_rss_bytes: u64,
 }
 
-fn decode(
+pub fn decode(
     model: &str,
-    backend: BackendKind,
+    device: &RunConfig,
     tokens: usize,
     prompt_tokens: usize,
 ) -> Result<DecodeRow> {
-    let path = arbor_fetch::resolve_model(model)?;
-    profile::reset_peak_rss();
+    let config = device.clone().merge(RunConfig {
+        target: Some(model.to_string()),
+        ..RunConfig::default()
+    });
+    sys::reset_peak_rss();
     let start = Instant::now();
-    let mut engine = crate::load(&path, backend)?;
+    let mut run = Engine::open(&config, &mut progress::open_bar())?;
     let load_secs = start.elapsed().as_secs_f64();
+    let backend = run.backend();
+    let engine = run.engine_mut();
     let filler = engine.tokenizer().encode(FILLER)?;
     let prompt: Vec<u32> = filler.iter().copied().cycle().take(prompt_tokens).collect();
     let m = engine.model_mut();
@@ -119,7 +75,7 @@ fn decode(
         load_secs,
         prefill_tok_s: prompt_tokens as f64 / prefill,
         decode_tok_s: tokens as f64 / decode,
-        peak_rss_bytes: profile::peak_rss_bytes().unwrap_or(0),
+        peak_rss_bytes: sys::peak_rss_bytes().unwrap_or(0),
     })
 }
 

@@ -1,0 +1,70 @@
+//! Flags shared by the commands that open runs, and what they become in a
+//! [`RunConfig`].
+
+use arbor_engine::Tuning;
+use clap::Args;
+
+/// Flags that shape the speculative strategies (`generate`, `bench spec`).
+/// Unset flags keep the device config's value, else the strategy's default.
+#[derive(Args, Debug, Clone, Default)]
+pub struct TuningArgs {
+    /// Draft tokens per verification for `chain` [default: 5].
+    #[arg(long)]
+    pub gamma: Option<usize>,
+    /// Initial verification threshold α of `tree` [default: 0.01].
+    #[arg(long)]
+    pub alpha: Option<f32>,
+    /// Most draft tokens one `tree` verification may carry [default: 32].
+    #[arg(long)]
+    pub max_tree: Option<usize>,
+    /// Draft probability above which a candidate opens a branch (`tree`)
+    /// [default: 0.3].
+    #[arg(long)]
+    pub branch_threshold: Option<f32>,
+    /// `exact` (lossless) or `typical` (typical acceptance) [default: exact].
+    #[arg(long)]
+    pub verify: Option<String>,
+    /// Do not size trees with the measured latency profiles.
+    #[arg(long)]
+    pub no_profile: bool,
+}
+
+impl TuningArgs {
+    pub fn tuning(&self) -> Tuning {
+        Tuning {
+            gamma: self.gamma,
+            alpha: self.alpha,
+            max_tree: self.max_tree,
+            branch_threshold: self.branch_threshold,
+            verify: self.verify.clone(),
+            no_profile: self.no_profile.then_some(true),
+        }
+    }
+
+    /// The same settings as flags (for child processes).
+    pub fn to_args(&self) -> Vec<String> {
+        let mut a = Vec::new();
+        let mut put = |name: &str, v: Option<String>| {
+            if let Some(v) = v {
+                a.push(format!("--{name}={v}"));
+            }
+        };
+        put("gamma", self.gamma.map(|v| v.to_string()));
+        put("alpha", self.alpha.map(|v| v.to_string()));
+        put("max-tree", self.max_tree.map(|v| v.to_string()));
+        put(
+            "branch-threshold",
+            self.branch_threshold.map(|v| v.to_string()),
+        );
+        put("verify", self.verify.clone());
+        if self.no_profile {
+            a.push("--no-profile".into());
+        }
+        a
+    }
+}
+
+/// The help line listing every strategy name.
+pub fn strategy_help() -> String {
+    arbor_engine::Strategy::help()
+}

@@ -1,0 +1,62 @@
+//! `arbor bench`: speed measurements. `decode` times one model's prefill
+//! and decode; `spec` compares decoding strategies on a prompt set, on one
+//! loaded pair ([`spec`]) or, under memory budgets, one process per
+//! strategy inside a cgroup limit ([`budget`]).
+
+mod budget;
+mod cgroup;
+mod decode;
+mod spec;
+
+use anyhow::{Result, bail};
+use arbor_engine::RunConfig;
+use clap::Subcommand;
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Prefill and decode speed of one or more models (one JSON object per model).
+    Decode {
+        /// Model paths or short names (repeat the flag or separate with commas).
+        #[arg(long, required = true, value_delimiter = ',')]
+        model: Vec<String>,
+        /// Tokens to decode.
+        #[arg(long, default_value_t = 64)]
+        tokens: usize,
+        /// Prompt length for the prefill measurement.
+        #[arg(long, default_value_t = 128)]
+        prompt_tokens: usize,
+        #[arg(long)]
+        backend: Option<String>,
+    },
+    /// Speculative strategies against autoregressive decoding on a prompt
+    /// set: a table (or JSON lines) and a bar chart.
+    Spec(Box<spec::BenchSpecArgs>),
+}
+
+pub fn run(which: BenchCommand, device: RunConfig) -> Result<()> {
+    match which {
+        BenchCommand::Decode {
+            model,
+            tokens,
+            prompt_tokens,
+            backend,
+        } => {
+            if tokens == 0 || prompt_tokens == 0 {
+                bail!("--tokens and --prompt-tokens must be at least 1");
+            }
+            let device = device.merge(RunConfig {
+                backend,
+                ..RunConfig::default()
+            });
+            for m in &model {
+                let row = decode::decode(m, &device, tokens, prompt_tokens)?;
+                println!("{}", serde_json::to_string(&row)?);
+            }
+            Ok(())
+        }
+        BenchCommand::Spec(args) if args.child || !args.memory_budget.is_empty() => {
+            budget::run(&args, &device)
+        }
+        BenchCommand::Spec(args) => spec::run(&args, &device),
+    }
+}

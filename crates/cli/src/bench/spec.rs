@@ -1,0 +1,290 @@
+//! `arbor bench spec` without a memory budget: every strategy on one
+//! loaded target and draft, prompt by prompt, against autoregressive
+//! decoding (speed and identical output); a table (or JSON lines) and a
+//! bar chart. With `--memory-budget` the sweep in [`super::budget`] runs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use arbor_engine::{Engine, LatencyProfile, RunConfig};
+use clap::Args;
+
+use crate::args::TuningArgs;
+use crate::prompts::load_prompts;
+use crate::report::{print_results, title};
+use crate::{progress, sys};
+
+#[derive(Args, Debug)]
+pub struct BenchSpecArgs {
+    #[arg(long, default_value = "qwen2.5-coder-1.5b")]
+    pub target: String,
+    #[arg(long, default_value = "qwen2.5-coder-0.5b")]
+    pub draft: String,
+    /// mt-bench, sharegpt, or a file with one JSON string per line.
+    #[arg(long, default_value = "mt-bench")]
+    pub prompts: String,
+    /// Use at most N prompts (spread over the categories).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// Strategies to compare (autoregressive is always run: it is the
+    /// reference for speed and output).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "autoregressive,chain,tree"
+    )]
+    pub strategies: Vec<String>,
+    /// One JSON object per strategy on stdout (the table goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Where to draw the bar chart.
+    #[arg(long, default_value = "arbor-bench-spec.png")]
+    pub plot: PathBuf,
+    #[arg(long)]
+    pub backend: Option<String>,
+    #[command(flatten)]
+    pub tuning: TuningArgs,
+    /// Memory budgets (e.g. `1.3GiB` or a sweep `0.9GiB,1.3GiB,2GiB`): each
+    /// strategy runs in its own process, inside a cgroup v1 limit of the
+    /// budget when run as root. Strategies then include
+    /// `autoregressive-pipelined`.
+    #[arg(long, value_delimiter = ',')]
+    pub memory_budget: Vec<String>,
+    /// Internal: run one strategy and write a report (used by the budget
+    /// benchmark for its child processes).
+    #[arg(long, hide = true)]
+    pub child: bool,
+    #[arg(long, hide = true)]
+    pub report: Option<PathBuf>,
+}
+
+#[derive(Default, Clone)]
+struct Totals {
+    prompts: usize,
+    identical: usize,
+    generated: usize,
+    produced: usize,
+    secs: f64,
+    passes: usize,
+    verifications: usize,
+    accepted: usize,
+    draft_tokens: usize,
+    per_category: BTreeMap<String, (usize, usize)>,
+}
+
+#[derive(serde::Serialize)]
+struct Row {
+    strategy: String,
+    prompts: usize,
+    identical: usize,
+    tok_s: f64,
+    ms_per_token: f64,
+    mean_accepted: f64,
+    verifications_per_100: f64,
+    speedup_vs_autoregressive: f64,
+    peak_bytes: u64,
+    draft_tokens: usize,
+    accepted_draft_tokens: usize,
+    mean_accepted_per_category: BTreeMap<String, f64>,
+}
+
+impl BenchSpecArgs {
+    /// The run every strategy of this benchmark shares (the device config
+    /// under these flags); `strategy` names the one it opens with.
+    pub fn config(&self, device: &RunConfig, strategy: &str) -> RunConfig {
+        device.clone().merge(RunConfig {
+            target: Some(self.target.clone()),
+            draft: Some(self.draft.clone()),
+            backend: self.backend.clone(),
+            strategy: Some(strategy.to_string()),
+            tuning: self.tuning.tuning(),
+            max_tokens: Some(self.max_tokens),
+            ..RunConfig::default()
+        })
+    }
+
+    /// The title line of this benchmark's tables.
+    pub fn title(&self, prompts: usize) -> String {
+        title(
+            prompts,
+            &self.prompts,
+            self.max_tokens,
+            &self.target,
+            &self.draft,
+        )
+    }
+
+    /// Strategy names to run, autoregressive first (the reference for
+    /// speed and output), each checked.
+    pub fn names(&self) -> Result<Vec<String>> {
+        let mut names: Vec<String> = vec!["autoregressive".into()];
+        for s in &self.strategies {
+            s.parse::<arbor_engine::Strategy>()?;
+            if !names.contains(s) {
+                names.push(s.clone());
+            }
+        }
+        Ok(names)
+    }
+}
+
+pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
+    if args.max_tokens == 0 {
+        bail!("--max-tokens must be at least 1");
+    }
+    let names = args.names()?;
+    let prompts = load_prompts(&args.prompts, args.limit)?;
+    let mut events = progress::open_bar();
+    let mut run = Engine::open(&args.config(device, "autoregressive"), &mut events)?;
+    // Load the draft (and measure profiles) before the first prompt, so
+    // every strategy's timings are of decoding only.
+    let mut strategies = Vec::new();
+    for name in &names {
+        run.use_strategy(name, &mut events)?;
+        strategies.push(run.strategy().clone());
+    }
+    if let Some(p) = run.profiles() {
+        let curve = |p: &LatencyProfile| -> String {
+            p.points
+                .iter()
+                .map(|(n, s)| format!("{n}:{:.1}ms", s * 1e3))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        eprintln!("target L_fp(n): {}", curve(&p.target));
+        if let Some(d) = &p.draft {
+            eprintln!("draft  L_fp(n): {}", curve(d));
+        }
+    }
+    let mut totals = vec![Totals::default(); names.len()];
+    let mut count = progress::count_bar("runs");
+    let total_runs = prompts.len() * names.len();
+    let mut done = 0;
+    for prompt in &prompts {
+        let ids = run.prompt_tokens(&prompt.text, true)?;
+        let mut reference: Option<Vec<u32>> = None;
+        for (i, strategy) in strategies.iter().enumerate() {
+            run.set_strategy(strategy.clone());
+            let g = run.generate(&ids, &mut |_| {})?;
+            let s = &g.stats;
+            let t = &mut totals[i];
+            t.prompts += 1;
+            match &reference {
+                None => {
+                    reference = Some(g.tokens.clone());
+                    t.identical += 1;
+                }
+                Some(r) => t.identical += usize::from(*r == g.tokens),
+            }
+            t.generated += s.generated_tokens.saturating_sub(1);
+            t.secs += s.decode_secs;
+            t.produced += s.produced_after_prefill();
+            t.passes += s.verifications + s.target_steps;
+            t.verifications += s.verifications;
+            t.accepted += s.accepted_draft_tokens;
+            t.draft_tokens += s.draft_tokens;
+            let c = t.per_category.entry(prompt.category.clone()).or_default();
+            c.0 += s.produced_after_prefill();
+            c.1 += s.verifications + s.target_steps;
+            done += 1;
+            count(done, total_runs);
+        }
+    }
+    for note in run.take_notes() {
+        eprintln!("{note}");
+    }
+    let peak = sys::peak_rss_bytes().unwrap_or(0);
+    let ar_tok_s = totals[0].generated as f64 / totals[0].secs.max(1e-9);
+    let rows: Vec<Row> = names
+        .iter()
+        .zip(&totals)
+        .map(|(name, t)| {
+            let tok_s = t.generated as f64 / t.secs.max(1e-9);
+            Row {
+                strategy: name.clone(),
+                prompts: t.prompts,
+                identical: t.identical,
+                tok_s,
+                ms_per_token: 1000.0 / tok_s.max(1e-9),
+                mean_accepted: t.produced as f64 / t.passes.max(1) as f64,
+                verifications_per_100: 100.0 * t.verifications as f64 / t.generated.max(1) as f64,
+                speedup_vs_autoregressive: tok_s / ar_tok_s.max(1e-9),
+                peak_bytes: peak,
+                draft_tokens: t.draft_tokens,
+                accepted_draft_tokens: t.accepted,
+                mean_accepted_per_category: t
+                    .per_category
+                    .iter()
+                    .map(|(k, (g, p))| (k.clone(), *g as f64 / (*p).max(1) as f64))
+                    .collect(),
+            }
+        })
+        .collect();
+    let table = render_table(&rows, args);
+    print_results(&table, &rows, args.json)?;
+    draw(&rows, &args.plot, args)?;
+    eprintln!("chart: {}", args.plot.display());
+    Ok(())
+}
+
+fn render_table(rows: &[Row], args: &BenchSpecArgs) -> String {
+    let mut s = args.title(rows.first().map_or(0, |r| r.prompts));
+    s += "\n";
+    s += "| strategy | tok/s | ms/token | mean accepted | verif./100 tok | speedup vs AR | identical |\n";
+    s += "|---|---|---|---|---|---|---|\n";
+    for r in rows {
+        s += &format!(
+            "| {} | {:.2} | {:.1} | {:.2} | {:.1} | {:.2}× | {}/{} |\n",
+            r.strategy,
+            r.tok_s,
+            r.ms_per_token,
+            r.mean_accepted,
+            r.verifications_per_100,
+            r.speedup_vs_autoregressive,
+            r.identical,
+            r.prompts
+        );
+    }
+    for r in rows.iter().filter(|r| r.strategy != "autoregressive") {
+        if r.mean_accepted_per_category.len() > 1 {
+            let parts: Vec<String> = r
+                .mean_accepted_per_category
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.2}"))
+                .collect();
+            s += &format!(
+                "\nmean accepted per category ({}): {}",
+                r.strategy,
+                parts.join(", ")
+            );
+        }
+    }
+    s += "\n";
+    s
+}
+
+fn draw(rows: &[Row], path: &Path, args: &BenchSpecArgs) -> Result<()> {
+    let chart = arbor_plot::BarChart {
+        title: format!(
+            "tok/s, {} {} prompts, {} new tokens",
+            rows.first().map_or(0, |r| r.prompts),
+            args.prompts,
+            args.max_tokens
+        ),
+        y_label: "tokens / s".into(),
+        groups: rows.iter().map(|r| r.strategy.clone()).collect(),
+        series: vec![arbor_plot::Series {
+            name: "tok/s".into(),
+            values: rows.iter().map(|r| r.tok_s).collect(),
+        }],
+        reference: rows
+            .first()
+            .map(|r| (r.tok_s, "autoregressive".to_string())),
+    };
+    arbor_plot::bar_chart(&chart, path).with_context(|| format!("drawing {}", path.display()))?;
+    Ok(())
+}
+

@@ -1,0 +1,143 @@
+//! `arbor generate`: one prompt, text on stdout as it streams, statistics
+//! on stderr, optionally the execution trace as a PNG.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use arbor_engine::{Engine, RunConfig, Sampling};
+use clap::Args;
+
+use crate::args::TuningArgs;
+use crate::{live, progress, sys, trace};
+
+#[derive(Args)]
+pub struct GenerateArgs {
+    /// Model path or short name (default: qwen2.5-coder-1.5b, fetched if missing).
+    #[arg(long)]
+    model: Option<String>,
+    #[arg(long)]
+    prompt: String,
+    /// Wrap the prompt in the model's chat template.
+    #[arg(long)]
+    chat: bool,
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// 0 is greedy.
+    #[arg(long)]
+    temperature: Option<f32>,
+    #[arg(long)]
+    top_k: Option<usize>,
+    #[arg(long)]
+    top_p: Option<f32>,
+    #[arg(long)]
+    min_p: Option<f32>,
+    #[arg(long)]
+    seed: Option<u64>,
+    /// candle, flex, ndarray or wgpu.
+    #[arg(long)]
+    backend: Option<String>,
+    /// Draft model (path or short name) for the speculative strategies.
+    #[arg(long)]
+    draft: Option<String>,
+    #[arg(long, help = format!(
+        "How tokens are produced: {} (default: tree with a draft, autoregressive without \
+         or when a memory budget holds the whole target). tree-provisional shows the draft's \
+         guesses dimmed while the target loads weights", arbor_engine::Strategy::help()))]
+    strategy: Option<String>,
+    #[command(flatten)]
+    tuning: TuningArgs,
+    /// Run inside this many bytes for the whole process (e.g. 1.3GiB):
+    /// target layers that do not fit are streamed from disk.
+    #[arg(long)]
+    memory_budget: Option<String>,
+    /// Draw the execution trace of the first target passes (draft growth,
+    /// verification, provisional steps, weight reads) to this PNG.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+}
+
+impl GenerateArgs {
+    fn config(&self) -> RunConfig {
+        RunConfig {
+            target: self.model.clone(),
+            draft: self.draft.clone(),
+            backend: self.backend.clone(),
+            threads: None,
+            memory_budget: self.memory_budget.clone(),
+            strategy: self.strategy.clone(),
+            tuning: self.tuning.tuning(),
+            sampling: Sampling {
+                temperature: self.temperature,
+                top_k: self.top_k,
+                top_p: self.top_p,
+                min_p: self.min_p,
+                seed: self.seed,
+            },
+            max_tokens: Some(self.max_tokens),
+        }
+    }
+}
+
+pub fn run(args: &GenerateArgs, device: RunConfig) -> Result<()> {
+    let config = device.merge(args.config());
+    let mut run = Engine::open(&config, &mut progress::open_bar())?;
+    let prompt = run.prompt_tokens(&args.prompt, args.chat)?;
+    let mut live = live::Live::new();
+    let g = run.generate(&prompt, &mut |event| live.event(event))?;
+    live.finish();
+    if !g.text.ends_with('\n') {
+        println!();
+    }
+    for note in run.take_notes() {
+        eprintln!("{note}");
+    }
+    let (s, backend) = (&g.stats, run.backend());
+    eprintln!(
+        "[{backend}] prompt {} tok at {:.1} tok/s, generated {} tok at {:.1} tok/s ({:?}), peak RSS {}",
+        s.prompt_tokens,
+        s.prefill_tok_s(),
+        s.generated_tokens,
+        s.decode_tok_s(),
+        s.stop,
+        progress::human_bytes(sys::peak_rss_bytes().unwrap_or(0)),
+    );
+    if let Some(m) = run.engine().memory() {
+        let st = &g.stream;
+        eprintln!(
+            "[memory] {}; streamed {} layers, {} ({:.2} GiB per 100 tokens), IO {:.2} s, build {:.2} s, compute waited {:.2} s",
+            m.summary(),
+            st.layers,
+            arbor_engine::format_bytes(st.bytes),
+            st.bytes as f64 / (1u64 << 30) as f64 * 100.0 / s.generated_tokens.max(1) as f64,
+            st.io_secs,
+            st.build_secs,
+            st.wait_secs,
+        );
+    }
+    let strategy = run.strategy().to_string();
+    if run.strategy().needs_draft() {
+        eprintln!(
+            "[{strategy}] {} verifications, mean accepted {:.2} tokens per target pass, \
+             draft tokens {} ({} wasted), {} plain target steps, draft {:.2} s, target {:.2} s",
+            s.verifications,
+            s.mean_accepted(),
+            s.draft_tokens,
+            s.wasted_draft_tokens(),
+            s.target_steps,
+            s.draft_secs,
+            s.target_secs,
+        );
+        if s.provisional_tokens > 0 {
+            eprintln!(
+                "[provisional] {} draft tokens while the target waited for weights ({:.2} s), {} accepted later",
+                s.provisional_tokens, s.provisional_secs, s.provisional_accepted
+            );
+        }
+    }
+    if let Some(path) = &args.trace {
+        let title = format!("arbor generate: {strategy}, first 12 target passes");
+        trace::draw(&g.trace, &title, 12, path)?;
+        eprintln!("trace drawn to {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,235 @@
+//! The run configuration: one serde type that a device config in
+//! `configs/`, a command line and (later) a server request all produce,
+//! and that [`Engine::open`](crate::Engine::open) turns into a ready run.
+
+use arbor_sampling::SamplingParams;
+use arbor_speculative::{Decoding, Strategy, Typical, Verification};
+
+use crate::{EngineError, Result};
+
+/// The model a run uses when none is named.
+pub const DEFAULT_TARGET: &str = "qwen2.5-coder-1.5b";
+/// The draft that pairs with the default target.
+pub const DEFAULT_DRAFT: &str = "qwen2.5-coder-0.5b";
+
+/// Everything that opens a run. Every field has a default, so a device
+/// config may set only `backend` and `threads`; later sources (flags, a
+/// request) override earlier ones field by field with [`RunConfig::merge`].
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunConfig {
+    /// Target model: a GGUF path or a registered short name (fetched when
+    /// missing). `None` is [`DEFAULT_TARGET`].
+    pub target: Option<String>,
+    /// Draft model for the speculative strategies (path or short name).
+    pub draft: Option<String>,
+    /// `candle`, `flex`, `ndarray` or `wgpu`; `None` is the first compiled in.
+    pub backend: Option<String>,
+    /// Worker threads of the CPU backends (process-wide: applied once, at
+    /// start, by [`RunConfig::apply_threads`]).
+    pub threads: Option<usize>,
+    /// Bytes for the whole process (`1.3GiB`, `900MiB`, a plain number).
+    pub memory_budget: Option<String>,
+    /// A strategy name ([`Strategy::NAMES`]); `None` picks one from the
+    /// draft and the budget.
+    pub strategy: Option<String>,
+    pub tuning: Tuning,
+    pub sampling: Sampling,
+    /// Most new tokens per generation.
+    pub max_tokens: Option<usize>,
+}
+
+/// Settings that shape the speculative strategies; `None` keeps each
+/// strategy's default.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Tuning {
+    /// Draft tokens per verification (`chain`).
+    pub gamma: Option<usize>,
+    /// Initial verification threshold α (`tree`).
+    pub alpha: Option<f32>,
+    /// Most draft tokens one tree verification carries.
+    pub max_tree: Option<usize>,
+    /// Draft probability above which a candidate opens a branch.
+    pub branch_threshold: Option<f32>,
+    /// `exact` (lossless) or `typical`.
+    pub verify: Option<String>,
+    /// Size trees without the measured latency profiles.
+    pub no_profile: Option<bool>,
+}
+
+/// Sampling settings; `None` fields are greedy defaults.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Sampling {
+    pub temperature: Option<f32>,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f32>,
+    pub min_p: Option<f32>,
+    pub seed: Option<u64>,
+}
+
+/// `a.or(b)` for every field: the first source that sets a field wins.
+macro_rules! merge_fields {
+    ($over:expr, $base:expr; $($f:ident),*) => {
+        Self { $($f: $over.$f.or($base.$f)),* }
+    };
+}
+
+impl RunConfig {
+    /// Reads a device config (TOML with any of this type's fields).
+    pub fn from_toml(text: &str) -> Result<Self> {
+        toml::from_str(text).map_err(|e| EngineError::Invalid(format!("device config: {e}")))
+    }
+
+    /// `over`'s fields where set, else `self`'s.
+    pub fn merge(self, over: RunConfig) -> Self {
+        Self {
+            target: over.target.or(self.target),
+            draft: over.draft.or(self.draft),
+            backend: over.backend.or(self.backend),
+            threads: over.threads.or(self.threads),
+            memory_budget: over.memory_budget.or(self.memory_budget),
+            strategy: over.strategy.or(self.strategy),
+            tuning: self.tuning.merge(over.tuning),
+            sampling: self.sampling.merge(over.sampling),
+            max_tokens: over.max_tokens.or(self.max_tokens),
+        }
+    }
+
+    /// The memory budget in bytes, if one is set.
+    pub fn budget_bytes(&self) -> Result<Option<u64>> {
+        self.memory_budget
+            .as_deref()
+            .map(|b| crate::parse_bytes(b).map_err(|e| EngineError::Invalid(e.to_string())))
+            .transpose()
+    }
+
+    /// Sizes the process-wide worker pool of the CPU backends. Call once,
+    /// before any model loads (candle reads `RAYON_NUM_THREADS` itself).
+    pub fn apply_threads(&self) -> Result<()> {
+        let Some(n) = self.threads else {
+            return Ok(());
+        };
+        if n == 0 || n > 1024 {
+            return Err(EngineError::Invalid(format!(
+                "--threads (threads in a device config) must be between 1 and 1024, got {n}"
+            )));
+        }
+        // SAFETY: documented to run before other threads read the
+        // environment (at process start).
+        unsafe { std::env::set_var("RAYON_NUM_THREADS", n.to_string()) };
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+            .map_err(|e| EngineError::Invalid(format!("configuring the thread pool: {e}")))
+    }
+}
+
+impl Tuning {
+    fn merge(self, over: Tuning) -> Self {
+        merge_fields!(over, self; gamma, alpha, max_tree, branch_threshold, verify, no_profile)
+    }
+
+    /// Whether trees are sized with the measured latency profiles.
+    pub fn profiled(&self) -> bool {
+        !self.no_profile.unwrap_or(false)
+    }
+
+    pub fn verification(&self) -> Result<Verification> {
+        Ok(match self.verify.as_deref().unwrap_or("exact") {
+            "exact" => Verification::Exact,
+            "typical" => Verification::Typical(Typical::default()),
+            other => {
+                return Err(EngineError::Invalid(format!(
+                    "unknown verification `{other}` (choose exact or typical)"
+                )));
+            }
+        })
+    }
+
+    /// `strategy` with these settings applied to its decoding.
+    pub fn apply(&self, mut strategy: Strategy) -> Strategy {
+        match &mut strategy.decoding {
+            Decoding::Chain { gamma } => *gamma = self.gamma.unwrap_or(*gamma),
+            Decoding::Tree(c) => {
+                c.alpha = self.alpha.unwrap_or(c.alpha);
+                c.max_nodes = self.max_tree.unwrap_or(c.max_nodes);
+                c.grow.branch_threshold = self.branch_threshold.unwrap_or(c.grow.branch_threshold);
+            }
+            Decoding::Autoregressive | Decoding::StaticTree { .. } => {}
+        }
+        strategy
+    }
+}
+
+impl Sampling {
+    fn merge(self, over: Sampling) -> Self {
+        merge_fields!(over, self; temperature, top_k, top_p, min_p, seed)
+    }
+
+    pub fn params(&self) -> SamplingParams {
+        let d = SamplingParams::default();
+        SamplingParams {
+            temperature: self.temperature.unwrap_or(d.temperature),
+            top_k: self.top_k.unwrap_or(d.top_k),
+            top_p: self.top_p.unwrap_or(d.top_p),
+            min_p: self.min_p.unwrap_or(d.min_p),
+            seed: self.seed.unwrap_or(d.seed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_configs_parse_and_flags_win() {
+        for name in ["cpu", "cpu-burn", "wgpu"] {
+            let path = format!("{}/../../configs/{name}.toml", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).unwrap();
+            let c = RunConfig::from_toml(&text).unwrap();
+            assert!(c.backend.is_some(), "{name}");
+        }
+        let device = RunConfig::from_toml("backend = \"flex\"\nthreads = 2\n[tuning]\ngamma = 3")
+            .unwrap();
+        let flags = RunConfig {
+            backend: Some("candle".into()),
+            tuning: Tuning {
+                alpha: Some(0.2),
+                ..Tuning::default()
+            },
+            ..RunConfig::default()
+        };
+        let c = device.merge(flags);
+        assert_eq!(c.backend.as_deref(), Some("candle"));
+        assert_eq!(c.threads, Some(2));
+        assert_eq!((c.tuning.gamma, c.tuning.alpha), (Some(3), Some(0.2)));
+        assert!(RunConfig::from_toml("bakend = \"candle\"").is_err());
+    }
+
+    #[test]
+    fn tuning_applies_to_its_strategy() {
+        let t = Tuning {
+            gamma: Some(7),
+            max_tree: Some(9),
+            ..Tuning::default()
+        };
+        let chain = t.apply("chain".parse().unwrap());
+        assert_eq!(chain.decoding, Decoding::Chain { gamma: 7 });
+        let Decoding::Tree(c) = t.apply("tree-provisional".parse().unwrap()).decoding else {
+            panic!("a tree")
+        };
+        assert_eq!(c.max_nodes, 9);
+        assert!(c.provisional);
+        assert!(
+            Tuning {
+                verify: Some("maybe".into()),
+                ..Tuning::default()
+            }
+            .verification()
+            .is_err()
+        );
+    }
+}

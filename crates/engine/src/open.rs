@@ -1,0 +1,431 @@
+//! Opening a run: the one engine call that turns a [`RunConfig`] into a
+//! run ready to generate — resolve (fetching registered models) → plan the
+//! memory budget → load target and draft → latency profiles → strategy.
+//! `arbor generate`, `arbor bench spec` and its budgeted child processes
+//! all open their runs here.
+
+use std::path::{Path, PathBuf};
+
+use arbor_speculative::{Decoding, LatencyProfile, Strategy, Streaming};
+
+use crate::config::{DEFAULT_TARGET, RunConfig};
+use crate::profiles::{Drift, ProfileStore};
+use crate::{
+    BackendKind, Engine, EngineError, GenerateOptions, Generation, MemoryOptions, Result,
+    TextEvent,
+};
+
+/// What opening a run reports as it goes.
+#[derive(Debug)]
+pub enum OpenEvent<'a> {
+    /// A model download (only when a registered model is missing).
+    Fetch(arbor_fetch::Progress),
+    /// Tensors of `path` loaded so far.
+    Load {
+        path: &'a Path,
+        done: usize,
+        total: usize,
+    },
+    /// A measurement (latency curve sizes, disk reads) under way.
+    Measure {
+        what: &'a str,
+        done: usize,
+        total: usize,
+    },
+    /// A decision or fact worth a line on stderr.
+    Note(&'a str),
+}
+
+/// The latency curves trees are sized with, as the run sees them.
+#[derive(Debug, Clone)]
+pub struct Profiles {
+    /// The target's curve with every layer resident.
+    pub target: LatencyProfile,
+    pub draft: Option<LatencyProfile>,
+    /// Seconds each target pass spends reading streamed layers (the plan's
+    /// bytes per pass at the measured disk bandwidth; 0 without a budget).
+    pub io_per_pass: f64,
+}
+
+impl Profiles {
+    /// The target's curve as a pass under this run's budget costs it.
+    pub fn target_under_budget(&self) -> LatencyProfile {
+        LatencyProfile {
+            points: (self.target.points.iter())
+                .map(|&(n, s)| (n, s + self.io_per_pass))
+                .collect(),
+        }
+    }
+}
+
+/// An open run: the engine with its models, the strategy and generation
+/// options, the latency profiles it sized trees with, and what it noticed.
+pub struct Run {
+    engine: Engine,
+    backend: BackendKind,
+    config: RunConfig,
+    draft_path: Option<PathBuf>,
+    options: GenerateOptions,
+    profiles: Option<Profiles>,
+    store: ProfileStore,
+    drift: Drift,
+    notes: Vec<String>,
+}
+
+/// A model path, or a registered short name (fetched when missing).
+pub fn resolve_or_fetch(name: &str, progress: &mut dyn FnMut(OpenEvent<'_>)) -> Result<PathBuf> {
+    let fetched = match arbor_fetch::model_entry(name) {
+        Some(entry) => arbor_fetch::fetch_model(entry, &mut |p| progress(OpenEvent::Fetch(p))),
+        None => arbor_fetch::resolve_model(name),
+    };
+    fetched.map_err(|e| EngineError::Invalid(e.to_string()))
+}
+
+/// The backend named, or the first compiled in.
+pub fn pick_backend(name: Option<&str>) -> Result<BackendKind> {
+    let kind = match name {
+        Some(n) => n.parse()?,
+        None => *BackendKind::compiled()
+            .first()
+            .ok_or_else(|| EngineError::Invalid("this build has no backend compiled in".into()))?,
+    };
+    if !kind.is_compiled() {
+        return Err(EngineError::BackendNotCompiled(kind));
+    }
+    Ok(kind)
+}
+
+impl Engine {
+    /// Opens a run from `config`, reporting downloads, loading and
+    /// measurements to `progress`; measured facts live in the default
+    /// [`ProfileStore`].
+    pub fn open(config: &RunConfig, progress: &mut dyn FnMut(OpenEvent<'_>)) -> Result<Run> {
+        Self::open_with_store(config, ProfileStore::default(), progress)
+    }
+
+    /// [`Engine::open`] with measured facts read from and written to `store`.
+    pub fn open_with_store(
+        config: &RunConfig,
+        store: ProfileStore,
+        progress: &mut dyn FnMut(OpenEvent<'_>),
+    ) -> Result<Run> {
+        // Everything that can be checked without files first.
+        let backend = pick_backend(config.backend.as_deref())?;
+        let named: Option<Strategy> = config.strategy.as_deref().map(str::parse).transpose()?;
+        let budget = config.budget_bytes()?;
+        let verification = config.tuning.verification()?;
+        let target_name = config.target.as_deref().unwrap_or(DEFAULT_TARGET);
+        let target = resolve_or_fetch(target_name, progress)?;
+        let strategy = match named {
+            Some(s) => s,
+            None => default_strategy(&target, config, budget, backend, progress)?,
+        };
+        let strategy = config.tuning.apply(strategy);
+        if strategy.needs_draft() && config.draft.is_none() {
+            return Err(EngineError::Invalid(format!(
+                "strategy `{strategy}` needs a draft model (--draft, e.g. qwen2.5-coder-0.5b)"
+            )));
+        }
+        let draft_path = match &config.draft {
+            Some(d) if strategy.needs_draft() => Some(resolve_or_fetch(d, progress)?),
+            _ => None,
+        };
+        let engine = match budget {
+            Some(bytes) => {
+                let pipelined = strategy.streaming == Streaming::Pipelined;
+                let options = MemoryOptions::new(bytes, pipelined);
+                let engine = Engine::load_budgeted(
+                    &target,
+                    draft_path.as_deref(),
+                    backend,
+                    &options,
+                    &mut |done, total| {
+                        progress(OpenEvent::Load {
+                            path: &target,
+                            done,
+                            total,
+                        })
+                    },
+                )?;
+                if let Some(m) = engine.memory() {
+                    progress(OpenEvent::Note(&m.summary()));
+                }
+                engine
+            }
+            None => {
+                let mut engine = Engine::load(&target, backend, &mut |done, total| {
+                    progress(OpenEvent::Load {
+                        path: &target,
+                        done,
+                        total,
+                    })
+                })?;
+                if let Some(path) = &draft_path {
+                    engine.load_draft(path, backend, &mut |done, total| {
+                        progress(OpenEvent::Load { path, done, total })
+                    })?;
+                }
+                engine
+            }
+        };
+        let mut run = Run {
+            engine,
+            backend,
+            config: config.clone(),
+            draft_path,
+            options: GenerateOptions {
+                max_tokens: config.max_tokens.unwrap_or(128),
+                sampling: config.sampling.params(),
+                stop_tokens: None,
+                strategy: Strategy::default(),
+                verification,
+            },
+            profiles: None,
+            store,
+            drift: Drift::default(),
+            notes: Vec::new(),
+        };
+        run.options.strategy = run.prepare(strategy, progress)?;
+        Ok(run)
+    }
+}
+
+/// `tree` with a draft, `autoregressive` without, and `autoregressive` too
+/// when a memory budget holds the whole target by itself: speculative
+/// decoding would have to make room for the draft by streaming target
+/// layers from disk on every pass, which costs far more than it saves.
+fn default_strategy(
+    target: &Path,
+    config: &RunConfig,
+    budget: Option<u64>,
+    backend: BackendKind,
+    progress: &mut dyn FnMut(OpenEvent<'_>),
+) -> Result<Strategy> {
+    if config.draft.is_none() {
+        return Ok(Strategy::new(Decoding::Autoregressive));
+    }
+    if let Some(b) = budget
+        && Engine::target_fits(target, backend, &MemoryOptions::new(b, false))?
+    {
+        progress(OpenEvent::Note(
+            "the target fits the memory budget by itself: decoding without the draft \
+             (--strategy tree to use it anyway)",
+        ));
+        return Ok(Strategy::new(Decoding::Autoregressive));
+    }
+    Ok("tree".parse()?)
+}
+
+impl Run {
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn engine_mut(&mut self) -> &mut Engine {
+        &mut self.engine
+    }
+
+    pub fn backend(&self) -> BackendKind {
+        self.backend
+    }
+
+    pub fn config(&self) -> &RunConfig {
+        &self.config
+    }
+
+    pub fn strategy(&self) -> &Strategy {
+        &self.options.strategy
+    }
+
+    pub fn options(&self) -> &GenerateOptions {
+        &self.options
+    }
+
+    /// The latency curves in use, once a strategy needed them.
+    pub fn profiles(&self) -> Option<&Profiles> {
+        self.profiles.as_ref()
+    }
+
+    /// Switches to the strategy `name` (with this run's tuning), loading the
+    /// draft and measuring profiles if it needs them and they are missing.
+    /// Under a memory budget the draft must have been planned at open.
+    pub fn use_strategy(
+        &mut self,
+        name: &str,
+        progress: &mut dyn FnMut(OpenEvent<'_>),
+    ) -> Result<()> {
+        let strategy = self.config.tuning.apply(name.parse()?);
+        if strategy.needs_draft() && self.engine.draft().is_none() {
+            let name = self.config.draft.clone().ok_or_else(|| {
+                EngineError::Invalid(format!("strategy `{strategy}` needs a draft model"))
+            })?;
+            if self.engine.memory().is_some() {
+                return Err(EngineError::Invalid(format!(
+                    "strategy `{strategy}` needs the draft, which was not planned into the memory budget"
+                )));
+            }
+            let path = resolve_or_fetch(&name, progress)?;
+            self.engine.load_draft(&path, self.backend, &mut |done, total| {
+                progress(OpenEvent::Load {
+                    path: &path,
+                    done,
+                    total,
+                })
+            })?;
+            self.draft_path = Some(path);
+        }
+        self.options.strategy = self.prepare(strategy, progress)?;
+        Ok(())
+    }
+
+    /// Switches to an already-built strategy (from [`Run::strategy`] after
+    /// [`Run::use_strategy`]); trees get this run's current profiles.
+    pub fn set_strategy(&mut self, strategy: Strategy) {
+        let with_profiles = self.prepare(strategy.clone(), &mut |_| {});
+        self.options.strategy = with_profiles.unwrap_or(strategy);
+    }
+
+    /// Sets the most new tokens per generation.
+    pub fn set_max_tokens(&mut self, n: usize) {
+        self.options.max_tokens = n;
+    }
+
+    /// Token ids of `text` (raw, or as one user turn of the chat template).
+    pub fn prompt_tokens(&self, text: &str, chat: bool) -> Result<Vec<u32>> {
+        self.engine.prompt_tokens(text, chat)
+    }
+
+    /// Generates from `prompt` with this run's strategy and options,
+    /// streaming text events to `on`; afterwards checks the pass times
+    /// against the latency profile (see [`Drift`]).
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        on: &mut dyn FnMut(TextEvent<'_>),
+    ) -> Result<Generation> {
+        let g = self.engine.generate_events(prompt, &self.options, on)?;
+        self.heal(&g)?;
+        Ok(g)
+    }
+
+    /// What the run noticed since the last call (profile drift and what
+    /// was done about it).
+    pub fn take_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notes)
+    }
+
+    /// Fills in the latency profiles of a strategy that sizes its trees
+    /// with them.
+    fn prepare(
+        &mut self,
+        mut strategy: Strategy,
+        progress: &mut dyn FnMut(OpenEvent<'_>),
+    ) -> Result<Strategy> {
+        if strategy.sized_by_profile() && self.config.tuning.profiled() {
+            if self.profiles.as_ref().is_none_or(|p| p.draft.is_none()) {
+                self.profiles = Some(self.measure_profiles(false, progress)?);
+            }
+            if let (Decoding::Tree(c), Some(p)) = (&mut strategy.decoding, &self.profiles) {
+                c.profile = Some(p.target_under_budget());
+                c.draft_profile = p.draft.clone();
+            }
+        }
+        Ok(strategy)
+    }
+
+    /// The target's and the draft's curves from the store (measured now
+    /// when missing or when `refresh`), and the IO a streamed pass adds.
+    fn measure_profiles(
+        &mut self,
+        refresh: bool,
+        progress: &mut dyn FnMut(OpenEvent<'_>),
+    ) -> Result<Profiles> {
+        let kernels = self.backend.kernels();
+        let threads = rayon::current_num_threads();
+        let target_path = self.engine.path().to_path_buf();
+        let store = self.store.clone();
+        let mut curve = |path: &Path, model: &mut dyn crate::LanguageModel| {
+            if !refresh && let Some(r) = store.cached_latency(path, kernels, threads) {
+                return Ok(r.profile());
+            }
+            let file = store.latency_path(path, kernels, threads);
+            let note = format!(
+                "measuring forward latency L_fp(n) of {} (cached in {})",
+                path.display(),
+                file.display()
+            );
+            progress(OpenEvent::Note(&note));
+            let what = "latency sizes";
+            let r = store.measure_latency(path, kernels, model, &mut |done, total| {
+                progress(OpenEvent::Measure { what, done, total })
+            })?;
+            Ok::<_, EngineError>(r.profile())
+        };
+        let target = curve(&target_path, self.engine.model_mut())?;
+        let draft = match (self.draft_path.clone(), self.engine.draft_mut()) {
+            (Some(p), Some(model)) => Some(curve(&p, model)?),
+            _ => None,
+        };
+        let read = self.engine.memory().map_or(0, |m| m.plan.read_per_pass);
+        let io_per_pass = if read == 0 {
+            0.0
+        } else {
+            let disk = match self.store.cached_disk(&target_path) {
+                Some(d) if !refresh => d,
+                _ => {
+                    progress(OpenEvent::Note("measuring the disk's direct-read bandwidth"));
+                    self.store.measure_disk(&target_path)?
+                }
+            };
+            read as f64 / disk.bytes_per_sec
+        };
+        Ok(Profiles {
+            target,
+            draft,
+            io_per_pass,
+        })
+    }
+
+    /// Compares this generation's plain target passes with the curve; a
+    /// sustained disagreement re-measures the curves (resident runs) or
+    /// leaves a note saying how to (runs that stream, whose pass times are
+    /// mostly the disk's).
+    fn heal(&mut self, g: &Generation) -> Result<()> {
+        let Some(p) = &self.profiles else {
+            return Ok(());
+        };
+        let predicted = p.target.at(1) + p.io_per_pass;
+        for s in g.trace.target_passes() {
+            if s.activity == crate::Activity::Step {
+                self.drift.observe(s.end - s.start, predicted);
+            }
+        }
+        let Some(ratio) = self.drift.stale() else {
+            return Ok(());
+        };
+        self.drift.reset();
+        let said = format!(
+            "one-token target passes took {ratio:.2}x the cached latency profile's {:.1} ms over the last {} passes",
+            predicted * 1e3,
+            crate::profiles::Drift::STRETCH
+        );
+        if p.io_per_pass > 0.0 {
+            self.notes.push(format!(
+                "{said}; the run streams weights, so it keeps the profile: \
+                 `arbor profile --refresh` re-measures it"
+            ));
+            return Ok(());
+        }
+        let before = p.target.at(1);
+        let fresh = self.measure_profiles(true, &mut |_| {})?;
+        self.notes.push(format!(
+            "{said}: re-measured, L_fp(1) {:.1} -> {:.1} ms",
+            before * 1e3,
+            fresh.target.at(1) * 1e3
+        ));
+        self.profiles = Some(fresh);
+        let strategy = self.options.strategy.clone();
+        self.options.strategy = self.prepare(strategy, &mut |_| {})?;
+        Ok(())
+    }
+}

@@ -1,0 +1,355 @@
+//! Measured machine facts, cached under `$ARBOR_HOME/profiles/`: each
+//! model's forward latency `L_fp(n)` for the kernels and thread count in
+//! use, and the disk's direct-read bandwidth. `arbor profile` measures them
+//! on request; a run measures what is missing once. Latency curves heal: a
+//! run whose observed passes disagree with the curve for a sustained
+//! stretch re-measures it ([`Drift`]).
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use arbor_model::{LanguageModel, Mask};
+use arbor_speculative::{LatencyProfile, PROFILE_SIZES};
+
+use crate::{EngineError, Result};
+
+/// Repetitions per measured size; each point is their minimum, the time a
+/// pass takes when nothing else holds the cores.
+pub const REPETITIONS: usize = 3;
+/// Cached tokens before each measured pass.
+const PREFIX: usize = 128;
+
+/// A latency curve as stored: the points and what they were measured with.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LatencyRecord {
+    pub model: String,
+    /// Kernel id of the backend ([`crate::BackendKind::kernels`]).
+    pub kernels: String,
+    pub threads: usize,
+    pub repetitions: usize,
+    /// UTC date and time of the measurement.
+    pub measured: String,
+    pub points: Vec<(usize, f64)>,
+}
+
+impl LatencyRecord {
+    pub fn profile(&self) -> LatencyProfile {
+        LatencyProfile {
+            points: self.points.clone(),
+        }
+    }
+}
+
+/// The disk's direct-read bandwidth, as stored.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DiskRecord {
+    /// The file that was read (a model's GGUF).
+    pub file: String,
+    pub bytes: u64,
+    pub bytes_per_sec: f64,
+    /// Whether the reads bypassed the page cache (`O_DIRECT`); a buffered
+    /// fallback measures the cache, not the disk.
+    pub direct: bool,
+    pub measured: String,
+}
+
+/// Where profiles live: `$ARBOR_HOME/profiles/` unless given.
+#[derive(Debug, Clone)]
+pub struct ProfileStore {
+    dir: PathBuf,
+}
+
+impl Default for ProfileStore {
+    fn default() -> Self {
+        Self::new(arbor_fetch::arbor_home().join("profiles"))
+    }
+}
+
+impl ProfileStore {
+    pub fn new(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The file holding `model`'s curve for these kernels and threads.
+    pub fn latency_path(&self, model: &Path, kernels: &str, threads: usize) -> PathBuf {
+        self.dir
+            .join(format!("{}-{kernels}-t{threads}.json", stem(model)))
+    }
+
+    /// The cached curve of `model`, if one was measured with these
+    /// kernels and threads.
+    pub fn cached_latency(
+        &self,
+        model: &Path,
+        kernels: &str,
+        threads: usize,
+    ) -> Option<LatencyRecord> {
+        let text = std::fs::read_to_string(self.latency_path(model, kernels, threads)).ok()?;
+        serde_json::from_str::<LatencyRecord>(&text)
+            .ok()
+            .filter(|r| r.kernels == kernels && r.threads == threads)
+            .filter(|r| LatencyProfile::from_json(&r.profile().to_json()).is_some())
+    }
+
+    /// Measures `model`'s curve now and stores it.
+    pub fn measure_latency(
+        &self,
+        path: &Path,
+        kernels: &str,
+        model: &mut dyn LanguageModel,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<LatencyRecord> {
+        let threads = rayon::current_num_threads();
+        let points = measure_points(model, &PROFILE_SIZES, REPETITIONS, progress)?;
+        let record = LatencyRecord {
+            model: stem(path),
+            kernels: kernels.to_string(),
+            threads,
+            repetitions: REPETITIONS,
+            measured: now_utc(),
+            points,
+        };
+        self.write(&self.latency_path(path, kernels, threads), &record)?;
+        Ok(record)
+    }
+
+    /// The file holding the bandwidth of the disk that holds `file`.
+    pub fn disk_path(&self, file: &Path) -> PathBuf {
+        self.dir.join(format!("disk-{}.json", device_id(file)))
+    }
+
+    pub fn cached_disk(&self, file: &Path) -> Option<DiskRecord> {
+        let text = std::fs::read_to_string(self.disk_path(file)).ok()?;
+        serde_json::from_str::<DiskRecord>(&text)
+            .ok()
+            .filter(|d| d.bytes_per_sec > 0.0)
+    }
+
+    /// Reads up to 512 MiB of `file` with direct IO in 16 MiB requests (a
+    /// streamed layer's size) and stores the bandwidth of its disk.
+    pub fn measure_disk(&self, file: &Path) -> Result<DiskRecord> {
+        let reader = arbor_paging::DirectReader::open(file).map_err(io_error)?;
+        const CHUNK: usize = 16 << 20;
+        let total = reader.len().min(512 << 20);
+        let mut buf = arbor_paging::AlignedBuf::new(CHUNK + 2 * arbor_paging::ALIGN);
+        let start = Instant::now();
+        let mut at = 0u64;
+        while at < total {
+            let len = CHUNK.min((total - at) as usize);
+            reader.read_into(at, len, &mut buf).map_err(io_error)?;
+            at += len as u64;
+        }
+        let secs = start.elapsed().as_secs_f64().max(1e-9);
+        let record = DiskRecord {
+            file: file.display().to_string(),
+            bytes: total,
+            bytes_per_sec: total as f64 / secs,
+            direct: reader.is_direct(),
+            measured: now_utc(),
+        };
+        self.write(&self.disk_path(file), &record)?;
+        Ok(record)
+    }
+
+    fn write<T: serde::Serialize>(&self, path: &Path, value: &T) -> Result<()> {
+        let text = serde_json::to_string_pretty(value)
+            .map_err(|e| EngineError::Invalid(format!("profile: {e}")))?;
+        std::fs::create_dir_all(&self.dir)
+            .and_then(|()| std::fs::write(path, text))
+            .map_err(|e| EngineError::Invalid(format!("writing {}: {e}", path.display())))
+    }
+}
+
+fn io_error(e: impl std::fmt::Display) -> EngineError {
+    EngineError::Invalid(format!("measuring the disk: {e}"))
+}
+
+fn stem(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into())
+}
+
+/// The filesystem device of `file` (Unix), so each disk keeps its figure.
+fn device_id(file: &Path) -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let Ok(m) = std::fs::metadata(file) {
+            return format!("{:x}", m.dev());
+        }
+    }
+    "default".into()
+}
+
+/// Times forward passes of `n` new tokens (logits for every row, as a
+/// verification needs) after [`PREFIX`] cached tokens for every size, the
+/// minimum of `reps` runs each. The model's cache is emptied afterwards.
+fn measure_points(
+    model: &mut dyn LanguageModel,
+    sizes: &[usize],
+    reps: usize,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<(usize, f64)>> {
+    let vocab = model.config().vocab_size as u32;
+    let token = |i: usize| (100 + i as u32 * 7) % vocab.max(1);
+    let prompt: Vec<u32> = (0..PREFIX).map(token).collect();
+    model.truncate_cache(0)?;
+    model.step(&prompt)?;
+    let base = model.cache_len();
+    let mut points = Vec::new();
+    for (k, &n) in sizes.iter().enumerate() {
+        let tokens: Vec<u32> = (0..n).map(|i| token(base + i)).collect();
+        let positions: Vec<u32> = (base..base + n).map(|p| p as u32).collect();
+        let rows: Vec<usize> = (0..n).collect();
+        let mask = Mask::causal(base, n);
+        let mut best = f64::INFINITY;
+        for _ in 0..reps.max(1) {
+            let start = Instant::now();
+            model.forward(&tokens, &positions, &mask, &rows)?;
+            best = best.min(start.elapsed().as_secs_f64());
+            model.truncate_cache(base)?;
+        }
+        points.push((n, best));
+        progress(k + 1, sizes.len());
+    }
+    model.truncate_cache(0)?;
+    Ok(points)
+}
+
+/// Watches observed pass times against a latency curve. A curve measured
+/// while something else held the cores (or before a kernel or clock
+/// change) predicts the wrong costs, and every tree sized from it is the
+/// wrong size; once the median ratio of the last [`Drift::STRETCH`]
+/// passes leaves `[1 / (1 + MARGIN), 1 + MARGIN]`, the curve is stale.
+#[derive(Debug, Clone, Default)]
+pub struct Drift {
+    ratios: VecDeque<f64>,
+}
+
+impl Drift {
+    /// Relative disagreement tolerated.
+    pub const MARGIN: f64 = 0.3;
+    /// Consecutive passes that must disagree.
+    pub const STRETCH: usize = 16;
+
+    /// Records one pass that took `observed` seconds where the curve
+    /// predicted `predicted`.
+    pub fn observe(&mut self, observed: f64, predicted: f64) {
+        if !(observed > 0.0 && predicted > 0.0) {
+            return;
+        }
+        if self.ratios.len() == Self::STRETCH {
+            self.ratios.pop_front();
+        }
+        self.ratios.push_back(observed / predicted);
+    }
+
+    /// The median observed/predicted ratio of the last stretch, when the
+    /// stretch is complete and outside the margin.
+    pub fn stale(&self) -> Option<f64> {
+        if self.ratios.len() < Self::STRETCH {
+            return None;
+        }
+        let mut r: Vec<f64> = self.ratios.iter().copied().collect();
+        r.sort_by(f64::total_cmp);
+        let median = r[r.len() / 2];
+        let hi = 1.0 + Self::MARGIN;
+        (median > hi || median < 1.0 / hi).then_some(median)
+    }
+
+    pub fn reset(&mut self) {
+        self.ratios.clear();
+    }
+}
+
+/// Now, as `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn now_utc() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian
+/// (Howard Hinnant's civil-from-days algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drift_needs_a_sustained_stretch() {
+        let mut d = Drift::default();
+        for _ in 0..Drift::STRETCH - 1 {
+            d.observe(0.05, 0.09);
+        }
+        assert_eq!(d.stale(), None, "not yet a full stretch");
+        d.observe(0.05, 0.09);
+        let r = d.stale().expect("passes 45% faster than the curve");
+        assert!((r - 0.05 / 0.09).abs() < 1e-9);
+        // A few outliers inside an agreeing stretch change nothing.
+        let mut d = Drift::default();
+        for i in 0..40 {
+            d.observe(if i % 5 == 0 { 0.2 } else { 0.051 }, 0.05);
+        }
+        assert_eq!(d.stale(), None);
+        d.reset();
+        assert_eq!(d.stale(), None);
+    }
+
+    #[test]
+    fn dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_779), (2026, 11, 22));
+        assert_eq!(civil_from_days(11_016), (2000, 02, 29));
+        assert_eq!(now_utc().len(), 20);
+    }
+
+    #[test]
+    fn records_round_trip_and_reject_others() {
+        let dir = std::env::temp_dir().join(format!("arbor-profiles-{}", std::process::id()));
+        let store = ProfileStore::new(dir.clone());
+        let model = Path::new("/models/m.gguf");
+        let record = LatencyRecord {
+            model: "m".into(),
+            kernels: "k1".into(),
+            threads: 2,
+            repetitions: 3,
+            measured: now_utc(),
+            points: vec![(1, 0.05), (2, 0.07)],
+        };
+        store
+            .write(&store.latency_path(model, "k1", 2), &record)
+            .unwrap();
+        assert_eq!(store.cached_latency(model, "k1", 2), Some(record));
+        assert_eq!(store.cached_latency(model, "k2", 2), None);
+        // A file of the old format (points only) is measured again.
+        std::fs::write(store.latency_path(model, "k1", 4), "{\"points\":[[1,0.1]]}").unwrap();
+        assert_eq!(store.cached_latency(model, "k1", 4), None);
+        std::fs::remove_dir_all(dir).ok();
+    }
+}
