@@ -26,7 +26,7 @@ impl Default for GenerateOptions {
             max_tokens: 128,
             sampling: SamplingParams::default(),
             stop_tokens: None,
-            strategy: Strategy::Autoregressive,
+            strategy: Strategy::default(),
             verification: Verification::Exact,
         }
     }

@@ -15,7 +15,8 @@ pub use arbor_paging::{format_bytes, parse_bytes};
 pub use arbor_pipeline::{Mode as StreamMode, Span, SpanKind, StreamStats};
 pub use arbor_sampling::{SamplingParams, argmax};
 pub use arbor_speculative::{
-    LatencyProfile, PROFILE_SIZES, SpecError, Strategy, TreeConfig, Typical, Verification,
+    Decoding, LatencyProfile, PROFILE_SIZES, SpecError, Strategy, Streaming, TreeConfig, Typical,
+    Verification,
 };
 pub use arbor_tokenizer::{ChatMessage, Role, Tokenizer};
 pub use backends::BackendKind;
