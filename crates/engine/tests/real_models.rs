@@ -181,7 +181,7 @@ fn generation_stops_at_a_stop_token_and_rejects_bad_options() {
 /// SmolLM2 drafting for itself (CI), and the Qwen pair when cached.
 #[test]
 fn speculative_strategies_reproduce_target_only_output() {
-    use arbor_engine::{Strategy, TreeConfig};
+    use arbor_engine::{Decoding, Strategy, TreeConfig};
     let pairs = [
         ("smollm2-135m", "smollm2-135m"),
         ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"),
@@ -204,11 +204,11 @@ fn speculative_strategies_reproduce_target_only_output() {
                 };
                 engine.generate(&ids, &options, &mut |_| {}).unwrap()
             };
-            let plain = run(&mut engine, Strategy::Autoregressive);
+            let plain = run(&mut engine, Strategy::default());
             for strategy in [
-                Strategy::Chain { gamma: 4 },
-                Strategy::Tree(TreeConfig::default()),
-                Strategy::StaticTree { width: 2, depth: 3 },
+                Strategy::new(Decoding::Chain { gamma: 4 }),
+                Strategy::new(Decoding::Tree(TreeConfig::default())),
+                Strategy::new(Decoding::StaticTree { width: 2, depth: 3 }),
             ] {
                 let g = run(&mut engine, strategy.clone());
                 assert_eq!(g.tokens, plain.tokens, "{t}/{d} {strategy:?} on {prompt:?}");
@@ -307,7 +307,7 @@ fn a_memory_budget_streams_layers_without_changing_the_output() {
             let options = GenerateOptions {
                 max_tokens: 12,
                 stop_tokens: Some(vec![]),
-                strategy: arbor_engine::Strategy::parse("tree-provisional").unwrap(),
+                strategy: "tree-provisional".parse().unwrap(),
                 ..GenerateOptions::default()
             };
             let (mut confirmed, mut shown) = (String::new(), String::new());

@@ -1,15 +1,20 @@
 //! Decoding strategies over a target model and an optional draft model.
 //!
-//! - [`Strategy::Autoregressive`]: the target alone, one token per pass.
-//! - [`Strategy::Chain`]: classic speculative decoding; the draft proposes
+//! A [`Strategy`] is a [`Decoding`] (the rounds the loop runs) and a
+//! [`Streaming`] mode (how target layers outside a memory budget are read;
+//! the loop itself ignores it). Strategies parse from and print to one name
+//! each (`tree`, `chain-on-demand`, ...; see [`Strategy::NAMES`]).
+//!
+//! - [`Decoding::Autoregressive`]: the target alone, one token per pass.
+//! - [`Decoding::Chain`]: classic speculative decoding; the draft proposes
 //!   `gamma` tokens one after another and the target checks them in one pass.
-//! - [`Strategy::Tree`]: the draft grows a token tree (LLMCad's
+//! - [`Decoding::Tree`]: the draft grows a token tree (LLMCad's
 //!   confidence-paced branches, decoded through tree masks so switching
 //!   branch costs nothing), verification starts when the tree's best
 //!   cumulative confidence drops under the adaptive threshold α, and the
 //!   tree sent to the target is cut to the size that maximises expected
 //!   tokens per second under the measured latency profile `L_fp(n)`.
-//! - [`Strategy::StaticTree`]: a fixed width × depth tree, for comparison.
+//! - [`Decoding::StaticTree`]: a fixed width × depth tree, for comparison.
 //! - `tree-provisional` ([`TreeConfig::provisional`]): the tree strategy
 //!   plus LLMCad's provisional generation. While the target's verification
 //!   pass waits for weights read from disk, the draft keeps extending the
@@ -19,16 +24,21 @@
 //!   tokens and tree branches the verification did not carry) seeds the
 //!   next round's tree instead of being thrown away.
 //!
-//! With greedy sampling and exact verification every strategy produces the
-//! target's own output token for token (the tests check it). Above
-//! temperature 0, exact verification is recursive rejection sampling, so
-//! outputs follow the target's distribution.
+//! [`decode`] runs the loop: prefill, then one round at a time (each
+//! decoding has its round in `rounds/`) until a stop token, the token limit
+//! or the context ends it. With greedy sampling and exact verification
+//! every strategy produces the target's own output token for token (the
+//! tests check it). Above temperature 0, exact verification is recursive
+//! rejection sampling, so outputs follow the target's distribution.
 
 mod profile;
+mod rounds;
 mod run;
+mod strategy;
 
 pub use profile::{LatencyProfile, PROFILE_SIZES, best_size};
 pub use run::decode;
+pub use strategy::{Decoding, Strategy, Streaming};
 
 use std::time::Instant;
 
@@ -89,81 +99,6 @@ impl Default for TreeConfig {
             draft_profile: None,
             provisional: false,
             fallback: true,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Strategy {
-    Autoregressive,
-    Chain { gamma: usize },
-    Tree(TreeConfig),
-    StaticTree { width: usize, depth: usize },
-}
-
-impl Strategy {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Strategy::Autoregressive => "autoregressive",
-            Strategy::Chain { .. } => "chain",
-            Strategy::Tree(c) if c.provisional => "tree-provisional",
-            Strategy::Tree(c) if !c.fallback => "tree-no-fallback",
-            Strategy::Tree(_) => "tree",
-            Strategy::StaticTree { .. } => "static-tree",
-        }
-    }
-
-    pub fn needs_draft(&self) -> bool {
-        !matches!(self, Strategy::Autoregressive)
-    }
-
-    /// A strategy by name with default settings.
-    pub fn parse(name: &str) -> Result<Self> {
-        Ok(match name {
-            "autoregressive" | "ar" => Strategy::Autoregressive,
-            "chain" => Strategy::Chain { gamma: 5 },
-            "tree" => Strategy::Tree(TreeConfig::default()),
-            "tree-provisional" => Strategy::Tree(TreeConfig {
-                provisional: true,
-                ..TreeConfig::default()
-            }),
-            "tree-no-fallback" => Strategy::Tree(TreeConfig {
-                fallback: false,
-                ..TreeConfig::default()
-            }),
-            "static-tree" => Strategy::StaticTree { width: 2, depth: 4 },
-            other => {
-                return Err(SpecError::Invalid(format!(
-                    "unknown strategy `{other}` (choose autoregressive, chain, tree, tree-provisional, \
-                     tree-no-fallback or static-tree)"
-                )));
-            }
-        })
-    }
-
-    fn validate(&self) -> Result<()> {
-        let bad = |m: &str| Err(SpecError::Invalid(m.to_string()));
-        match self {
-            Strategy::Chain { gamma } if *gamma == 0 || *gamma > MAX_DRAFT_TOKENS => {
-                bad("chain length (gamma) must be 1..=63")
-            }
-            Strategy::StaticTree { width, depth }
-                if *width == 0 || *depth == 0 || width.pow((*depth).min(8) as u32) > 4096 =>
-            {
-                bad("static tree width and depth must be >= 1 and the tree at most 4096 nodes")
-            }
-            Strategy::Tree(c) if c.max_nodes == 0 || c.max_nodes > MAX_DRAFT_TOKENS => {
-                bad("tree max_nodes must be 1..=63")
-            }
-            Strategy::Tree(c) if !(c.alpha > 0.0 && c.alpha < 1.0) => {
-                bad("alpha must be in (0, 1)")
-            }
-            Strategy::Tree(c)
-                if !(c.grow.branch_threshold > 0.0 && c.grow.branch_threshold <= 1.0) =>
-            {
-                bad("branch threshold must be in (0, 1]")
-            }
-            _ => Ok(()),
         }
     }
 }

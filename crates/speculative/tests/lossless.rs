@@ -12,8 +12,8 @@ use std::time::Duration;
 use arbor_model::{Config, Decoder, LanguageModel, Logits, Mask, Result, WeightWait};
 use arbor_sampling::SamplingParams;
 use arbor_speculative::{
-    DecodeOptions, Event, GrowConfig, LatencyProfile, Phase, StopReason, Strategy, TreeConfig,
-    Verification, decode,
+    DecodeOptions, Decoding, Event, GrowConfig, LatencyProfile, Phase, StopReason, Strategy,
+    TreeConfig, Verification, decode,
 };
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
@@ -129,9 +129,9 @@ fn scaled(p: &LatencyProfile, f: f64) -> LatencyProfile {
 
 fn strategies() -> impl proptest::strategy::Strategy<Value = arbor_speculative::Strategy> {
     prop_oneof![
-        (1usize..7).prop_map(|gamma| arbor_speculative::Strategy::Chain { gamma }),
+        (1usize..7).prop_map(|gamma| Strategy::new(Decoding::Chain { gamma })),
         (1usize..4, 1usize..4)
-            .prop_map(|(width, depth)| arbor_speculative::Strategy::StaticTree { width, depth }),
+            .prop_map(|(width, depth)| Strategy::new(Decoding::StaticTree { width, depth })),
         (
             0.001f32..0.5,
             1usize..40,
@@ -154,7 +154,7 @@ fn strategies() -> impl proptest::strategy::Strategy<Value = arbor_speculative::
                     // 0: no profiles; 1: target only; 2: a cheap draft (drafting
                     // pays); 3: a draft as slow as the target (plain decoding).
                     let draft_cost = if profiles == 2 { 0.1 } else { 1.0 };
-                    arbor_speculative::Strategy::Tree(TreeConfig {
+                    Strategy::new(Decoding::Tree(TreeConfig {
                         grow: GrowConfig {
                             branch_threshold,
                             max_children,
@@ -167,7 +167,7 @@ fn strategies() -> impl proptest::strategy::Strategy<Value = arbor_speculative::
                         // the draft's unsent subtree into the next round.
                         provisional,
                         fallback,
-                    })
+                    }))
                 },
             ),
     ]
@@ -185,7 +185,7 @@ proptest! {
         kind in prop_oneof![Just(DraftKind::Perfect), Just(DraftKind::Poor), Just(DraftKind::Adversarial)],
     ) {
         let mut t = target(300);
-        let plain = decode(t.as_mut(), None, &prompt, &opts(arbor_speculative::Strategy::Autoregressive, max_tokens, stop.clone()), &mut |_| {}).unwrap();
+        let plain = decode(t.as_mut(), None, &prompt, &opts(Strategy::default(), max_tokens, stop.clone()), &mut |_| {}).unwrap();
         let mut d = draft(kind, 300);
         let mut streamed = Vec::new();
         let spec = decode(t.as_mut(), Some(d.as_mut()), &prompt, &opts(strategy.clone(), max_tokens, stop), &mut |e| if let Event::Confirm(tok) = e { streamed.extend_from_slice(tok) }).unwrap();
@@ -199,7 +199,7 @@ proptest! {
 #[test]
 fn a_perfect_draft_is_accepted_and_a_bad_one_is_not() {
     let prompt = [1, 2, 3];
-    let tree = Strategy::Tree(TreeConfig::default());
+    let tree = Strategy::new(Decoding::Tree(TreeConfig::default()));
     let mut t = target(300);
     let mut good = draft(DraftKind::Perfect, 300);
     let g = decode(
@@ -236,7 +236,7 @@ fn a_perfect_draft_is_accepted_and_a_bad_one_is_not() {
 #[test]
 fn bad_requests_are_errors() {
     let mut t = target(300);
-    let chain = opts(Strategy::Chain { gamma: 3 }, 4, vec![]);
+    let chain = opts(Strategy::new(Decoding::Chain { gamma: 3 }), 4, vec![]);
     assert!(
         decode(t.as_mut(), None, &[1], &chain, &mut |_| {}).is_err(),
         "no draft"
@@ -244,10 +244,10 @@ fn bad_requests_are_errors() {
     let mut other = tiny(&spec(3, 200), "spec-small-vocab");
     let err = decode(t.as_mut(), Some(other.as_mut()), &[1], &chain, &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("vocabulary"), "{err}");
-    let zero = opts(Strategy::Chain { gamma: 0 }, 4, vec![]);
+    let zero = opts(Strategy::new(Decoding::Chain { gamma: 0 }), 4, vec![]);
     let mut d = draft(DraftKind::Perfect, 300);
     assert!(decode(t.as_mut(), Some(d.as_mut()), &[1], &zero, &mut |_| {}).is_err());
-    let ar = opts(Strategy::Autoregressive, 4, vec![]);
+    let ar = opts(Strategy::default(), 4, vec![]);
     assert!(
         decode(t.as_mut(), None, &[], &ar, &mut |_| {}).is_err(),
         "empty prompt"
@@ -302,14 +302,14 @@ fn tree_sampling_matches_the_target_distribution() {
                 ..SamplingParams::default()
             },
             ..opts(
-                Strategy::Tree(TreeConfig {
+                Strategy::new(Decoding::Tree(TreeConfig {
                     grow: GrowConfig {
                         branch_threshold: 0.2,
                         max_children: 3,
                     },
                     alpha: 0.001,
                     ..TreeConfig::default()
-                }),
+                })),
                 3,
                 vec![],
             )
@@ -458,7 +458,7 @@ fn provisional_tokens_are_streamed_kept_or_rolled_back_and_never_change_the_outp
                 t.as_mut(),
                 None,
                 &prompt,
-                &opts(Strategy::Autoregressive, 60, stop.clone()),
+                &opts(Strategy::default(), 60, stop.clone()),
                 &mut |_| {},
             )
             .unwrap();
@@ -478,7 +478,7 @@ fn provisional_tokens_are_streamed_kept_or_rolled_back_and_never_change_the_outp
                 &mut t,
                 Some(&mut d),
                 &prompt,
-                &opts(Strategy::Tree(cfg.clone()), 60, stop),
+                &opts(Strategy::new(Decoding::Tree(cfg.clone())), 60, stop),
                 &mut |e| {
                     events.push(match e {
                         Event::Confirm(t) => Owned::Confirm(t.to_vec()),
@@ -533,7 +533,7 @@ fn without_weight_waits_nothing_is_provisional() {
         t.as_mut(),
         Some(d.as_mut()),
         &[1, 2, 3],
-        &opts(Strategy::Tree(cfg), 40, vec![]),
+        &opts(Strategy::new(Decoding::Tree(cfg)), 40, vec![]),
         &mut |e| shown += usize::from(!matches!(e, Event::Confirm(_))),
     )
     .unwrap();

@@ -1,0 +1,284 @@
+//! The decoding loop shared by every strategy: checks, prefill, then one
+//! [`Round`](crate::rounds::Round) after another until a stop token, the
+//! token limit or the context ends it. The state rounds share lives in
+//! [`Run`]; its helpers are split by what they touch:
+//!
+//! - here: committing and showing tokens, plain target steps, the room
+//!   left for draft tokens;
+//! - `draft`: feeding the draft and reading its proposals;
+//! - `verify`: verification passes and their verdicts;
+//! - `provisional`: drafting while the target waits for weights, and the
+//!   seeds it leaves for the next round.
+
+mod draft;
+mod provisional;
+mod verify;
+
+use std::time::Instant;
+
+use arbor_model::LanguageModel;
+use arbor_sampling::{Rng, Sampler};
+
+pub(crate) use draft::Fed;
+use provisional::Seed;
+pub(crate) use provisional::{Grown, Start};
+
+use crate::{
+    DecodeOptions, DecodeStats, Decoded, Event, PREFILL_CHUNK, Phase, PhaseSpan, Result, SpecError,
+    StopReason, Verification, rounds,
+};
+
+/// Generates from `prompt` with `target` (and `draft` for the speculative
+/// strategies); `on` receives every batch of newly confirmed tokens, and
+/// with `tree-provisional` the provisional tokens and their rollbacks.
+pub fn decode(
+    target: &mut dyn LanguageModel,
+    draft: Option<&mut dyn LanguageModel>,
+    prompt: &[u32],
+    opts: &DecodeOptions,
+    on: &mut dyn FnMut(Event<'_>),
+) -> Result<Decoded> {
+    opts.strategy.decoding.validate()?;
+    let sampler = Sampler::new(opts.sampling)?;
+    if prompt.is_empty() {
+        return Err(SpecError::Invalid("the prompt is empty".into()));
+    }
+    let mut context = target.config().context_length;
+    let vocab = target.config().vocab_size;
+    if let Some(d) = &draft {
+        if d.config().vocab_size != vocab {
+            return Err(SpecError::Invalid(format!(
+                "the draft's vocabulary has {} tokens, the target's {vocab}: they must share one",
+                d.config().vocab_size
+            )));
+        }
+        context = context.min(d.config().context_length);
+    }
+    if opts.strategy.needs_draft() && draft.is_none() {
+        return Err(SpecError::Invalid(format!(
+            "the {} strategy needs a draft model",
+            opts.strategy.name()
+        )));
+    }
+    if prompt.len() >= context {
+        return Err(SpecError::Invalid(format!(
+            "the prompt has {} tokens; the context is {context}",
+            prompt.len()
+        )));
+    }
+    let sampling_mode = !opts.sampling.is_greedy() && opts.verification == Verification::Exact;
+    let mut run = Run {
+        target: Some(target),
+        draft,
+        opts: opts.clone(),
+        seq: prompt.to_vec(),
+        prompt_len: prompt.len(),
+        context,
+        vocab,
+        rng: Rng::new(opts.sampling.seed ^ 0x5bec_u64),
+        sampler,
+        stats: DecodeStats::new(prompt.len()),
+        done: None,
+        sampling_mode,
+        accept_rate: 0.7,
+        draft_step: None,
+        shown: Vec::new(),
+        seed: None,
+        started: Instant::now(),
+        trace: Vec::new(),
+    };
+    run.run(on)?;
+    let stats = DecodeStats {
+        generated_tokens: run.seq.len() - run.prompt_len,
+        stop: run.done.unwrap_or(StopReason::MaxTokens),
+        ..run.stats
+    };
+    Ok(Decoded {
+        tokens: run.seq[run.prompt_len..].to_vec(),
+        stats,
+        started: run.started,
+        trace: run.trace,
+    })
+}
+
+/// The state of one decode, shared by the loop and its rounds.
+pub(crate) struct Run<'t, 'd> {
+    /// Lent to the verification thread during a provisional round.
+    pub(crate) target: Option<&'t mut dyn LanguageModel>,
+    pub(crate) draft: Option<&'d mut dyn LanguageModel>,
+    pub(crate) opts: DecodeOptions,
+    /// The prompt followed by every committed token.
+    pub(crate) seq: Vec<u32>,
+    pub(crate) prompt_len: usize,
+    pub(crate) context: usize,
+    pub(crate) vocab: usize,
+    pub(crate) sampler: Sampler,
+    pub(crate) rng: Rng,
+    pub(crate) stats: DecodeStats,
+    pub(crate) done: Option<StopReason>,
+    /// Exact verification at temperature > 0: drafts are drawn from the
+    /// draft distribution and checked by rejection sampling.
+    pub(crate) sampling_mode: bool,
+    /// Running estimate of how often the target accepts a draft token.
+    pub(crate) accept_rate: f64,
+    /// Running estimate of one draft forward, seconds.
+    pub(crate) draft_step: Option<f64>,
+    /// Provisional tokens the caller is showing after the confirmed ones.
+    pub(crate) shown: Vec<u32>,
+    /// The draft's work under the last committed token, kept from the
+    /// previous provisional round (its fed nodes are in the draft cache).
+    pub(crate) seed: Option<Seed>,
+    pub(crate) started: Instant,
+    pub(crate) trace: Vec<PhaseSpan>,
+}
+
+impl Run<'_, '_> {
+    fn run(&mut self, on: &mut dyn FnMut(Event<'_>)) -> Result<()> {
+        let start = Instant::now();
+        self.target().truncate_cache(0)?;
+        let mut logits = Vec::new();
+        let target = self.target.as_deref_mut().expect("the target is here");
+        for chunk in self.seq.chunks(PREFILL_CHUNK) {
+            logits = target.step(chunk)?;
+        }
+        self.stats.prefill_secs = start.elapsed().as_secs_f64();
+        self.span(Phase::Prefill, start);
+        let start = Instant::now();
+        if self.opts.max_tokens == 0 {
+            self.done = Some(StopReason::MaxTokens);
+            return Ok(());
+        }
+        let first = self.sampler.sample(&logits)?;
+        self.commit(&[first], on);
+        if let Some(d) = self.draft.as_deref_mut() {
+            d.truncate_cache(0)?;
+        }
+        let mut round = rounds::for_decoding(&self.opts.strategy.decoding);
+        while self.done.is_none() {
+            round.round(self, on)?;
+        }
+        if !self.shown.is_empty() {
+            on(Event::Rollback(self.shown.len()));
+            self.shown.clear();
+        }
+        self.stats.decode_secs = start.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    pub(crate) fn target(&mut self) -> &mut dyn LanguageModel {
+        self.target
+            .as_deref_mut()
+            .expect("the target is back after every verification")
+    }
+
+    pub(crate) fn draft(&mut self) -> &mut dyn LanguageModel {
+        self.draft.as_deref_mut().expect("checked in decode()")
+    }
+
+    pub(crate) fn span(&mut self, phase: Phase, start: Instant) {
+        let at = |t: Instant| t.saturating_duration_since(self.started).as_secs_f64();
+        let span = PhaseSpan {
+            phase,
+            start: at(start),
+            end: at(Instant::now()),
+        };
+        self.trace.push(span);
+    }
+
+    /// Tokens generated so far.
+    fn generated(&self) -> usize {
+        self.seq.len() - self.prompt_len
+    }
+
+    /// Shows `tokens` as the provisional continuation (cut at a stop token
+    /// and at the token limit): rolls back what differs from what is shown
+    /// and appends the rest.
+    pub(crate) fn show(&mut self, tokens: &[u32], on: &mut dyn FnMut(Event<'_>)) {
+        let wanted = self.opts.max_tokens - self.generated();
+        let end = tokens
+            .iter()
+            .position(|t| self.opts.stop_tokens.contains(t))
+            .unwrap_or(tokens.len())
+            .min(wanted);
+        let tokens = &tokens[..end];
+        let same = common_prefix(&self.shown, tokens);
+        if same < self.shown.len() {
+            on(Event::Rollback(self.shown.len() - same));
+            self.shown.truncate(same);
+        }
+        if tokens.len() > same {
+            on(Event::Provisional(&tokens[same..]));
+            self.shown.extend_from_slice(&tokens[same..]);
+        }
+    }
+
+    /// Appends tokens in order, stopping at a stop token, the token limit
+    /// or the context, exactly as one-token decoding would.
+    pub(crate) fn commit(&mut self, tokens: &[u32], on: &mut dyn FnMut(Event<'_>)) {
+        let start = self.seq.len();
+        for &t in tokens {
+            if self.opts.stop_tokens.contains(&t) {
+                self.done = Some(StopReason::StopToken);
+                break;
+            }
+            self.seq.push(t);
+            if self.generated() >= self.opts.max_tokens {
+                self.done = Some(StopReason::MaxTokens);
+                break;
+            }
+            if self.seq.len() >= self.context {
+                self.done = Some(StopReason::ContextFull);
+                break;
+            }
+        }
+        if self.seq.len() > start {
+            let new = &self.seq[start..];
+            // Shown provisional tokens that disagree go first; those that
+            // agree are replaced by the confirmation.
+            let same = common_prefix(&self.shown, new);
+            if same < new.len() {
+                if self.shown.len() > same {
+                    on(Event::Rollback(self.shown.len() - same));
+                }
+                self.shown.clear();
+            } else {
+                self.shown.drain(..same);
+            }
+            on(Event::Confirm(new));
+        }
+    }
+
+    /// The last committed token: the root of the next round's draft.
+    pub(crate) fn root(&self) -> u32 {
+        *self.seq.last().expect("the sequence holds the prompt")
+    }
+
+    pub(crate) fn is_stop(&self, token: u32) -> bool {
+        self.opts.stop_tokens.contains(&token)
+    }
+
+    /// One plain target pass on the last committed token.
+    pub(crate) fn target_step(&mut self, on: &mut dyn FnMut(Event<'_>)) -> Result<()> {
+        let t = Instant::now();
+        let root = self.root();
+        let logits = self.target().step(&[root])?;
+        self.stats.target_secs += t.elapsed().as_secs_f64();
+        self.span(Phase::Step, t);
+        self.stats.target_steps += 1;
+        let next = self.sampler.sample(&logits)?;
+        self.commit(&[next], on);
+        Ok(())
+    }
+
+    /// Room for draft tokens in one verification: at most `max`, the
+    /// tokens still wanted and the context left after the root.
+    pub(crate) fn room(&self, max: usize) -> usize {
+        let wanted = self.opts.max_tokens - self.generated();
+        let context_left = self.context.saturating_sub(self.seq.len() + 1);
+        max.min(wanted).min(context_left)
+    }
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
