@@ -7,7 +7,7 @@ use tokenizers::AddedToken;
 
 use crate::bpe::build_bpe;
 use crate::packed::Packed;
-use crate::pretokenize::PreTokenizerSpec;
+use crate::pretokenize::PreTokenizerConfig;
 use crate::{ChatFormat, Result, TokenKind, Tokenizer, TokenizerError, bytelevel};
 
 // GGUF metadata keys.
@@ -78,7 +78,7 @@ impl Tokenizer {
                 .as_str()
                 .ok_or_else(|| TokenizerError::bad(KEY_PRE, "expected a string"))?,
         };
-        let spec = PreTokenizerSpec::for_name(pre)?;
+        let config = PreTokenizerConfig::for_name(pre)?;
 
         let raw_tokens = h
             .get_str_array(KEY_TOKENS)
@@ -126,9 +126,9 @@ impl Tokenizer {
         let raw_merges = h
             .get_str_array(KEY_MERGES)
             .map_err(|e| TokenizerError::from_gguf(KEY_MERGES, e))?;
-        let bpe = build_bpe(&names, &raw_merges, spec.ignore_merges)?;
+        let bpe = build_bpe(&names, &raw_merges, config.ignore_merges)?;
         let mut inner = tokenizers::Tokenizer::new(bpe);
-        inner.with_pre_tokenizer(Some(spec.build()?));
+        inner.with_pre_tokenizer(Some(config.build()?));
         let specials: Vec<AddedToken> = names
             .iter()
             .zip(&kinds)
@@ -163,7 +163,7 @@ impl Tokenizer {
         let pad = optional_id(h, KEY_PAD, n).ok().flatten();
 
         let add_bos = match h.get(KEY_ADD_BOS) {
-            None => spec.add_bos_default,
+            None => config.add_bos_default,
             Some(arbor_gguf::Value::Bool(b)) => *b,
             Some(v) => {
                 return Err(TokenizerError::bad(

@@ -12,7 +12,7 @@ use crate::{Result, TokenizerError};
 /// How text is cut into words before BPE: a list of regexes applied one after
 /// the other (each one splits the pieces left by the previous one, keeping both
 /// matches and the text between them), plus llama.cpp's per-family options.
-pub(crate) struct PreTokenizerSpec {
+pub(crate) struct PreTokenizerConfig {
     pub(crate) regexes: Vec<String>,
     /// A word that is itself a token is taken whole, without merging.
     pub(crate) ignore_merges: bool,
@@ -34,31 +34,31 @@ fn llama3_style(digits: &str) -> String {
     )
 }
 
-impl PreTokenizerSpec {
+impl PreTokenizerConfig {
     pub(crate) fn for_name(name: &str) -> Result<Self> {
-        let spec = |regexes: Vec<String>| Self {
+        let config = |regexes: Vec<String>| Self {
             regexes,
             ignore_merges: false,
             add_bos_default: false,
         };
         Ok(match name {
-            "default" => spec(vec![
+            "default" => config(vec![
                 r"[\p{P}\$\+<=>\^~\|]+".into(),
                 GPT2_WORDS.into(),
                 r"\p{N}+".into(),
                 "[0-9][0-9][0-9]".into(),
             ]),
             "gpt-2" | "phi-2" | "mpt" | "olmo" | "jais" | "exaone4" => {
-                spec(vec![GPT2_WORDS.into()])
+                config(vec![GPT2_WORDS.into()])
             }
             // Every digit on its own, then GPT-2 words.
             "starcoder" | "refact" | "command-r" | "smollm" | "codeshell" | "exaone"
-            | "minerva-7b" => spec(vec![r"\p{N}".into(), GPT2_WORDS.into()]),
+            | "minerva-7b" => config(vec![r"\p{N}".into(), GPT2_WORDS.into()]),
             "qwen2" | "deepseek-r1-qwen" | "stablelm2" | "megrez" | "hunyuan" => {
-                spec(vec![llama3_style(r"\p{N}")])
+                config(vec![llama3_style(r"\p{N}")])
             }
             "dbrx" | "smaug-bpe" | "chatglm-bpe" | "glm4" => {
-                spec(vec![llama3_style(r"\p{N}{1,3}")])
+                config(vec![llama3_style(r"\p{N}{1,3}")])
             }
             "llama3" | "llama-v3" | "llama-bpe" | "falcon3" => Self {
                 regexes: vec![llama3_style(r"\p{N}{1,3}")],
