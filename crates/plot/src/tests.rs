@@ -1,6 +1,7 @@
 use super::*;
+use crate::axis::Axis;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 const RED: [u8; 3] = [255, 0, 0];
 

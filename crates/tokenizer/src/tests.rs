@@ -5,6 +5,10 @@ use std::collections::BTreeMap;
 use arbor_gguf::{Header, Value};
 
 use super::*;
+use crate::metadata::{
+    KEY_ADD_BOS, KEY_BOS, KEY_EOS, KEY_MERGES, KEY_MODEL, KEY_PRE, KEY_TEMPLATE, KEY_TOKENS,
+    KEY_TYPES,
+};
 
 fn strings(v: &[&str]) -> Value {
     Value::Array(v.iter().map(|s| Value::String((*s).into())).collect())
