@@ -63,8 +63,3 @@ impl TuningArgs {
         a
     }
 }
-
-/// The help line listing every strategy name.
-pub fn strategy_help() -> String {
-    arbor_engine::Strategy::help()
-}

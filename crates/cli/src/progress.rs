@@ -43,8 +43,8 @@ pub fn fetch_bar() -> impl FnMut(Progress) {
 }
 
 /// A bar counting things (tensors, windows, prompts).
-pub fn count_bar(what: impl Into<String>) -> impl FnMut(usize, usize) {
-    let what: String = what.into();
+pub fn count_bar(what: &str) -> impl FnMut(usize, usize) + use<> {
+    let what = what.to_string();
     let mut bar: Option<ProgressBar> = None;
     move |done, total| {
         let b = bar.get_or_insert_with(|| {
@@ -63,7 +63,7 @@ pub fn count_bar(what: impl Into<String>) -> impl FnMut(usize, usize) {
 }
 
 /// A bar for loading a model's tensors.
-pub fn load_bar(path: &Path) -> impl FnMut(usize, usize) {
+pub fn load_bar(path: &Path) -> impl FnMut(usize, usize) + use<> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
