@@ -7,7 +7,7 @@ use arbor_gguf::{GgmlType, GgufFile};
 use arbor_model::testing::{MemoryRows, TinySpec, write_temp};
 use arbor_model::{Decoder, LanguageModel, Layout, ModelError, Result, RowSource};
 
-fn spec(arch: &'static str, weight_type: GgmlType, seed: u64) -> TinySpec {
+fn tiny(arch: &'static str, weight_type: GgmlType, seed: u64) -> TinySpec {
     TinySpec {
         arch,
         weight_type,
@@ -35,7 +35,7 @@ fn rows_from_a_source_give_the_resident_tables_logits() {
     .into_iter()
     .enumerate()
     {
-        let path = write_temp(&spec(arch, ty, 7 + i as u64).writer(), &format!("rows-{i}"));
+        let path = write_temp(&tiny(arch, ty, 7 + i as u64).writer(), &format!("rows-{i}"));
         let file = GgufFile::open(&path).unwrap();
         let layout = Layout::from_gguf(file.header()).unwrap();
         assert!(layout.head.is_some());
@@ -84,7 +84,7 @@ impl RowSource for Failing {
 
 #[test]
 fn a_row_sources_error_comes_back_whole() {
-    let path = write_temp(&spec("llama", GgmlType::F32, 3).writer(), "rows-failing");
+    let path = write_temp(&tiny("llama", GgmlType::F32, 3).writer(), "rows-failing");
     let file = GgufFile::open(&path).unwrap();
     let layout = Layout::from_gguf(file.header()).unwrap();
     let mut m = Decoder::load_partial(
@@ -108,7 +108,7 @@ fn a_row_sources_error_comes_back_whole() {
 fn a_tied_embedding_is_a_table_whatever_the_source() {
     let tied = TinySpec {
         tied: true,
-        ..spec("llama", GgmlType::F32, 5)
+        ..tiny("llama", GgmlType::F32, 5)
     };
     let path = write_temp(&tied.writer(), "rows-tied");
     let file = GgufFile::open(&path).unwrap();

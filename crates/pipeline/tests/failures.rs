@@ -17,7 +17,7 @@ use common::*;
 #[test]
 fn a_budget_without_room_for_the_read_buffers_is_refused() {
     let pattern = [true, false, true, false, false, true];
-    let file = TempModel::new(&spec("llama", GgmlType::Q8_0, false, 21), "buffers");
+    let file = TempModel::new(&tiny("llama", GgmlType::Q8_0, false, 21), "buffers");
     let layers = streamed_layers(file.path(), &pattern);
     for mode in MODES {
         let buffers = buffer_bytes(&layers) * buffer_sets(mode);
@@ -68,7 +68,7 @@ fn a_budget_without_room_for_the_read_buffers_is_refused() {
 #[test]
 fn a_budget_without_room_for_a_layer_is_an_error_not_a_hang() {
     let pattern = [true, false, true, false, false, true];
-    let file = TempModel::new(&spec("llama", GgmlType::Q8_0, false, 22), "nolayer");
+    let file = TempModel::new(&tiny("llama", GgmlType::Q8_0, false, 22), "nolayer");
     let path = file.path().to_path_buf();
     let layers = streamed_layers(&path, &pattern);
     let one_set = buffer_bytes(&layers);
@@ -136,7 +136,7 @@ fn a_budget_without_room_for_a_layer_is_an_error_not_a_hang() {
 #[test]
 fn a_layer_the_streamer_does_not_have_is_an_error_not_a_hang() {
     let pattern = [true, false, true, false, true, true];
-    let file = TempModel::new(&spec("llama", GgmlType::Q8_0, false, 23), "missing");
+    let file = TempModel::new(&tiny("llama", GgmlType::Q8_0, false, 23), "missing");
     let path = file.path().to_path_buf();
     // Layer 3 is streamed by the decoder, but not by the streamer.
     let mut layers = streamed_layers(&path, &pattern);
@@ -207,19 +207,19 @@ fn assert_truncated(e: &ModelError, cut: u64, what: &str) {
 #[test]
 fn a_file_truncated_under_the_streamer_is_an_error() {
     let pattern = [true, true, false, true, true, false];
-    for (s, spec) in [
-        spec("llama", GgmlType::Q8_0, false, 31),
-        spec("qwen2", GgmlType::F32, true, 32),
+    for (s, tiny) in [
+        tiny("llama", GgmlType::Q8_0, false, 31),
+        tiny("qwen2", GgmlType::F32, true, 32),
     ]
     .iter()
     .enumerate()
     {
         for mode in MODES {
-            let file = TempModel::new(spec, "truncated");
+            let file = TempModel::new(tiny, "truncated");
             let path = file.path().to_path_buf();
             let layers = streamed_layers(&path, &pattern);
             let budget = exact_budget(&layers, mode);
-            let what = format!("spec {s}, {mode:?}");
+            let what = format!("model {s}, {mode:?}");
             let msg = what.clone();
             without_hanging(&what, move || {
                 let what = msg;

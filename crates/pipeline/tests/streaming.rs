@@ -21,8 +21,8 @@ fn streamed_logits_are_bit_identical_to_resident_ones() {
         [true, true, true, true, true, false],
         [false, true, true, true, true, true],
     ];
-    for (s, spec) in specs().iter().enumerate() {
-        let file = TempModel::new(spec, "lossless");
+    for (s, tiny) in tinies().iter().enumerate() {
+        let file = TempModel::new(tiny, "lossless");
         let want = bits(&session(&mut resident_model(file.path())).unwrap());
         for pattern in &patterns {
             let layers = streamed_layers(file.path(), pattern);
@@ -33,9 +33,9 @@ fn streamed_logits_are_bit_identical_to_resident_ones() {
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                     assert!(
                         g == w,
-                        "spec {s} ({} {:?}), resident {pattern:?}, {mode:?}: logits {i} of the session differ",
-                        spec.arch,
-                        spec.weight_type
+                        "model {s} ({} {:?}), resident {pattern:?}, {mode:?}: logits {i} of the session differ",
+                        tiny.arch,
+                        tiny.weight_type
                     );
                 }
                 assert_eq!(got.len(), want.len());
@@ -48,8 +48,8 @@ fn streamed_logits_are_bit_identical_to_resident_ones() {
 #[test]
 fn streaming_stays_within_the_exact_budget() {
     let pattern = [true, false, true, false, false, true];
-    for spec in specs() {
-        let file = TempModel::new(&spec, "budget");
+    for tiny in tinies() {
+        let file = TempModel::new(&tiny, "budget");
         let layers = streamed_layers(file.path(), &pattern);
         let one_set = buffer_bytes(&layers);
         let held = max_held(&layers);
@@ -99,7 +99,7 @@ fn streaming_stays_within_the_exact_budget() {
 #[test]
 fn the_monitor_counts_layers_and_bytes() {
     let pattern = [true, false, true, false, false, true];
-    let file = TempModel::new(&spec("llama", GgmlType::Q8_0, false, 41), "monitor");
+    let file = TempModel::new(&tiny("llama", GgmlType::Q8_0, false, 41), "monitor");
     let layers = streamed_layers(file.path(), &pattern);
     let k = layers.streamed.len() as u64;
     let per_pass = read_per_pass(&layers);

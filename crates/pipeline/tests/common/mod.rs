@@ -35,7 +35,7 @@ pub const MODES: [Mode; 3] = [
 pub struct TempModel(PathBuf);
 
 impl TempModel {
-    pub fn new(spec: &TinySpec, tag: &str) -> Self {
+    pub fn new(tiny: &TinySpec, tag: &str) -> Self {
         // Tests run in parallel: every file gets its own name. The cargo
         // scratch directory is on the build disk, which is more likely than
         // /tmp to allow O_DIRECT.
@@ -45,7 +45,7 @@ impl TempModel {
             "arbor-pipeline-{tag}-{}-{n}.gguf",
             std::process::id()
         ));
-        spec.writer().write(&path).unwrap();
+        tiny.writer().write(&path).unwrap();
         Self(path)
     }
     pub fn path(&self) -> &Path {
@@ -60,7 +60,7 @@ impl Drop for TempModel {
 }
 
 /// Rows and columns are multiples of 32 so that Q8_0 weights quantize.
-pub fn spec(arch: &'static str, weight_type: GgmlType, tied: bool, seed: u64) -> TinySpec {
+pub fn tiny(arch: &'static str, weight_type: GgmlType, tied: bool, seed: u64) -> TinySpec {
     TinySpec {
         arch,
         vocab: 256,
@@ -75,12 +75,12 @@ pub fn spec(arch: &'static str, weight_type: GgmlType, tied: bool, seed: u64) ->
     }
 }
 
-pub fn specs() -> Vec<TinySpec> {
+pub fn tinies() -> Vec<TinySpec> {
     vec![
-        spec("llama", GgmlType::Q8_0, false, 11),
-        spec("llama", GgmlType::F32, true, 12),
-        spec("qwen2", GgmlType::Q8_0, false, 13),
-        spec("qwen2", GgmlType::F32, false, 14),
+        tiny("llama", GgmlType::Q8_0, false, 11),
+        tiny("llama", GgmlType::F32, true, 12),
+        tiny("qwen2", GgmlType::Q8_0, false, 13),
+        tiny("qwen2", GgmlType::F32, false, 14),
     ]
 }
 
