@@ -1,7 +1,7 @@
 //! Picks a backend at run time among those compiled in.
 
 use arbor_gguf::GgufFile;
-use arbor_model::{Decoder, LanguageModel};
+use arbor_model::LanguageModel;
 
 use crate::{EngineError, Result};
 
@@ -112,11 +112,15 @@ pub(crate) fn load(
 ) -> Result<Box<dyn LanguageModel>> {
     let _ = (&file, &progress);
     with_backend!(kind, backend => {
-        let model: Box<dyn LanguageModel> = Box::new(Decoder::load(backend, file, progress)?);
+        let model: Box<dyn LanguageModel> =
+            Box::new(arbor_pipeline::load_resident(backend, file, progress)?);
         Ok(model)
     })
 }
 
+/// Loads the target of `file` under `options` (see
+/// [`arbor_pipeline::load_target`]), given that `draft` is loaded. `path`
+/// is the one `file` was opened from; the pipeline reads `file.path()`.
 pub(crate) fn load_budgeted(
     kind: BackendKind,
     file: &GgufFile,
@@ -125,9 +129,12 @@ pub(crate) fn load_budgeted(
     options: &crate::MemoryOptions,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<(Box<dyn LanguageModel>, crate::MemoryReport)> {
-    let _ = (&file, &path, &draft, &options, &progress);
+    debug_assert_eq!(path, file.path());
+    let _ = (&file, &draft, &options, &progress);
     with_backend!(kind, backend => {
-        crate::memory::load_target(backend, file, path, draft, options, progress)
+        let (model, report) = arbor_pipeline::load_target(backend, file, draft, options, progress)?;
+        let model: Box<dyn LanguageModel> = Box::new(model);
+        Ok((model, report))
     })
 }
 
@@ -137,5 +144,5 @@ pub(crate) fn target_fits(
     options: &crate::MemoryOptions,
 ) -> Result<bool> {
     let _ = (&file, &options);
-    with_backend!(kind, backend => crate::memory::target_fits(&backend, file, options))
+    with_backend!(kind, backend => Ok(arbor_pipeline::target_fits(&backend, file, options)?))
 }

@@ -1,5 +1,5 @@
-//! The llama / qwen2 decoder, top to bottom: config from GGUF metadata →
-//! weights → attention and MLP blocks → forward.
+//! The llama / qwen2 decoder: loading a [`Layout`]'s weights and the
+//! forward pass through attention and MLP blocks.
 //!
 //! Both families are pre-norm decoders with RMSNorm, rotary embeddings,
 //! grouped-query attention and a SwiGLU MLP. They differ in three details,
@@ -7,178 +7,23 @@
 //! halves of each head while llama GGUF files rotate adjacent pairs; and the
 //! output head may be tied to the token embedding (no `output.weight`).
 
-use std::ops::Deref;
+use arbor_gguf::{GgmlType, GgufFile, TensorInfo};
+use arbor_tensor::{Backend, Mask, WeightData};
 
-use arbor_gguf::{GgmlType, GgufFile, Header, TensorInfo};
-use arbor_paging::{AlignedBuf, DirectReader};
-use arbor_tensor::{Backend, Heads, Mask, Rope, RopeStyle, WeightData};
+use crate::weights::held_bytes;
+use crate::{
+    Config, LanguageModel, LayerSource, LayerWeights, Layout, Logits, ModelError, Result,
+    RowSource, TensorEntry,
+};
 
-use crate::{LanguageModel, Logits, ModelError, Result};
-
-/// Hyper-parameters, read from GGUF metadata.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Config {
-    pub architecture: String,
-    pub vocab_size: usize,
-    pub hidden: usize,
-    pub ffn_hidden: usize,
-    pub n_layers: usize,
-    pub heads: Heads,
-    pub rms_eps: f32,
-    pub rope: Rope,
-    pub context_length: usize,
-}
-
-impl Config {
-    pub fn from_gguf(h: &Header) -> Result<Self> {
-        let arch = h.architecture()?.to_string();
-        let style = match arch.as_str() {
-            "llama" => RopeStyle::Interleaved,
-            "qwen2" => RopeStyle::Halves,
-            _ => return Err(ModelError::UnsupportedArchitecture(arch)),
-        };
-        let key = |k: &str| format!("{arch}.{k}");
-        let hidden = h.get_usize(&key("embedding_length"))?;
-        let n_heads = h.get_usize(&key("attention.head_count"))?;
-        let n_kv_heads = match h.get(&key("attention.head_count_kv")) {
-            Some(_) => h.get_usize(&key("attention.head_count_kv"))?,
-            None => n_heads,
-        };
-        if n_heads == 0 || n_kv_heads == 0 || hidden % n_heads != 0 || n_heads % n_kv_heads != 0 {
-            return Err(ModelError::Invalid(format!(
-                "{n_heads} heads, {n_kv_heads} kv heads, hidden size {hidden}"
-            )));
-        }
-        let head_dim = hidden / n_heads;
-        if let Some(v) = h.get(&key("rope.dimension_count"))
-            && v.as_u64() != Some(head_dim as u64)
-        {
-            return Err(ModelError::Invalid(format!(
-                "partial rotary embeddings ({v:?} of {head_dim} dims) are not supported"
-            )));
-        }
-        let theta = match h.get(&key("rope.freq_base")) {
-            Some(_) => h.get_f64(&key("rope.freq_base"))? as f32,
-            None => 10_000.0,
-        };
-        let embd = h.tensor("token_embd.weight")?;
-        let vocab_size = dims2(embd)?.0;
-        if dims2(embd)?.1 != hidden {
-            return Err(ModelError::Invalid(
-                "token_embd width != embedding_length".into(),
-            ));
-        }
-        Ok(Self {
-            vocab_size,
-            hidden,
-            ffn_hidden: h.get_usize(&key("feed_forward_length"))?,
-            n_layers: h.get_usize(&key("block_count"))?,
-            heads: Heads {
-                n_heads,
-                n_kv_heads,
-                head_dim,
-            },
-            rms_eps: h.get_f64(&key("attention.layer_norm_rms_epsilon"))? as f32,
-            rope: Rope {
-                style,
-                theta,
-                head_dim,
-            },
-            context_length: h.get_usize(&key("context_length")).unwrap_or(4096),
-            architecture: arch,
-        })
-    }
-
-    pub fn kv_dim(&self) -> usize {
-        self.heads.n_kv_heads * self.heads.head_dim
-    }
-}
-
-/// `(rows, cols)` of a GGUF matrix (ggml stores `[cols, rows]`).
-fn dims2(t: &TensorInfo) -> Result<(usize, usize)> {
-    match t.dims[..] {
-        [cols] => Ok((1, cols as usize)),
-        [cols, rows] => Ok((rows as usize, cols as usize)),
-        _ => Err(ModelError::Invalid(format!(
-            "`{}` has shape {:?}, expected a matrix",
-            t.name, t.dims
-        ))),
-    }
-}
-
-struct Attention<B: Backend> {
-    q: B::Weight,
-    k: B::Weight,
-    v: B::Weight,
-    q_bias: Option<B::Tensor>,
-    k_bias: Option<B::Tensor>,
-    v_bias: Option<B::Tensor>,
-    o: B::Weight,
-}
-
-struct Mlp<B: Backend> {
-    gate: B::Weight,
-    up: B::Weight,
-    down: B::Weight,
-}
-
-/// The weights of one decoder layer.
-pub struct LayerWeights<B: Backend> {
-    attn_norm: B::Tensor,
-    attn: Attention<B>,
-    ffn_norm: B::Tensor,
-    mlp: Mlp<B>,
-}
-
-/// A streamed layer's weights, lent for one forward pass. `hold` is dropped
-/// with it (a memory reservation, a pipeline slot).
-pub struct Lease<B: Backend> {
-    pub weights: LayerWeights<B>,
-    pub hold: Box<dyn Send + Sync>,
-}
-
-impl<B: Backend> Deref for Lease<B> {
-    type Target = LayerWeights<B>;
-    fn deref(&self) -> &LayerWeights<B> {
-        &self.weights
-    }
-}
-
-/// Where the weights of layers that are not resident come from. The decoder
-/// asks for them in layer order during every forward pass.
-pub trait LayerSource<B: Backend>: Send {
-    /// The weights of layer `layer`, waiting until they are loaded.
-    fn layer(&mut self, layer: usize) -> Result<Lease<B>>;
-
-    /// Reports waits in [`layer`](Self::layer) to `tx` (see
-    /// [`LanguageModel::notify_waits`]).
-    fn notify_waits(&mut self, tx: Option<std::sync::mpsc::Sender<crate::WeightWait>>) {
-        drop(tx);
-    }
-}
-
-/// One tensor of a layer: name, shape, type and where its bytes are in the
-/// file (absolute offset).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TensorSpec {
-    pub name: String,
-    pub rows: usize,
-    pub cols: usize,
-    pub ty: GgmlType,
-    pub offset: u64,
-    pub len: usize,
-}
-
-/// The token embedding: a resident table, or rows read from the file as
-/// tokens need them (a few hundred bytes per token; the table is the size
-/// of two layers and otherwise only sits in memory).
+/// The token embedding: a resident table, or rows fetched from a
+/// [`RowSource`] as tokens need them.
 enum Embedding<B: Backend> {
     Table(B::Weight),
     Rows {
-        reader: DirectReader,
-        buf: AlignedBuf,
-        spec: TensorSpec,
-        row_bytes: usize,
+        source: Box<dyn RowSource>,
+        ty: GgmlType,
+        cols: usize,
     },
 }
 
@@ -197,203 +42,39 @@ pub struct Decoder<B: Backend> {
     resident_bytes: u64,
 }
 
-impl Config {
-    /// The tensors of layer `layer`, in the order the forward pass uses them.
-    pub fn layer_tensors(&self, file: &Header, layer: usize) -> Result<Vec<TensorSpec>> {
-        let (d, kv, ff) = (self.hidden, self.kv_dim(), self.ffn_hidden);
-        let mut shapes = vec![
-            ("attn_norm.weight", 1, d),
-            ("attn_q.weight", d, d),
-            ("attn_k.weight", kv, d),
-            ("attn_v.weight", kv, d),
-            ("attn_q.bias", 1, d),
-            ("attn_k.bias", 1, kv),
-            ("attn_v.bias", 1, kv),
-            ("attn_output.weight", d, d),
-            ("ffn_norm.weight", 1, d),
-            ("ffn_gate.weight", ff, d),
-            ("ffn_up.weight", ff, d),
-            ("ffn_down.weight", d, ff),
-        ];
-        shapes.retain(|(n, _, _)| {
-            !n.ends_with(".bias") || file.tensor(&format!("blk.{layer}.{n}")).is_ok()
-        });
-        shapes
-            .into_iter()
-            .map(|(n, rows, cols)| {
-                let name = format!("blk.{layer}.{n}");
-                let info = file.tensor(&name)?;
-                if dims2(info)? != (rows, cols) {
-                    return Err(ModelError::Invalid(format!(
-                        "`{name}` is {:?}, expected [{rows}, {cols}]",
-                        dims2(info)?
-                    )));
-                }
-                Ok(TensorSpec {
-                    name,
-                    rows,
-                    cols,
-                    ty: info.ty,
-                    offset: file.data_offset + info.offset,
-                    len: info.size as usize,
-                })
-            })
-            .collect()
-    }
-}
-
-impl<B: Backend> LayerWeights<B> {
-    /// Builds a layer from its tensors' bytes (`bytes[i]` for `specs[i]`, as
-    /// returned by [`Config::layer_tensors`]); `streamed` for a layer built
-    /// for one pass (see [`Backend::streamed_weight`]).
-    pub fn from_bytes(
-        backend: &B,
-        specs: &[TensorSpec],
-        bytes: &[&[u8]],
-        streamed: bool,
-    ) -> Result<Self> {
-        let find = |suffix: &str| {
-            specs
-                .iter()
-                .position(|s| s.name.ends_with(suffix))
-                .map(|i| (&specs[i], bytes[i]))
-        };
-        let need = |suffix: &str| {
-            find(suffix).ok_or_else(|| ModelError::Invalid(format!("layer has no `{suffix}`")))
-        };
-        let matrix = |suffix: &str| -> Result<B::Weight> {
-            let (s, b) = need(suffix)?;
-            let w = WeightData {
-                name: &s.name,
-                ty: s.ty,
-                rows: s.rows,
-                cols: s.cols,
-                bytes: b,
-            };
-            Ok(if streamed {
-                backend.streamed_weight(w)?
-            } else {
-                backend.weight(w)?
-            })
-        };
-        let vector = |suffix: &str| -> Result<Option<B::Tensor>> {
-            let Some((s, b)) = find(suffix) else {
-                return Ok(None);
-            };
-            if b.len() != s.len {
-                return Err(ModelError::Invalid(format!("`{}`: short data", s.name)));
-            }
-            let data = arbor_gguf::dequantize(s.ty, b, s.cols)?;
-            Ok(Some(backend.tensor(&data, 1, s.cols)?))
-        };
-        let required = |suffix: &str| -> Result<B::Tensor> {
-            vector(suffix)?.ok_or_else(|| ModelError::Invalid(format!("layer has no `{suffix}`")))
-        };
-        Ok(Self {
-            attn_norm: required("attn_norm.weight")?,
-            attn: Attention {
-                q: matrix("attn_q.weight")?,
-                k: matrix("attn_k.weight")?,
-                v: matrix("attn_v.weight")?,
-                q_bias: vector("attn_q.bias")?,
-                k_bias: vector("attn_k.bias")?,
-                v_bias: vector("attn_v.bias")?,
-                o: matrix("attn_output.weight")?,
-            },
-            ffn_norm: required("ffn_norm.weight")?,
-            mlp: Mlp {
-                gate: matrix("ffn_gate.weight")?,
-                up: matrix("ffn_up.weight")?,
-                down: matrix("ffn_down.weight")?,
-            },
-        })
-    }
-}
-
-/// Bytes a layer holds once loaded on `backend`.
-pub fn held_bytes<B: Backend>(backend: &B, specs: &[TensorSpec]) -> u64 {
-    specs
-        .iter()
-        .map(|s| {
-            if s.rows == 1 {
-                (s.cols * 4) as u64
-            } else {
-                backend.weight_bytes(s.ty, s.rows, s.cols)
-            }
-        })
-        .sum()
-}
-
-/// Reads tensors from the file, checking each one's shape.
-struct Loader<'a, B: Backend> {
-    backend: &'a B,
-    file: &'a GgufFile,
-    done: usize,
-    total: usize,
-    progress: &'a mut dyn FnMut(usize, usize),
-}
-
-impl<B: Backend> Loader<'_, B> {
-    fn info(&self, name: &str, rows: usize, cols: usize) -> Result<&TensorInfo> {
-        let info = self.file.header().tensor(name)?;
-        if dims2(info)? != (rows, cols) {
-            return Err(ModelError::Invalid(format!(
-                "`{name}` is {:?}, expected [{rows}, {cols}]",
-                dims2(info)?
-            )));
-        }
-        Ok(info)
-    }
-
-    fn tick(&mut self) {
-        self.done += 1;
-        (self.progress)(self.done, self.total);
-    }
-
-    fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<B::Weight> {
-        let info = self.info(name, rows, cols)?;
-        let w = self.backend.weight(WeightData {
-            name,
-            ty: info.ty,
-            rows,
-            cols,
-            bytes: self.file.tensor_bytes(info),
-        })?;
-        self.file.release(info);
-        self.tick();
-        Ok(w)
-    }
-
-    fn vector(&mut self, name: &str, len: usize) -> Result<B::Tensor> {
-        let info = self.info(name, 1, len)?;
-        let data = arbor_gguf::dequantize(info.ty, self.file.tensor_bytes(info), len)?;
-        self.tick();
-        Ok(self.backend.tensor(&data, 1, len)?)
-    }
+/// A tensor's index entry and bytes in `file`.
+fn tensor<'f>(file: &'f GgufFile, e: &TensorEntry) -> Result<(&'f TensorInfo, &'f [u8])> {
+    Ok(file.tensor(&e.name)?)
 }
 
 impl<B: Backend> Decoder<B> {
-    /// Loads every weight onto `backend`; `progress(done, total)` is called
-    /// after each tensor.
+    /// Loads every weight of `file` onto `backend`, the token embedding
+    /// included; `progress(done, total)` is called after each tensor.
     pub fn load(
         backend: B,
         file: &GgufFile,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Self> {
-        let n = Config::from_gguf(file.header())?.n_layers;
-        Self::load_partial(backend, file, &vec![true; n], progress)
+        let layout = Layout::from_gguf(file.header())?;
+        let resident = vec![true; layout.config.n_layers];
+        Self::load_partial(backend, file, &layout, &resident, None, progress)
     }
 
     /// Loads the layers marked in `resident` (one flag per layer) and
-    /// everything outside the layers; the other layers must come from a
-    /// [`LayerSource`] given with [`Decoder::set_layer_source`].
+    /// everything outside the layers from `file`, whose layout is `layout`;
+    /// the other layers must come from a [`LayerSource`] given with
+    /// [`Decoder::set_layer_source`]. An untied token embedding is read
+    /// row by row from `rows` when given (the table stays out of memory);
+    /// a tied one is the head too, so it is always loaded whole.
     pub fn load_partial(
         backend: B,
         file: &GgufFile,
+        layout: &Layout,
         resident: &[bool],
+        rows: Option<Box<dyn RowSource>>,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Self> {
-        let config = Config::from_gguf(file.header())?;
+        let config = layout.config.clone();
         let c = &config;
         if resident.len() != c.n_layers {
             return Err(ModelError::Input(format!(
@@ -402,82 +83,83 @@ impl<B: Backend> Decoder<B> {
                 c.n_layers
             )));
         }
-        let has_output = file.header().tensor("output.weight").is_ok();
-        let mut l = Loader {
-            backend: &backend,
-            file,
-            done: 0,
-            total: file.header().tensors.len(),
-            progress,
+        let total = file.header().tensors.len();
+        let mut done = 0;
+        let mut tick = || {
+            done += 1;
+            progress(done, total);
         };
         let mut resident_bytes = 0;
-        let embed = if has_output {
-            let info = l.info("token_embd.weight", c.vocab_size, c.hidden)?;
-            let spec = TensorSpec {
-                name: info.name.clone(),
-                rows: c.vocab_size,
-                cols: c.hidden,
-                ty: info.ty,
-                offset: file.header().data_offset + info.offset,
-                len: info.size as usize,
-            };
-            l.tick();
-            Embedding::Rows {
-                reader: DirectReader::open(file.path())?,
-                buf: AlignedBuf::new(0),
-                row_bytes: spec.len / c.vocab_size,
-                spec,
+        let e = &layout.embedding;
+        let embed = match (&layout.head, rows) {
+            (Some(_), Some(source)) => {
+                tick();
+                Embedding::Rows {
+                    source,
+                    ty: e.ty,
+                    cols: e.cols,
+                }
             }
-        } else {
-            let info = l.info("token_embd.weight", c.vocab_size, c.hidden)?;
-            resident_bytes += info.size;
-            let w = backend.embedding_table(WeightData {
-                name: "token_embd.weight",
-                ty: info.ty,
-                rows: c.vocab_size,
-                cols: c.hidden,
-                bytes: file.tensor_bytes(info),
-            })?;
-            file.release(info);
-            l.tick();
-            Embedding::Table(w)
+            _ => {
+                let (info, bytes) = tensor(file, e)?;
+                resident_bytes += info.size;
+                let w = backend.embedding_table(WeightData {
+                    name: &e.name,
+                    ty: e.ty,
+                    rows: e.rows,
+                    cols: e.cols,
+                    bytes,
+                })?;
+                file.release(info);
+                tick();
+                Embedding::Table(w)
+            }
         };
         let mut blocks = Vec::with_capacity(c.n_layers);
-        for (i, &keep) in resident.iter().enumerate() {
-            let specs = c.layer_tensors(file.header(), i)?;
+        for (entries, &keep) in layout.layers.iter().zip(resident) {
             if !keep {
-                for _ in &specs {
-                    l.tick();
+                for _ in entries {
+                    tick();
                 }
                 blocks.push(None);
                 continue;
             }
-            let bytes: Vec<&[u8]> = specs
+            let tensors: Vec<_> = entries
                 .iter()
-                .map(|s| {
-                    let info = file.header().tensor(&s.name)?;
-                    Ok(file.tensor_bytes(info))
-                })
+                .map(|e| tensor(file, e))
                 .collect::<Result<_>>()?;
+            let bytes: Vec<&[u8]> = tensors.iter().map(|(_, b)| *b).collect();
             blocks.push(Some(LayerWeights::from_bytes(
-                &backend, &specs, &bytes, false,
+                &backend, entries, &bytes, false,
             )?));
-            resident_bytes += held_bytes(&backend, &specs);
-            for s in &specs {
-                file.release(file.header().tensor(&s.name)?);
-                l.tick();
+            resident_bytes += held_bytes(&backend, entries);
+            for (info, _) in tensors {
+                file.release(info);
+                tick();
             }
         }
-        let norm = l.vector("output_norm.weight", c.hidden)?;
-        let output = if has_output {
-            resident_bytes += backend.weight_bytes(
-                file.header().tensor("output.weight")?.ty,
-                c.vocab_size,
-                c.hidden,
-            );
-            Some(l.matrix("output.weight", c.vocab_size, c.hidden)?)
-        } else {
-            None
+        let n = &layout.norm;
+        let norm = {
+            let data = arbor_gguf::dequantize(n.ty, tensor(file, n)?.1, n.cols)?;
+            tick();
+            backend.tensor(&data, 1, n.cols)?
+        };
+        let output = match &layout.head {
+            Some(h) => {
+                resident_bytes += backend.weight_bytes(h.ty, h.rows, h.cols);
+                let (info, bytes) = tensor(file, h)?;
+                let w = backend.weight(WeightData {
+                    name: &h.name,
+                    ty: h.ty,
+                    rows: h.rows,
+                    cols: h.cols,
+                    bytes,
+                })?;
+                file.release(info);
+                tick();
+                Some(w)
+            }
+            None => None,
         };
         let cache = (0..c.n_layers)
             .map(|_| backend.kv_new(&c.heads))
@@ -516,18 +198,12 @@ impl<B: Backend> Decoder<B> {
         let b = &self.backend;
         match &mut self.embed {
             Embedding::Table(w) => Ok(b.embed(w, tokens)?),
-            Embedding::Rows {
-                reader,
-                buf,
-                spec,
-                row_bytes,
-            } => {
-                let d = spec.cols;
+            Embedding::Rows { source, ty, cols } => {
+                let d = *cols;
                 let mut data = Vec::with_capacity(tokens.len() * d);
                 for &t in tokens {
-                    let offset = spec.offset + t as u64 * *row_bytes as u64;
-                    let row = reader.read_into(offset, *row_bytes, buf)?;
-                    data.extend(arbor_gguf::dequantize(spec.ty, row, d)?);
+                    let row = source.row(t as usize)?;
+                    data.extend(arbor_gguf::dequantize(*ty, row, d)?);
                 }
                 Ok(b.tensor(&data, tokens.len(), d)?)
             }

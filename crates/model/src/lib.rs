@@ -1,15 +1,24 @@
 //! Transformer models, written once against [`arbor_tensor::Backend`].
 //!
-//! [`decoder`] holds the llama/qwen2 family. [`LanguageModel`] is the
-//! object-safe face the engine drives: feed tokens at explicit positions
-//! under an explicit mask, read logits for chosen rows, and edit the KV cache
-//! (truncate, keep only some positions).
+//! [`layout`] reads a GGUF file's config and tensor layout once;
+//! [`decoder`] holds the llama/qwen2 family, built from a [`Layout`];
+//! [`weights`] holds a layer's weights and the traits through which a
+//! decoder borrows the weights it does not hold ([`LayerSource`],
+//! [`RowSource`]). This crate reads no files beyond the mapped GGUF it is
+//! loaded from; weights fetched from disk later come through those traits.
+//! [`LanguageModel`] is the object-safe face the engine drives: feed tokens
+//! at explicit positions under an explicit mask, read logits for chosen
+//! rows, and edit the KV cache (truncate, keep only some positions).
 
 pub mod decoder;
+pub mod layout;
 pub mod testing;
+pub mod weights;
 
 pub use arbor_tensor::Mask;
-pub use decoder::{Config, Decoder, LayerSource, LayerWeights, Lease, TensorSpec};
+pub use decoder::Decoder;
+pub use layout::{Config, Layout, TensorEntry};
+pub use weights::{LayerSource, LayerWeights, Lease, RowSource, held_bytes};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -17,14 +26,31 @@ pub enum ModelError {
     Tensor(#[from] arbor_tensor::Error),
     #[error(transparent)]
     Gguf(#[from] arbor_gguf::GgufError),
+    /// An error of a weight source ([`LayerSource`], [`RowSource`]), kept
+    /// whole: [`ModelError::source_as`] gets it back.
     #[error(transparent)]
-    Paging(#[from] arbor_paging::PagingError),
+    Source(Box<dyn std::error::Error + Send + Sync>),
     #[error("unsupported architecture `{0}` (arbor runs llama and qwen2)")]
     UnsupportedArchitecture(String),
     #[error("bad model: {0}")]
     Invalid(String),
     #[error("bad input: {0}")]
     Input(String),
+}
+
+impl ModelError {
+    /// Wraps an error of a weight source.
+    pub fn from_source(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Source(Box::new(e))
+    }
+
+    /// The weight source's error, when this is one of type `E`.
+    pub fn source_as<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            Self::Source(e) => e.downcast_ref(),
+            _ => None,
+        }
+    }
 }
 
 pub type Result<T, E = ModelError> = std::result::Result<T, E>;

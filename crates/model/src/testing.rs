@@ -1,8 +1,12 @@
 //! Tiny random models as GGUF files, for tests of everything that runs a
-//! model: caches, masks, backends, and (later) speculative decoding, where
-//! deliberately good or bad drafts are needed.
+//! model: caches, masks, backends, and speculative decoding, where
+//! deliberately good or bad drafts are needed; and an in-memory
+//! [`RowSource`] ([`MemoryRows`]) for decoders whose embedding rows are not
+//! resident.
 
 use arbor_gguf::{GgmlType, GgufWriter, Value, quantize_q8_0};
+
+use crate::{Layout, ModelError, Result, RowSource};
 
 /// The shape of a random model.
 #[derive(Debug, Clone)]
@@ -126,4 +130,32 @@ pub fn write_temp(w: &GgufWriter, tag: &str) -> std::path::PathBuf {
     let path = std::env::temp_dir().join(format!("arbor-{tag}-{}.gguf", std::process::id()));
     w.write(&path).expect("temporary directory is writable");
     path
+}
+
+/// A [`RowSource`] over a copy of the token embedding's bytes, for tests of
+/// decoders whose embedding rows do not come from a resident table.
+pub struct MemoryRows {
+    bytes: Vec<u8>,
+    row_bytes: usize,
+}
+
+impl MemoryRows {
+    /// The embedding of `file`, whose layout is `layout`.
+    pub fn new(file: &arbor_gguf::GgufFile, layout: &Layout) -> Self {
+        let e = &layout.embedding;
+        let start = e.offset as usize;
+        Self {
+            bytes: file.bytes()[start..start + e.len].to_vec(),
+            row_bytes: e.len / e.rows,
+        }
+    }
+}
+
+impl RowSource for MemoryRows {
+    fn row(&mut self, row: usize) -> Result<&[u8]> {
+        let at = row * self.row_bytes;
+        self.bytes
+            .get(at..at + self.row_bytes)
+            .ok_or_else(|| ModelError::Input(format!("no embedding row {row}")))
+    }
 }

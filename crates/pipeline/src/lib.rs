@@ -1,42 +1,61 @@
-//! Decoder layers that do not fit the memory budget, streamed from disk.
+//! Weight streaming: everything that reads a model's weights from disk
+//! after loading, and the budget arithmetic that decides what is streamed.
+//! `arbor-model` defines the sources a decoder borrows weights from
+//! ([`LayerSource`](arbor_model::LayerSource),
+//! [`RowSource`](arbor_model::RowSource)) and reads no files; this crate
+//! implements them on the GGUF file.
 //!
-//! [`plan`] splits a budget between what must stay in memory (everything but
-//! the decoder layers: the draft, the head, KV caches, the runtime itself),
-//! the layers that also fit, and a bounded streaming reserve. The layers left
-//! over are spread evenly through the stack, so the loader always has some
-//! resident layers' compute to hide the next read behind.
+//! [`load_target`] loads a target under [`MemoryOptions`]: it sums what
+//! must stay in memory (everything but the decoder layers: what the process
+//! holds already, the draft included, the head, the KV caches, logit
+//! scratch and some slack), and [`plan`] splits the budget between that, the layers that also
+//! fit, and a bounded streaming reserve. The layers left over are spread
+//! evenly through the stack, so the loader always has some resident layers'
+//! compute to hide the next read behind. [`target_fits`] says whether
+//! nothing would be streamed; [`load_resident`] loads every layer.
 //!
-//! A [`Streamer`] is the decoder's [`LayerSource`] for those layers. It reads
-//! a layer's tensors with direct IO (nothing lands in the page cache, which a
-//! memory limit would count and then evict), builds the backend weights, and
-//! lends them for one forward pass; every byte it holds is reserved on a
-//! [`Ledger`] first, so it cannot exceed its share of the budget.
+//! A [`Streamer`] is the decoder's layer source for the streamed layers. It
+//! reads a layer's tensors with direct IO (nothing lands in the page cache,
+//! which a memory limit would count and then evict), builds the backend
+//! weights, and lends them for one forward pass; every byte it holds is
+//! reserved on a [`Ledger`](arbor_paging::Ledger) first, so it cannot exceed
+//! its share of the budget.
 //! - [`Mode::OnDemand`] loads each layer when the forward pass asks for it
 //!   (compute waits for every read);
-//! - [`Mode::Pipelined`] runs a loader thread that keeps up to `depth`
-//!   layers loaded ahead, in the order forward passes use them, wrapping
-//!   round to the first streamed layer: the next pass's first layers load
-//!   while this pass finishes and while the draft model runs, so a
-//!   verification starts as soon as its first streamed layer is in.
+//! - [`Mode::Pipelined`] runs a reader and a builder thread that keep up to
+//!   `depth` layers loaded ahead, in the order forward passes use them,
+//!   wrapping round to the first streamed layer: the next pass's first
+//!   layers load while this pass finishes and while the draft model runs, so
+//!   a verification starts as soon as its first streamed layer is in.
+//!
+//! [`DiskRows`] reads an untied token embedding's rows the same way, one
+//! row per token, so the table (the size of two layers) never sits in
+//! memory.
 //!
 //! A [`Monitor`] reports bytes read, IO, build and wait time, whether the
 //! compute thread is waiting for a layer right now (so the draft may use the
 //! idle CPU), and an optional trace of those intervals.
+//!
+//! Errors of the paging layer reach callers as
+//! [`ModelError::Source`](arbor_model::ModelError::Source) carrying the
+//! [`PagingError`]; [`ModelError::source_as`] gets it back.
 
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Instant;
+use arbor_model::ModelError;
+use arbor_paging::PagingError;
 
-use arbor_model::decoder::{LayerSource, LayerWeights, Lease, TensorSpec, held_bytes};
-use arbor_model::{ModelError, Result, WeightWait};
-use arbor_paging::{AlignedBuf, DirectReader, Ledger, PagingError, Reservation};
-use arbor_tensor::Backend;
-use crossbeam_channel::{Receiver, Sender, bounded};
-
+mod budget;
+mod monitor;
 mod plan;
+mod rows;
+mod streamer;
+
+pub use budget::{
+    MemoryOptions, MemoryReport, load_resident, load_target, resident_now, target_fits,
+};
+pub use monitor::{Monitor, Span, SpanKind, StreamStats};
 pub use plan::{LayerCost, Plan, plan};
+pub use rows::DiskRows;
+pub use streamer::{Streamer, buffer_sets, read_buffer_bytes};
 
 /// How streamed layers are loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,481 +66,7 @@ pub enum Mode {
     Pipelined { depth: usize },
 }
 
-/// What the streamer has done so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct StreamStats {
-    /// Layers loaded.
-    pub layers: u64,
-    /// Bytes read from the file.
-    pub bytes: u64,
-    /// Seconds spent reading.
-    pub io_secs: f64,
-    /// Seconds spent turning read bytes into backend weights.
-    pub build_secs: f64,
-    /// Seconds the forward pass spent waiting for a layer.
-    pub wait_secs: f64,
-}
-
-/// One interval of streaming work, in seconds since the monitor's epoch.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Span {
-    pub kind: SpanKind,
-    pub layer: usize,
-    pub start: f64,
-    pub end: f64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpanKind {
-    Io,
-    Build,
-    Wait,
-}
-
-#[derive(Default)]
-struct Shared {
-    stats: Mutex<StreamStats>,
-    waiting: AtomicBool,
-    trace: Mutex<Option<(Instant, Vec<Span>)>>,
-}
-
-/// A handle on a streamer's statistics, usable from any thread.
-#[derive(Clone, Default)]
-pub struct Monitor(Arc<Shared>);
-
-impl Monitor {
-    pub fn stats(&self) -> StreamStats {
-        *self.0.stats.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Whether the forward pass is blocked waiting for a layer now.
-    pub fn waiting(&self) -> bool {
-        self.0.waiting.load(Ordering::Acquire)
-    }
-
-    /// Starts recording spans, timed from `epoch`.
-    pub fn record_from(&self, epoch: Instant) {
-        *self.0.trace.lock().unwrap_or_else(|e| e.into_inner()) = Some((epoch, Vec::new()));
-    }
-
-    /// The spans recorded so far (recording goes on).
-    pub fn spans(&self) -> Vec<Span> {
-        match &*self.0.trace.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some((_, spans)) => spans.clone(),
-            None => Vec::new(),
-        }
-    }
-
-    fn add(&self, f: impl FnOnce(&mut StreamStats)) {
-        f(&mut self.0.stats.lock().unwrap_or_else(|e| e.into_inner()));
-    }
-
-    fn span(&self, kind: SpanKind, layer: usize, start: Instant, end: Instant) {
-        if let Some((epoch, spans)) = &mut *self.0.trace.lock().unwrap_or_else(|e| e.into_inner()) {
-            spans.push(Span {
-                kind,
-                layer,
-                start: start.saturating_duration_since(*epoch).as_secs_f64(),
-                end: end.saturating_duration_since(*epoch).as_secs_f64(),
-            });
-        }
-    }
-}
-
-fn paging(e: PagingError) -> ModelError {
-    ModelError::Paging(e)
-}
-
-/// Bytes of read buffers a streamer needs for any of `layers` (one buffer
-/// per tensor position, as large as that tensor's aligned span in any layer).
-pub fn read_buffer_bytes(layers: &[&[TensorSpec]]) -> u64 {
-    buffer_caps(layers).iter().map(|&c| c as u64).sum()
-}
-
-fn buffer_caps(layers: &[&[TensorSpec]]) -> Vec<usize> {
-    let width = layers.iter().map(|s| s.len()).max().unwrap_or(0);
-    (0..width)
-        .map(|i| {
-            layers
-                .iter()
-                .filter_map(|s| s.get(i))
-                .map(|s| DirectReader::span(s.offset, s.len).max(arbor_paging::ALIGN))
-                .max()
-                .unwrap_or(0)
-        })
-        .collect()
-}
-
-/// Read buffer sets a streamer in `mode` holds: one on demand; two when
-/// pipelined, so the next layer is read while the last one is built.
-pub fn buffer_sets(mode: Mode) -> u64 {
-    match mode {
-        Mode::OnDemand => 1,
-        Mode::Pipelined { .. } => 2,
-    }
-}
-
-/// One buffer per tensor position, reused from layer to layer.
-struct BufSet(Vec<AlignedBuf>);
-
-/// A layer's bytes, read and waiting to be built: where each tensor's
-/// bytes start in its buffer (direct reads keep the offset within the page,
-/// buffered ones start at 0).
-struct ReadLayer {
-    layer: usize,
-    set: BufSet,
-    starts: Vec<usize>,
-}
-
-/// Reads layers' tensors from the file.
-struct Reader {
-    file: DirectReader,
-    monitor: Monitor,
-}
-
-impl Reader {
-    /// Reads `layer` into `set`; where each tensor's bytes start.
-    fn read(&mut self, layer: usize, specs: &[TensorSpec], set: &mut BufSet) -> Result<Vec<usize>> {
-        let t0 = Instant::now();
-        let mut read = 0u64;
-        let mut starts = Vec::with_capacity(specs.len());
-        for (s, buf) in specs.iter().zip(set.0.iter_mut()) {
-            let base = buf.as_slice().as_ptr() as usize;
-            let got = self.file.read_into(s.offset, s.len, buf).map_err(paging)?;
-            starts.push(got.as_ptr() as usize - base);
-            read += s.len as u64;
-        }
-        let t1 = Instant::now();
-        self.monitor.add(|st| {
-            st.bytes += read;
-            st.io_secs += (t1 - t0).as_secs_f64();
-        });
-        self.monitor.span(SpanKind::Io, layer, t0, t1);
-        Ok(starts)
-    }
-}
-
-/// Turns read bytes into backend weights, each reserved on the ledger first.
-struct Builder<B: Backend> {
-    backend: B,
-    ledger: Arc<Ledger>,
-    /// The ledger's room for built layers (the read buffers are held for
-    /// good: a layer that does not fit beside them would wait forever).
-    room: u64,
-    monitor: Monitor,
-}
-
-impl<B: Backend> Builder<B> {
-    fn build(
-        &self,
-        layer: usize,
-        specs: &[TensorSpec],
-        set: &BufSet,
-        starts: &[usize],
-    ) -> Result<Lease<B>> {
-        let held = held_bytes(&self.backend, specs);
-        if held > self.room {
-            return Err(paging(PagingError::OverBudget {
-                what: format!("streamed layer {layer}"),
-                needed: held,
-                available: self.room,
-                budget: self.ledger.budget(),
-            }));
-        }
-        let reservation = self
-            .ledger
-            .reserve_blocking(held, &format!("streamed layer {layer}"))
-            .map_err(paging)?;
-        let t0 = Instant::now();
-        let slices: Vec<&[u8]> = specs
-            .iter()
-            .zip(&set.0)
-            .zip(starts)
-            .map(|((s, buf), &at)| &buf.as_slice()[at..at + s.len])
-            .collect();
-        let weights = LayerWeights::from_bytes(&self.backend, specs, &slices, true)?;
-        let t1 = Instant::now();
-        self.monitor.add(|st| {
-            st.layers += 1;
-            st.build_secs += (t1 - t0).as_secs_f64();
-        });
-        self.monitor.span(SpanKind::Build, layer, t0, t1);
-        Ok(Lease {
-            weights,
-            hold: Box::new(reservation),
-        })
-    }
-}
-
-enum Inner<B: Backend> {
-    OnDemand {
-        reader: Reader,
-        builder: Builder<B>,
-        set: BufSet,
-        layers: Vec<(usize, Vec<TensorSpec>)>,
-        /// Holds the read buffers' bytes on the ledger.
-        _buffers: Reservation,
-    },
-    Pipelined {
-        streamed: Vec<usize>,
-        rx: Receiver<Result<(usize, Lease<B>)>>,
-        stop: Arc<AtomicBool>,
-        threads: Vec<JoinHandle<()>>,
-    },
-}
-
-/// Streams the layers a decoder does not hold; see the crate docs.
-pub struct Streamer<B: Backend> {
-    inner: Inner<B>,
-    monitor: Monitor,
-    /// Told when a forward pass starts and stops waiting for a layer.
-    waits: Option<std::sync::mpsc::Sender<WeightWait>>,
-}
-
-fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(f)
-        .map_err(|e| ModelError::Invalid(format!("cannot start the {name} thread: {e}")))
-}
-
-impl<B: Backend + Clone> Streamer<B> {
-    /// A streamer for `layers` (layer index and tensors, in forward order)
-    /// of the GGUF file at `path`, holding at most what `ledger` allows.
-    pub fn new(
-        backend: B,
-        path: &Path,
-        layers: Vec<(usize, Vec<TensorSpec>)>,
-        ledger: Arc<Ledger>,
-        mode: Mode,
-    ) -> Result<Self> {
-        let monitor = Monitor::default();
-        let file = DirectReader::open(path).map_err(paging)?;
-        let specs: Vec<&[TensorSpec]> = layers.iter().map(|(_, s)| s.as_slice()).collect();
-        let caps = buffer_caps(&specs);
-        let sets = buffer_sets(mode);
-        let set_bytes: u64 = caps.iter().map(|&c| c as u64).sum();
-        let buffers = ledger
-            .reserve(set_bytes * sets, "read buffers for streamed layers")
-            .map_err(paging)?;
-        let new_set = || BufSet(caps.iter().map(|&c| AlignedBuf::new(c)).collect());
-        let reader = Reader {
-            file,
-            monitor: monitor.clone(),
-        };
-        let builder = Builder {
-            backend,
-            room: ledger.budget() - buffers.bytes(),
-            ledger,
-            monitor: monitor.clone(),
-        };
-        let inner = match mode {
-            Mode::OnDemand => Inner::OnDemand {
-                reader,
-                builder,
-                set: new_set(),
-                layers,
-                _buffers: buffers,
-            },
-            Mode::Pipelined { depth } => {
-                let streamed = layers.iter().map(|(l, _)| *l).collect();
-                let (tx, rx) = bounded(depth.max(1));
-                let (free_tx, free_rx) = bounded(sets as usize);
-                for _ in 0..sets {
-                    free_tx.send(new_set()).expect("room for every set");
-                }
-                let (read_tx, read_rx) = bounded(1);
-                let stop = Arc::new(AtomicBool::new(false));
-                let layers = Arc::new(layers);
-                let (flag, order) = (stop.clone(), layers.clone());
-                let read_thread = spawn("arbor-reader", move || {
-                    run_reader(reader, &order, &free_rx, &read_tx, &flag)
-                })?;
-                let flag = stop.clone();
-                let build_thread = spawn("arbor-builder", move || {
-                    // The buffers' reservation lives as long as the buffers.
-                    let _buffers = buffers;
-                    run_builder(&builder, &layers, &read_rx, &free_tx, &tx, &flag)
-                })?;
-                Inner::Pipelined {
-                    streamed,
-                    rx,
-                    stop,
-                    threads: vec![read_thread, build_thread],
-                }
-            }
-        };
-        Ok(Self {
-            inner,
-            monitor,
-            waits: None,
-        })
-    }
-}
-
-impl<B: Backend> Streamer<B> {
-    pub fn monitor(&self) -> Monitor {
-        self.monitor.clone()
-    }
-}
-
-/// The reader thread: reads the streamed layers round and round into free
-/// buffer sets, until stopped, an error, or the builder is gone.
-fn run_reader(
-    mut reader: Reader,
-    layers: &[(usize, Vec<TensorSpec>)],
-    free: &Receiver<BufSet>,
-    out: &Sender<Result<ReadLayer>>,
-    stop: &AtomicBool,
-) {
-    if layers.is_empty() {
-        return;
-    }
-    for (layer, specs) in layers.iter().cycle() {
-        let Ok(mut set) = free.recv() else { return };
-        if stop.load(Ordering::Acquire) {
-            return;
-        }
-        let item = reader
-            .read(*layer, specs, &mut set)
-            .map(|starts| ReadLayer {
-                layer: *layer,
-                set,
-                starts,
-            });
-        let failed = item.is_err();
-        if out.send(item).is_err() || failed {
-            return;
-        }
-    }
-}
-
-/// The builder thread: builds what the reader read, in order, as far ahead
-/// as the channel and the ledger let it, handing each buffer set back.
-fn run_builder<B: Backend>(
-    builder: &Builder<B>,
-    layers: &[(usize, Vec<TensorSpec>)],
-    read: &Receiver<Result<ReadLayer>>,
-    free: &Sender<BufSet>,
-    out: &Sender<Result<(usize, Lease<B>)>>,
-    stop: &AtomicBool,
-) {
-    while let Ok(item) = read.recv() {
-        if stop.load(Ordering::Acquire) {
-            return;
-        }
-        let built = item.and_then(|r| {
-            let specs = &layers
-                .iter()
-                .find(|(l, _)| *l == r.layer)
-                .expect("the reader reads listed layers")
-                .1;
-            let lease = builder.build(r.layer, specs, &r.set, &r.starts);
-            let _ = free.send(r.set);
-            lease.map(|lease| (r.layer, lease))
-        });
-        let failed = built.is_err();
-        if out.send(built).is_err() || failed {
-            return;
-        }
-    }
-}
-
-/// Marks the forward pass as waiting for a layer (or not) on the monitor
-/// and tells whoever listens to waits.
-fn set_waiting(monitor: &Monitor, waits: &Option<std::sync::mpsc::Sender<WeightWait>>, on: bool) {
-    monitor.0.waiting.store(on, Ordering::Release);
-    if let Some(tx) = waits {
-        let _ = tx.send(if on {
-            WeightWait::Waiting
-        } else {
-            WeightWait::Resumed
-        });
-    }
-}
-
-impl<B: Backend> LayerSource<B> for Streamer<B> {
-    fn layer(&mut self, layer: usize) -> Result<Lease<B>> {
-        let Self {
-            inner,
-            monitor,
-            waits,
-        } = self;
-        let not_streamed = || ModelError::Input(format!("layer {layer} is not streamed"));
-        let t0 = Instant::now();
-        // Whether the pass had to wait (a pipelined layer already loaded
-        // is taken without waiting).
-        let mut waited = false;
-        let lease = match inner {
-            Inner::OnDemand {
-                reader,
-                builder,
-                set,
-                layers,
-                ..
-            } => match layers.iter().find(|(l, _)| *l == layer) {
-                Some((_, specs)) => {
-                    waited = true;
-                    set_waiting(monitor, waits, true);
-                    reader
-                        .read(layer, specs, set)
-                        .and_then(|starts| builder.build(layer, specs, set, &starts))
-                }
-                None => Err(not_streamed()),
-            },
-            Inner::Pipelined { streamed, .. } if !streamed.contains(&layer) => Err(not_streamed()),
-            // Layers arrive in forward order; after an interrupted pass the
-            // ones it did not use are skipped.
-            Inner::Pipelined { rx, .. } => loop {
-                let got = rx.try_recv().or_else(|_| {
-                    if !waited {
-                        waited = true;
-                        set_waiting(monitor, waits, true);
-                    }
-                    rx.recv()
-                });
-                match got {
-                    Ok(Ok((l, lease))) if l == layer => break Ok(lease),
-                    Ok(Ok(_)) => continue,
-                    Ok(Err(e)) => break Err(e),
-                    Err(_) => {
-                        break Err(ModelError::Invalid(
-                            "the layer loader stopped after an earlier error".into(),
-                        ));
-                    }
-                }
-            },
-        };
-        if waited {
-            set_waiting(monitor, waits, false);
-            let t1 = Instant::now();
-            monitor.add(|st| st.wait_secs += (t1 - t0).as_secs_f64());
-            monitor.span(SpanKind::Wait, layer, t0, t1);
-        }
-        lease
-    }
-
-    fn notify_waits(&mut self, tx: Option<std::sync::mpsc::Sender<WeightWait>>) {
-        self.waits = tx;
-    }
-}
-
-impl<B: Backend> Drop for Streamer<B> {
-    fn drop(&mut self) {
-        if let Inner::Pipelined {
-            rx, stop, threads, ..
-        } = &mut self.inner
-        {
-            stop.store(true, Ordering::Release);
-            // Dropping what is queued frees its reservations, so a builder
-            // blocked on the ledger wakes, and its next send fails; then the
-            // reader finds no free buffers or no builder and stops too.
-            while rx.try_recv().is_ok() {}
-            let (_, dead) = bounded(0);
-            *rx = dead;
-            for t in threads.drain(..) {
-                let _ = t.join();
-            }
-        }
-    }
+/// A paging error as the model's error for a failed weight source.
+pub(crate) fn paging(e: PagingError) -> ModelError {
+    ModelError::from_source(e)
 }

@@ -1,0 +1,197 @@
+//! What a GGUF file holds, parsed once: hyper-parameters ([`Config`]) and
+//! where every tensor the decoder uses lies in the file ([`Layout`]). The
+//! loader, the memory plan and the layer streamer all read the same
+//! [`Layout`].
+
+use arbor_gguf::{GgmlType, Header, TensorInfo};
+use arbor_tensor::{Heads, Rope, RopeStyle};
+
+use crate::{ModelError, Result};
+
+/// Hyper-parameters, read from GGUF metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub architecture: String,
+    pub vocab_size: usize,
+    pub hidden: usize,
+    pub ffn_hidden: usize,
+    pub n_layers: usize,
+    pub heads: Heads,
+    pub rms_eps: f32,
+    pub rope: Rope,
+    pub context_length: usize,
+}
+
+impl Config {
+    pub fn from_gguf(h: &Header) -> Result<Self> {
+        let arch = h.architecture()?.to_string();
+        let style = match arch.as_str() {
+            "llama" => RopeStyle::Interleaved,
+            "qwen2" => RopeStyle::Halves,
+            _ => return Err(ModelError::UnsupportedArchitecture(arch)),
+        };
+        let key = |k: &str| format!("{arch}.{k}");
+        let hidden = h.get_usize(&key("embedding_length"))?;
+        let n_heads = h.get_usize(&key("attention.head_count"))?;
+        let n_kv_heads = match h.get(&key("attention.head_count_kv")) {
+            Some(_) => h.get_usize(&key("attention.head_count_kv"))?,
+            None => n_heads,
+        };
+        if n_heads == 0 || n_kv_heads == 0 || hidden % n_heads != 0 || n_heads % n_kv_heads != 0 {
+            return Err(ModelError::Invalid(format!(
+                "{n_heads} heads, {n_kv_heads} kv heads, hidden size {hidden}"
+            )));
+        }
+        let head_dim = hidden / n_heads;
+        if let Some(v) = h.get(&key("rope.dimension_count"))
+            && v.as_u64() != Some(head_dim as u64)
+        {
+            return Err(ModelError::Invalid(format!(
+                "partial rotary embeddings ({v:?} of {head_dim} dims) are not supported"
+            )));
+        }
+        let theta = match h.get(&key("rope.freq_base")) {
+            Some(_) => h.get_f64(&key("rope.freq_base"))? as f32,
+            None => 10_000.0,
+        };
+        let embd = h.tensor("token_embd.weight")?;
+        let vocab_size = dims2(embd)?.0;
+        if dims2(embd)?.1 != hidden {
+            return Err(ModelError::Invalid(
+                "token_embd width != embedding_length".into(),
+            ));
+        }
+        Ok(Self {
+            vocab_size,
+            hidden,
+            ffn_hidden: h.get_usize(&key("feed_forward_length"))?,
+            n_layers: h.get_usize(&key("block_count"))?,
+            heads: Heads {
+                n_heads,
+                n_kv_heads,
+                head_dim,
+            },
+            rms_eps: h.get_f64(&key("attention.layer_norm_rms_epsilon"))? as f32,
+            rope: Rope {
+                style,
+                theta,
+                head_dim,
+            },
+            context_length: h.get_usize(&key("context_length")).unwrap_or(4096),
+            architecture: arch,
+        })
+    }
+
+    pub fn kv_dim(&self) -> usize {
+        self.heads.n_kv_heads * self.heads.head_dim
+    }
+}
+
+/// `(rows, cols)` of a GGUF matrix (ggml stores `[cols, rows]`).
+fn dims2(t: &TensorInfo) -> Result<(usize, usize)> {
+    match t.dims[..] {
+        [cols] => Ok((1, cols as usize)),
+        [cols, rows] => Ok((rows as usize, cols as usize)),
+        _ => Err(ModelError::Invalid(format!(
+            "`{}` has shape {:?}, expected a matrix",
+            t.name, t.dims
+        ))),
+    }
+}
+
+/// One tensor of the model: name, shape, type and where its bytes are in
+/// the file (absolute offset).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorEntry {
+    pub name: String,
+    pub rows: usize,
+    pub cols: usize,
+    pub ty: GgmlType,
+    pub offset: u64,
+    pub len: usize,
+}
+
+impl TensorEntry {
+    /// The entry of tensor `name`, which must be `[rows, cols]`.
+    fn find(h: &Header, name: &str, rows: usize, cols: usize) -> Result<Self> {
+        let info = h.tensor(name)?;
+        if dims2(info)? != (rows, cols) {
+            return Err(ModelError::Invalid(format!(
+                "`{name}` is {:?}, expected [{rows}, {cols}]",
+                dims2(info)?
+            )));
+        }
+        Ok(Self {
+            name: name.to_string(),
+            rows,
+            cols,
+            ty: info.ty,
+            offset: h.data_offset + info.offset,
+            len: info.size as usize,
+        })
+    }
+}
+
+/// A GGUF model's config and the entries of every tensor the decoder uses,
+/// shapes checked against the config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Layout {
+    pub config: Config,
+    /// The token embedding, `[vocab, hidden]`.
+    pub embedding: TensorEntry,
+    /// The output head, `[vocab, hidden]`; `None` when it is tied to the
+    /// embedding.
+    pub head: Option<TensorEntry>,
+    /// The final norm, `[1, hidden]`.
+    pub norm: TensorEntry,
+    /// Each layer's tensors, in the order the forward pass uses them.
+    pub layers: Vec<Vec<TensorEntry>>,
+}
+
+impl Layout {
+    pub fn from_gguf(h: &Header) -> Result<Self> {
+        let config = Config::from_gguf(h)?;
+        let (vocab, d) = (config.vocab_size, config.hidden);
+        let embedding = TensorEntry::find(h, "token_embd.weight", vocab, d)?;
+        let layers = (0..config.n_layers)
+            .map(|i| layer_tensors(&config, h, i))
+            .collect::<Result<_>>()?;
+        let norm = TensorEntry::find(h, "output_norm.weight", 1, d)?;
+        let head = match h.tensor("output.weight") {
+            Ok(_) => Some(TensorEntry::find(h, "output.weight", vocab, d)?),
+            Err(_) => None,
+        };
+        Ok(Self {
+            config,
+            embedding,
+            head,
+            norm,
+            layers,
+        })
+    }
+}
+
+/// The tensors of layer `layer`, in the order the forward pass uses them.
+fn layer_tensors(c: &Config, h: &Header, layer: usize) -> Result<Vec<TensorEntry>> {
+    let (d, kv, ff) = (c.hidden, c.kv_dim(), c.ffn_hidden);
+    let mut shapes = vec![
+        ("attn_norm.weight", 1, d),
+        ("attn_q.weight", d, d),
+        ("attn_k.weight", kv, d),
+        ("attn_v.weight", kv, d),
+        ("attn_q.bias", 1, d),
+        ("attn_k.bias", 1, kv),
+        ("attn_v.bias", 1, kv),
+        ("attn_output.weight", d, d),
+        ("ffn_norm.weight", 1, d),
+        ("ffn_gate.weight", ff, d),
+        ("ffn_up.weight", ff, d),
+        ("ffn_down.weight", d, ff),
+    ];
+    shapes
+        .retain(|(n, _, _)| !n.ends_with(".bias") || h.tensor(&format!("blk.{layer}.{n}")).is_ok());
+    shapes
+        .into_iter()
+        .map(|(n, rows, cols)| TensorEntry::find(h, &format!("blk.{layer}.{n}"), rows, cols))
+        .collect()
+}

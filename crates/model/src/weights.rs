@@ -1,0 +1,153 @@
+//! Decoder layer weights, and the traits through which a decoder gets the
+//! weights it does not hold: [`LayerSource`] lends whole layers for one
+//! forward pass, [`RowSource`] reads single rows of the token embedding.
+//! This crate reads no files itself; the disk implementations live in
+//! `arbor-pipeline`.
+
+use std::ops::Deref;
+
+use arbor_tensor::{Backend, WeightData};
+
+use crate::{ModelError, Result, TensorEntry};
+
+pub(crate) struct Attention<B: Backend> {
+    pub(crate) q: B::Weight,
+    pub(crate) k: B::Weight,
+    pub(crate) v: B::Weight,
+    pub(crate) q_bias: Option<B::Tensor>,
+    pub(crate) k_bias: Option<B::Tensor>,
+    pub(crate) v_bias: Option<B::Tensor>,
+    pub(crate) o: B::Weight,
+}
+
+pub(crate) struct Mlp<B: Backend> {
+    pub(crate) gate: B::Weight,
+    pub(crate) up: B::Weight,
+    pub(crate) down: B::Weight,
+}
+
+/// The weights of one decoder layer.
+pub struct LayerWeights<B: Backend> {
+    pub(crate) attn_norm: B::Tensor,
+    pub(crate) attn: Attention<B>,
+    pub(crate) ffn_norm: B::Tensor,
+    pub(crate) mlp: Mlp<B>,
+}
+
+/// A streamed layer's weights, lent for one forward pass. `hold` is dropped
+/// with it (a memory reservation, a pipeline slot).
+pub struct Lease<B: Backend> {
+    pub weights: LayerWeights<B>,
+    pub hold: Box<dyn Send + Sync>,
+}
+
+impl<B: Backend> Deref for Lease<B> {
+    type Target = LayerWeights<B>;
+    fn deref(&self) -> &LayerWeights<B> {
+        &self.weights
+    }
+}
+
+/// Where the weights of layers that are not resident come from. The decoder
+/// asks for them in layer order during every forward pass.
+pub trait LayerSource<B: Backend>: Send {
+    /// The weights of layer `layer`, waiting until they are loaded.
+    fn layer(&mut self, layer: usize) -> Result<Lease<B>>;
+
+    /// Reports waits in [`layer`](Self::layer) to `tx` (see
+    /// [`LanguageModel::notify_waits`](crate::LanguageModel::notify_waits)).
+    fn notify_waits(&mut self, tx: Option<std::sync::mpsc::Sender<crate::WeightWait>>) {
+        drop(tx);
+    }
+}
+
+/// Where the rows of a token embedding that is not resident come from (an
+/// untied embedding is only ever looked up, a few hundred bytes per token,
+/// while the whole table is the size of two layers).
+pub trait RowSource: Send {
+    /// The bytes of row `row` as the file stores them (the embedding's
+    /// [`TensorEntry::len`] divided by its rows), valid until the next call.
+    fn row(&mut self, row: usize) -> Result<&[u8]>;
+}
+
+impl<B: Backend> LayerWeights<B> {
+    /// Builds a layer from its tensors' bytes (`bytes[i]` for `entries[i]`,
+    /// one layer of [`Layout::layers`](crate::Layout::layers)); `streamed`
+    /// for a layer built for one pass (see [`Backend::streamed_weight`]).
+    pub fn from_bytes(
+        backend: &B,
+        entries: &[TensorEntry],
+        bytes: &[&[u8]],
+        streamed: bool,
+    ) -> Result<Self> {
+        let find = |suffix: &str| {
+            entries
+                .iter()
+                .position(|s| s.name.ends_with(suffix))
+                .map(|i| (&entries[i], bytes[i]))
+        };
+        let need = |suffix: &str| {
+            find(suffix).ok_or_else(|| ModelError::Invalid(format!("layer has no `{suffix}`")))
+        };
+        let matrix = |suffix: &str| -> Result<B::Weight> {
+            let (s, b) = need(suffix)?;
+            let w = WeightData {
+                name: &s.name,
+                ty: s.ty,
+                rows: s.rows,
+                cols: s.cols,
+                bytes: b,
+            };
+            Ok(if streamed {
+                backend.streamed_weight(w)?
+            } else {
+                backend.weight(w)?
+            })
+        };
+        let vector = |suffix: &str| -> Result<Option<B::Tensor>> {
+            let Some((s, b)) = find(suffix) else {
+                return Ok(None);
+            };
+            if b.len() != s.len {
+                return Err(ModelError::Invalid(format!("`{}`: short data", s.name)));
+            }
+            let data = arbor_gguf::dequantize(s.ty, b, s.cols)?;
+            Ok(Some(backend.tensor(&data, 1, s.cols)?))
+        };
+        let required = |suffix: &str| -> Result<B::Tensor> {
+            vector(suffix)?.ok_or_else(|| ModelError::Invalid(format!("layer has no `{suffix}`")))
+        };
+        Ok(Self {
+            attn_norm: required("attn_norm.weight")?,
+            attn: Attention {
+                q: matrix("attn_q.weight")?,
+                k: matrix("attn_k.weight")?,
+                v: matrix("attn_v.weight")?,
+                q_bias: vector("attn_q.bias")?,
+                k_bias: vector("attn_k.bias")?,
+                v_bias: vector("attn_v.bias")?,
+                o: matrix("attn_output.weight")?,
+            },
+            ffn_norm: required("ffn_norm.weight")?,
+            mlp: Mlp {
+                gate: matrix("ffn_gate.weight")?,
+                up: matrix("ffn_up.weight")?,
+                down: matrix("ffn_down.weight")?,
+            },
+        })
+    }
+}
+
+/// Bytes a layer holds once loaded on `backend`.
+pub fn held_bytes<B: Backend>(backend: &B, entries: &[TensorEntry]) -> u64 {
+    entries
+        .iter()
+        .map(|s| {
+            if s.rows == 1 {
+                (s.cols * 4) as u64
+            } else {
+                backend.weight_bytes(s.ty, s.rows, s.cols)
+            }
+        })
+        .sum()
+}

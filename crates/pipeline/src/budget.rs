@@ -1,0 +1,229 @@
+//! Loading a target model under a memory budget: the target's layers stay
+//! resident while the budget allows (after the draft, the head, the KV
+//! caches, logit scratch and the runtime), the rest are streamed from disk
+//! on every forward pass by a [`Streamer`]; an untied token embedding is
+//! read row by row ([`DiskRows`]).
+
+use arbor_gguf::GgufFile;
+use arbor_model::{Config, Decoder, Layout, Result, RowSource, held_bytes};
+use arbor_paging::{Ledger, PagingError, format_bytes};
+use arbor_tensor::Backend;
+
+use crate::{
+    DiskRows, LayerCost, Mode, Monitor, Plan, Streamer, buffer_sets, paging, plan,
+    read_buffer_bytes,
+};
+
+/// How the target is loaded under a memory budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryOptions {
+    /// Bytes for the whole process: weights, KV caches, buffers, runtime.
+    pub budget: u64,
+    /// How streamed layers are loaded.
+    pub mode: Mode,
+    /// Longest sequence (prompt + generated tokens) the KV caches are
+    /// planned for.
+    pub context: usize,
+    /// Bytes assumed held before the target loads (runtime, tokenizer,
+    /// draft); `None` measures this process's resident memory. Set it when
+    /// the process holds other things that the budget should not cover.
+    pub base: Option<u64>,
+}
+
+impl MemoryOptions {
+    pub fn new(budget: u64, pipelined: bool) -> Self {
+        Self {
+            budget,
+            mode: if pipelined {
+                Mode::Pipelined { depth: 1 }
+            } else {
+                Mode::OnDemand
+            },
+            context: 1024,
+            base: None,
+        }
+    }
+
+    /// Built layers the streamer holds at once.
+    fn slots(&self) -> usize {
+        match self.mode {
+            Mode::OnDemand => 1,
+            Mode::Pipelined { depth } => depth + 1,
+        }
+    }
+}
+
+/// Where the budget went, and the streamer's statistics.
+#[derive(Clone)]
+pub struct MemoryReport {
+    pub plan: Plan,
+    /// What the process held before the target's weights were loaded
+    /// (runtime, tokenizer, draft).
+    pub base_bytes: u64,
+    /// Bytes held by the target's resident weights.
+    pub target_resident_bytes: u64,
+    pub monitor: Option<Monitor>,
+}
+
+impl MemoryReport {
+    pub fn summary(&self) -> String {
+        let p = &self.plan;
+        format!(
+            "memory budget {}: {} before the target, {} of target weights resident ({} of {} layers), {} streaming reserve, {} read per forward pass",
+            format_bytes(p.budget),
+            format_bytes(self.base_bytes),
+            format_bytes(self.target_resident_bytes),
+            p.resident.len() - p.streamed(),
+            p.resident.len(),
+            format_bytes(p.stream_reserve),
+            format_bytes(p.read_per_pass),
+        )
+    }
+}
+
+/// Resident memory of this process now (Linux; 0 elsewhere).
+pub fn resident_now() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// Bytes of KV cache per token (f32 keys and values, all layers).
+fn kv_per_token(c: &Config) -> u64 {
+    (c.n_layers * c.kv_dim() * 2 * 4) as u64
+}
+
+/// Logits (and their copies on the way out) for up to 64 rows.
+fn logit_scratch(c: &Config) -> u64 {
+    3 * 64 * c.vocab_size as u64 * 4
+}
+
+/// Slack for allocator fragmentation, thread stacks and per-pass
+/// activations that are not counted one by one.
+const SLACK: u64 = 48 << 20;
+
+/// The residency plan for the target laid out as `layout` under `options`,
+/// given that `draft` (if any) is already loaded, and the bytes held before
+/// the target.
+fn plan_target<B: Backend>(
+    backend: &B,
+    layout: &Layout,
+    draft: Option<&Config>,
+    options: &MemoryOptions,
+) -> Result<(Plan, u64)> {
+    let c = &layout.config;
+    let costs: Vec<LayerCost> = layout
+        .layers
+        .iter()
+        .map(|s| LayerCost {
+            held: held_bytes(backend, s),
+            read: s.iter().map(|t| t.len as u64).sum(),
+        })
+        .collect();
+    let head = match &layout.head {
+        Some(h) => backend.weight_bytes(h.ty, h.rows, h.cols),
+        None => layout.embedding.len as u64,
+    };
+    let kv = options.context as u64 * (kv_per_token(c) + draft.map_or(0, kv_per_token));
+    let base = options.base.unwrap_or_else(resident_now);
+    let fixed = base + head + kv + logit_scratch(c) + SLACK;
+    let all: Vec<usize> = (0..layout.layers.len()).collect();
+    let plan = plan(
+        options.budget,
+        fixed,
+        &costs,
+        options.slots(),
+        read_buffer_bytes(layout, &all) * buffer_sets(options.mode),
+    )
+    .map_err(paging)?;
+    Ok((plan, base))
+}
+
+/// Whether the target of `file` would keep every layer resident under
+/// `options` with nothing else loaded (no draft): then the fastest way to
+/// run it is without one, since a draft's memory would push target layers
+/// out to be read from disk on every pass.
+pub fn target_fits<B: Backend>(
+    backend: &B,
+    file: &GgufFile,
+    options: &MemoryOptions,
+) -> Result<bool> {
+    let layout = Layout::from_gguf(file.header())?;
+    Ok(match plan_target(backend, &layout, None, options) {
+        Ok((plan, _)) => plan.streamed() == 0,
+        Err(e) if matches!(e.source_as(), Some(PagingError::TooSmall { .. })) => false,
+        Err(e) => return Err(e),
+    })
+}
+
+/// The row source of `layout`'s token embedding when it is untied (a tied
+/// one is the head too, so it stays resident).
+fn embedding_rows(file: &GgufFile, layout: &Layout) -> Result<Option<Box<dyn RowSource>>> {
+    Ok(match layout.head {
+        Some(_) => Some(Box::new(DiskRows::open(file.path(), layout)?)),
+        None => None,
+    })
+}
+
+/// Loads every layer of `file` onto `backend`; an untied token embedding is
+/// read from the file row by row as tokens need it.
+pub fn load_resident<B: Backend>(
+    backend: B,
+    file: &GgufFile,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Decoder<B>> {
+    let layout = Layout::from_gguf(file.header())?;
+    let rows = embedding_rows(file, &layout)?;
+    let resident = vec![true; layout.config.n_layers];
+    Decoder::load_partial(backend, file, &layout, &resident, rows, progress)
+}
+
+/// Loads the target of `file` under `options`, given that `draft` (if any)
+/// is already loaded: the layers the plan keeps resident are loaded, the
+/// others are streamed from the file.
+pub fn load_target<B: Backend + Clone>(
+    backend: B,
+    file: &GgufFile,
+    draft: Option<&Config>,
+    options: &MemoryOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<(Decoder<B>, MemoryReport)> {
+    let layout = Layout::from_gguf(file.header())?;
+    let (plan, base) = plan_target(&backend, &layout, draft, options)?;
+    let rows = embedding_rows(file, &layout)?;
+    let mut model = Decoder::load_partial(
+        backend.clone(),
+        file,
+        &layout,
+        &plan.resident,
+        rows,
+        progress,
+    )?;
+    let target_resident_bytes = model.resident_bytes();
+    let mut monitor = None;
+    if plan.streamed() > 0 {
+        let streamed: Vec<usize> = (0..plan.resident.len())
+            .filter(|&i| !plan.resident[i])
+            .collect();
+        let streamer = Streamer::new(
+            backend,
+            file.path(),
+            &layout,
+            &streamed,
+            Ledger::new(plan.stream_reserve),
+            options.mode,
+        )?;
+        monitor = Some(streamer.monitor());
+        model.set_layer_source(Box::new(streamer));
+    }
+    Ok((
+        model,
+        MemoryReport {
+            plan,
+            base_bytes: base,
+            target_resident_bytes,
+            monitor,
+        },
+    ))
+}
