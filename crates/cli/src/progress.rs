@@ -79,11 +79,14 @@ pub fn load_bar(path: &Path) -> impl FnMut(usize, usize) + use<> {
     }
 }
 
+/// A counting bar and what it counts.
+type Counter<K> = Option<(K, Box<dyn FnMut(usize, usize)>)>;
+
 /// Bars and notes for what opening a run reports.
 pub fn open_bar() -> impl FnMut(OpenEvent<'_>) {
     let mut fetch = fetch_bar();
-    let mut load: Option<(std::path::PathBuf, Box<dyn FnMut(usize, usize)>)> = None;
-    let mut measure: Option<(String, Box<dyn FnMut(usize, usize)>)> = None;
+    let mut load: Counter<std::path::PathBuf> = None;
+    let mut measure: Counter<String> = None;
     move |event| match event {
         OpenEvent::Fetch(p) => fetch(p),
         OpenEvent::Load { path, done, total } => {

@@ -252,7 +252,13 @@ fn strategy_help_comes_from_the_registry_and_every_name_is_accepted() {
         assert!(help.contains(name), "{name} missing from: {help}");
     }
     let o = arbor(&[
-        "generate", "--model", "x.gguf", "--prompt", "x", "--strategy", "treee",
+        "generate",
+        "--model",
+        "x.gguf",
+        "--prompt",
+        "x",
+        "--strategy",
+        "treee",
     ]);
     let err = stderr(&o);
     assert!(
@@ -278,7 +284,12 @@ fn strategy_help_comes_from_the_registry_and_every_name_is_accepted() {
         String::from_utf8(o.stdout).unwrap()
     };
     let plain = run("autoregressive");
-    for name in ["ar", "autoregressive-pipelined", "tree-no-fallback", "chain-on-demand"] {
+    for name in [
+        "ar",
+        "autoregressive-pipelined",
+        "tree-no-fallback",
+        "chain-on-demand",
+    ] {
         assert_eq!(run(name), plain, "{name}");
     }
 }

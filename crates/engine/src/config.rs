@@ -192,8 +192,8 @@ mod tests {
             let c = RunConfig::from_toml(&text).unwrap();
             assert!(c.backend.is_some(), "{name}");
         }
-        let device = RunConfig::from_toml("backend = \"flex\"\nthreads = 2\n[tuning]\ngamma = 3")
-            .unwrap();
+        let device =
+            RunConfig::from_toml("backend = \"flex\"\nthreads = 2\n[tuning]\ngamma = 3").unwrap();
         let flags = RunConfig {
             backend: Some("candle".into()),
             tuning: Tuning {

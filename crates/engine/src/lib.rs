@@ -29,10 +29,10 @@ pub use arbor_tokenizer::{ChatMessage, Role, Tokenizer};
 pub use backends::BackendKind;
 pub use config::{DEFAULT_DRAFT, DEFAULT_TARGET, RunConfig, Sampling, Tuning};
 pub use generate::{GenerateOptions, Generation, GenerationStats, StopReason, TextEvent};
+pub use memory::{MemoryOptions, MemoryReport, resident_now};
 pub use open::{OpenEvent, Profiles, Run, pick_backend, resolve_or_fetch};
 pub use profiles::{DiskRecord, Drift, LatencyRecord, ProfileStore};
 pub use trace::{Activity, Segment, Trace};
-pub use memory::{MemoryOptions, MemoryReport, resident_now};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {

@@ -11,8 +11,7 @@ use arbor_speculative::{Decoding, LatencyProfile, Strategy, Streaming};
 use crate::config::{DEFAULT_TARGET, RunConfig};
 use crate::profiles::{Drift, ProfileStore};
 use crate::{
-    BackendKind, Engine, EngineError, GenerateOptions, Generation, MemoryOptions, Result,
-    TextEvent,
+    BackendKind, Engine, EngineError, GenerateOptions, Generation, MemoryOptions, Result, TextEvent,
 };
 
 /// What opening a run reports as it goes.
@@ -265,13 +264,14 @@ impl Run {
                 )));
             }
             let path = resolve_or_fetch(&name, progress)?;
-            self.engine.load_draft(&path, self.backend, &mut |done, total| {
-                progress(OpenEvent::Load {
-                    path: &path,
-                    done,
-                    total,
-                })
-            })?;
+            self.engine
+                .load_draft(&path, self.backend, &mut |done, total| {
+                    progress(OpenEvent::Load {
+                        path: &path,
+                        done,
+                        total,
+                    })
+                })?;
             self.draft_path = Some(path);
         }
         self.options.strategy = self.prepare(strategy, progress)?;
@@ -373,7 +373,9 @@ impl Run {
             let disk = match self.store.cached_disk(&target_path) {
                 Some(d) if !refresh => d,
                 _ => {
-                    progress(OpenEvent::Note("measuring the disk's direct-read bandwidth"));
+                    progress(OpenEvent::Note(
+                        "measuring the disk's direct-read bandwidth",
+                    ));
                     self.store.measure_disk(&target_path)?
                 }
             };

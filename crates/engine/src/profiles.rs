@@ -325,7 +325,7 @@ mod tests {
     fn dates() {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(20_779), (2026, 11, 22));
-        assert_eq!(civil_from_days(11_016), (2000, 02, 29));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
         assert_eq!(now_utc().len(), 20);
     }
 

@@ -47,15 +47,18 @@ fn a_stale_latency_profile_is_measured_again() {
         ..RunConfig::default()
     };
     let mut run = Engine::open_with_store(&config, store.clone(), &mut |_| {}).unwrap();
-    assert_eq!(run.profiles().unwrap().target.at(1), 10.0, "the cached curve");
-    let prompt = run.prompt_tokens("The three primary colours are", false).unwrap();
+    assert_eq!(
+        run.profiles().unwrap().target.at(1),
+        10.0,
+        "the cached curve"
+    );
+    let prompt = run
+        .prompt_tokens("The three primary colours are", false)
+        .unwrap();
     let g = run.generate(&prompt, &mut |_| {}).unwrap();
     assert!(g.stats.target_steps >= 16, "{:?}", g.stats);
     let notes = run.take_notes();
-    assert!(
-        notes.iter().any(|n| n.contains("re-measured")),
-        "{notes:?}"
-    );
+    assert!(notes.iter().any(|n| n.contains("re-measured")), "{notes:?}");
     let fresh = store.cached_latency(&path, kernels, threads).unwrap();
     assert!(fresh.points[0].1 < 1.0, "{:?}", fresh.points);
     assert!(run.profiles().unwrap().target.at(1) < 1.0);

@@ -4,33 +4,33 @@
 
 use arbor_engine::{BackendKind, LanguageModel, Mask, load_model};
 use arbor_gguf::{GgmlType, GgufFile};
-use arbor_model::testing::{TinySpec, write_temp};
+use arbor_model::testing::{TinyModel, write_temp};
 
-fn load(kind: BackendKind, spec: &TinySpec, tag: &str) -> Box<dyn LanguageModel> {
-    let path = write_temp(&spec.writer(), &format!("{tag}-{kind}"));
+fn load(kind: BackendKind, model: &TinyModel, tag: &str) -> Box<dyn LanguageModel> {
+    let path = write_temp(&model.writer(), &format!("{tag}-{kind}"));
     let file = GgufFile::open(&path).unwrap();
     let model = load_model(kind, &file, &mut |_, _| {}).unwrap();
     std::fs::remove_file(path).ok();
     model
 }
 
-fn specs() -> Vec<TinySpec> {
+fn models() -> Vec<TinyModel> {
     vec![
-        TinySpec::default(),
-        TinySpec {
+        TinyModel::default(),
+        TinyModel {
             arch: "qwen2",
             tied: true,
             weight_type: GgmlType::Q8_0,
             seed: 2,
-            ..TinySpec::default()
+            ..TinyModel::default()
         },
-        TinySpec {
+        TinyModel {
             arch: "qwen2",
             heads: 4,
             kv_heads: 4,
             weight_type: GgmlType::F16,
             seed: 3,
-            ..TinySpec::default()
+            ..TinyModel::default()
         },
     ]
 }
@@ -51,8 +51,8 @@ fn prefill_at_once_equals_token_by_token() {
         if kind == BackendKind::Wgpu {
             continue; // covered by the burn crate's own wgpu tests
         }
-        for (i, spec) in specs().iter().enumerate() {
-            let mut m = load(kind, spec, &format!("prefill{i}"));
+        for (i, model) in models().iter().enumerate() {
+            let mut m = load(kind, model, &format!("prefill{i}"));
             let all = m.step(&TOKENS).unwrap();
             m.truncate_cache(0).unwrap();
             let mut last = Vec::new();
@@ -63,7 +63,7 @@ fn prefill_at_once_equals_token_by_token() {
             let d = max_diff(&all, &last);
             assert!(
                 d < 1e-3,
-                "{kind} spec {i}: batch vs incremental differ by {d}"
+                "{kind} model {i}: batch vs incremental differ by {d}"
             );
         }
     }
@@ -77,8 +77,8 @@ fn tree_mask_and_cache_compaction_equal_the_plain_path() {
         if kind == BackendKind::Wgpu {
             continue;
         }
-        for (i, spec) in specs().iter().enumerate() {
-            let mut m = load(kind, spec, &format!("tree{i}"));
+        for (i, model) in models().iter().enumerate() {
+            let mut m = load(kind, model, &format!("tree{i}"));
             let prefix = &TOKENS[..4];
             let (branch_a, branch_b) = ([7u32, 8], [11u32, 12]);
 
@@ -108,7 +108,7 @@ fn tree_mask_and_cache_compaction_equal_the_plain_path() {
             let d = max_diff(logits.row(1), &b_logits);
             assert!(
                 d < 1e-3,
-                "{kind} spec {i}: tree branch logits differ by {d}"
+                "{kind} model {i}: tree branch logits differ by {d}"
             );
 
             let keep: Vec<usize> = (0..past).chain([past + 2, past + 3]).collect();
@@ -118,7 +118,7 @@ fn tree_mask_and_cache_compaction_equal_the_plain_path() {
             let d = max_diff(&next, &next_ref);
             assert!(
                 d < 1e-3,
-                "{kind} spec {i}: after compaction logits differ by {d}"
+                "{kind} model {i}: after compaction logits differ by {d}"
             );
         }
     }
@@ -130,20 +130,20 @@ fn backends_agree_on_logits() {
         .into_iter()
         .filter(|k| *k != BackendKind::Wgpu)
         .collect();
-    for (i, spec) in specs().iter().enumerate() {
+    for (i, model) in models().iter().enumerate() {
         let outs: Vec<(BackendKind, Vec<f32>)> = kinds
             .iter()
             .map(|&k| {
                 (
                     k,
-                    load(k, spec, &format!("agree{i}")).step(&TOKENS).unwrap(),
+                    load(k, model, &format!("agree{i}")).step(&TOKENS).unwrap(),
                 )
             })
             .collect();
         for (k, o) in &outs[1..] {
             // candle quantizes activations to 8 bits for quantized weights;
             // the burn backends multiply dequantized f32 weights.
-            let tol = if spec.weight_type == GgmlType::Q8_0 {
+            let tol = if model.weight_type == GgmlType::Q8_0 {
                 0.1
             } else {
                 2e-3
@@ -151,7 +151,7 @@ fn backends_agree_on_logits() {
             let d = max_diff(&outs[0].1, o);
             assert!(
                 d < tol,
-                "spec {i}: {} vs {k} logits differ by {d}",
+                "model {i}: {} vs {k} logits differ by {d}",
                 outs[0].0
             );
         }
@@ -161,7 +161,7 @@ fn backends_agree_on_logits() {
 #[test]
 fn bad_input_is_an_error_not_a_panic() {
     let kind = BackendKind::compiled()[0];
-    let mut m = load(kind, &TinySpec::default(), "bad");
+    let mut m = load(kind, &TinyModel::default(), "bad");
     assert!(m.step(&[]).is_err());
     assert!(m.step(&[300]).is_err(), "token past the vocabulary");
     assert!(m.forward(&[1, 2], &[0], &Mask::causal(0, 2), &[1]).is_err());
@@ -179,14 +179,14 @@ fn bad_input_is_an_error_not_a_panic() {
 
 #[test]
 fn corrupt_files_are_errors() {
-    let bytes = TinySpec::default().writer().to_bytes();
+    let bytes = TinyModel::default().writer().to_bytes();
     let path = std::env::temp_dir().join(format!("arbor-corrupt-{}.gguf", std::process::id()));
     for cut in [3, 100, bytes.len() / 2, bytes.len() - 1] {
         std::fs::write(&path, &bytes[..cut]).unwrap();
         assert!(GgufFile::open(&path).is_err(), "file cut at {cut} opened");
     }
     // A model whose metadata lies about its shapes.
-    let mut w = TinySpec::default().writer();
+    let mut w = TinyModel::default().writer();
     w.add_meta("llama.embedding_length", arbor_gguf::Value::U32(128));
     std::fs::write(&path, w.to_bytes()).unwrap();
     let file = GgufFile::open(&path).unwrap();

@@ -10,7 +10,7 @@ use crate::{Layout, ModelError, Result, RowSource};
 
 /// The shape of a random model.
 #[derive(Debug, Clone)]
-pub struct TinySpec {
+pub struct TinyModel {
     /// `llama` or `qwen2` (qwen2 adds Q/K/V biases and rotates halves).
     pub arch: &'static str,
     pub vocab: usize,
@@ -26,7 +26,7 @@ pub struct TinySpec {
     pub seed: u64,
 }
 
-impl Default for TinySpec {
+impl Default for TinyModel {
     fn default() -> Self {
         Self {
             arch: "llama",
@@ -59,7 +59,7 @@ impl Gen {
     }
 }
 
-impl TinySpec {
+impl TinyModel {
     /// A GGUF writer holding the model's metadata and random weights; add
     /// tokenizer metadata to it if the model will be loaded by the engine.
     pub fn writer(&self) -> GgufWriter {

@@ -4,18 +4,18 @@
 
 use arbor_backend_candle::CandleBackend;
 use arbor_gguf::{GgmlType, GgufFile};
-use arbor_model::testing::{MemoryRows, TinySpec, write_temp};
+use arbor_model::testing::{MemoryRows, TinyModel, write_temp};
 use arbor_model::{Decoder, LanguageModel, Layout, ModelError, Result, RowSource};
 
-fn tiny(arch: &'static str, weight_type: GgmlType, seed: u64) -> TinySpec {
-    TinySpec {
+fn tiny(arch: &'static str, weight_type: GgmlType, seed: u64) -> TinyModel {
+    TinyModel {
         arch,
         weight_type,
         vocab: 256,
         layers: 3,
         tied: false,
         seed,
-        ..TinySpec::default()
+        ..TinyModel::default()
     }
 }
 
@@ -106,7 +106,7 @@ fn a_row_sources_error_comes_back_whole() {
 
 #[test]
 fn a_tied_embedding_is_a_table_whatever_the_source() {
-    let tied = TinySpec {
+    let tied = TinyModel {
         tied: true,
         ..tiny("llama", GgmlType::F32, 5)
     };

@@ -4,7 +4,7 @@
 
 use arbor_backend_candle::CandleBackend;
 use arbor_gguf::GgufFile;
-use arbor_model::testing::{TinySpec, write_temp};
+use arbor_model::testing::{TinyModel, write_temp};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -18,11 +18,11 @@ use arbor_speculative::{
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
 
-fn tiny(spec: &TinySpec, tag: &str) -> Box<dyn LanguageModel> {
+fn tiny(model: &TinyModel, tag: &str) -> Box<dyn LanguageModel> {
     // Tests run in parallel: every file gets its own name.
     static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = write_temp(&spec.writer(), &format!("{tag}-{n}"));
+    let path = write_temp(&model.writer(), &format!("{tag}-{n}"));
     let file = GgufFile::open(&path).unwrap();
     let model = Decoder::load(CandleBackend::new(), &file, &mut |_, _| {}).unwrap();
     std::fs::remove_file(path).ok();
@@ -67,12 +67,12 @@ impl LanguageModel for Reshaped {
     }
 }
 
-fn spec(seed: u64, vocab: usize) -> TinySpec {
-    TinySpec {
+fn model(seed: u64, vocab: usize) -> TinyModel {
+    TinyModel {
         arch: "qwen2",
         vocab,
         seed,
-        ..TinySpec::default()
+        ..TinyModel::default()
     }
 }
 
@@ -80,7 +80,7 @@ fn spec(seed: u64, vocab: usize) -> TinySpec {
 /// with it grow deep trees.
 fn target(vocab: usize) -> Box<dyn LanguageModel> {
     Box::new(Reshaped {
-        inner: tiny(&spec(7, vocab), "spec-target"),
+        inner: tiny(&model(7, vocab), "spec-target"),
         scale: 12.0,
     })
 }
@@ -99,7 +99,7 @@ fn draft(kind: DraftKind, vocab: usize) -> Box<dyn LanguageModel> {
         DraftKind::Adversarial => (7, -12.0),
     };
     Box::new(Reshaped {
-        inner: tiny(&spec(seed, vocab), "spec-draft"),
+        inner: tiny(&model(seed, vocab), "spec-draft"),
         scale,
     })
 }
@@ -241,7 +241,7 @@ fn bad_requests_are_errors() {
         decode(t.as_mut(), None, &[1], &chain, &mut |_| {}).is_err(),
         "no draft"
     );
-    let mut other = tiny(&spec(3, 200), "spec-small-vocab");
+    let mut other = tiny(&model(3, 200), "spec-small-vocab");
     let err = decode(t.as_mut(), Some(other.as_mut()), &[1], &chain, &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("vocabulary"), "{err}");
     let zero = opts(Strategy::new(Decoding::Chain { gamma: 0 }), 4, vec![]);
@@ -267,12 +267,12 @@ fn chi2_critical(k: f64) -> f64 {
 fn tree_sampling_matches_the_target_distribution() {
     let vocab = 5;
     let mut t: Box<dyn LanguageModel> = Box::new(Reshaped {
-        inner: tiny(&spec(11, vocab), "chi-target"),
+        inner: tiny(&model(11, vocab), "chi-target"),
         scale: 2.0,
     });
     // The same network, flatter: close to the target but not equal.
     let mut d: Box<dyn LanguageModel> = Box::new(Reshaped {
-        inner: tiny(&spec(11, vocab), "chi-draft"),
+        inner: tiny(&model(11, vocab), "chi-draft"),
         scale: 1.2,
     });
     let prompt = [1u32, 3];

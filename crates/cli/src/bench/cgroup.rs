@@ -73,4 +73,3 @@ pub fn join_cgroup(tasks: &std::ffi::CStr) -> std::io::Result<()> {
     }
     Ok(())
 }
-

@@ -287,4 +287,3 @@ fn draw(rows: &[Row], path: &Path, args: &BenchSpecArgs) -> Result<()> {
     arbor_plot::bar_chart(&chart, path).with_context(|| format!("drawing {}", path.display()))?;
     Ok(())
 }
-

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use arbor_backend_candle::CandleBackend;
 use arbor_gguf::{GgmlType, GgufFile};
-use arbor_model::testing::TinySpec;
+use arbor_model::testing::TinyModel;
 use arbor_model::{
     Decoder, LanguageModel, Layout, Mask, Result, RowSource, TensorEntry, held_bytes,
 };
@@ -35,7 +35,7 @@ pub const MODES: [Mode; 3] = [
 pub struct TempModel(PathBuf);
 
 impl TempModel {
-    pub fn new(tiny: &TinySpec, tag: &str) -> Self {
+    pub fn new(tiny: &TinyModel, tag: &str) -> Self {
         // Tests run in parallel: every file gets its own name. The cargo
         // scratch directory is on the build disk, which is more likely than
         // /tmp to allow O_DIRECT.
@@ -60,8 +60,8 @@ impl Drop for TempModel {
 }
 
 /// Rows and columns are multiples of 32 so that Q8_0 weights quantize.
-pub fn tiny(arch: &'static str, weight_type: GgmlType, tied: bool, seed: u64) -> TinySpec {
-    TinySpec {
+pub fn tiny(arch: &'static str, weight_type: GgmlType, tied: bool, seed: u64) -> TinyModel {
+    TinyModel {
         arch,
         vocab: 256,
         hidden: 64,
@@ -75,7 +75,7 @@ pub fn tiny(arch: &'static str, weight_type: GgmlType, tied: bool, seed: u64) ->
     }
 }
 
-pub fn tinies() -> Vec<TinySpec> {
+pub fn tinies() -> Vec<TinyModel> {
     vec![
         tiny("llama", GgmlType::Q8_0, false, 11),
         tiny("llama", GgmlType::F32, true, 12),
