@@ -1,0 +1,353 @@
+//! [`Backend`] for [`CandleBackend`]: the model's ops over host `f32`
+//! matrices, matmuls on our kernels or candle's, attention shared out over
+//! candle's thread pool.
+
+use arbor_tensor::{Backend, GgmlType, Heads, Mask, Result, Rope, WeightData, reference};
+use candle_core::quantized::k_quants;
+use candle_core::{Device, Module, Tensor};
+
+use crate::attention::{PARALLEL_ATTENTION_MIN, axpy, dot};
+use crate::weight::{Held, candle_dtype, check_weight, q6k_blocks};
+use crate::{CandleBackend, CandleWeight, HostKv, HostTensor, NAME, err, packed, qmm, shape_err};
+
+fn to_candle(x: &HostTensor) -> Result<Tensor> {
+    Tensor::from_slice(&x.data, (x.rows, x.cols), &Device::Cpu).map_err(err)
+}
+
+fn from_candle(t: &Tensor) -> Result<HostTensor> {
+    let (rows, cols) = t.dims2().map_err(err)?;
+    let data = t
+        .flatten_all()
+        .and_then(|t| t.to_vec1::<f32>())
+        .map_err(err)?;
+    Ok(HostTensor { data, rows, cols })
+}
+
+impl Backend for CandleBackend {
+    type Tensor = HostTensor;
+    type Weight = CandleWeight;
+    type Kv = HostKv;
+
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn weight(&self, w: WeightData<'_>) -> Result<CandleWeight> {
+        self.weight_with(w, true)
+    }
+
+    /// K-quant layers streamed under a memory budget keep their GGUF rows:
+    /// interleaving them would cost more per pass than it saves.
+    fn streamed_weight(&self, w: WeightData<'_>) -> Result<CandleWeight> {
+        self.weight_with(w, false)
+    }
+
+    fn embedding_table(&self, w: WeightData<'_>) -> Result<CandleWeight> {
+        check_weight(&w)?;
+        // Our kernels' weights look rows up from their blocks (a tied table
+        // is also the output head); candle's tiles cannot.
+        if self.own_kernel(self.held_type(w.ty)) {
+            return self.weight(w);
+        }
+        let (ty, bytes) = self.held_form(&w)?;
+        self.plain_weight(ty, &w, bytes)
+    }
+
+    fn weight_bytes(&self, ty: GgmlType, rows: usize, cols: usize) -> u64 {
+        let held = self.held_type(ty);
+        // Our kernels hold the blocks; candle may hold tiles instead.
+        let tiles = if self.own_kernel(held) {
+            None
+        } else {
+            packed::tiles_for(candle_dtype(held), rows, cols)
+        };
+        tiles
+            .map(|b| b as u64)
+            .or_else(|| held.bytes_for((rows * cols) as u64))
+            .unwrap_or(0)
+    }
+
+    fn tensor(&self, data: &[f32], rows: usize, cols: usize) -> Result<HostTensor> {
+        if data.len() != rows * cols {
+            return Err(shape_err(
+                "tensor",
+                format!("{} values for a {rows}x{cols} tensor", data.len()),
+            ));
+        }
+        Ok(HostTensor {
+            data: data.to_vec(),
+            rows,
+            cols,
+        })
+    }
+
+    fn shape(&self, x: &HostTensor) -> (usize, usize) {
+        (x.rows, x.cols)
+    }
+
+    fn to_vec(&self, x: &HostTensor) -> Result<Vec<f32>> {
+        Ok(x.data.clone())
+    }
+
+    fn embed(&self, table: &CandleWeight, ids: &[u32]) -> Result<HostTensor> {
+        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= table.rows) {
+            return Err(shape_err(
+                "embed",
+                format!("token id {bad} is outside a vocabulary of {}", table.rows),
+            ));
+        }
+        let mm = match &table.mm {
+            Held::Candle(mm) => mm,
+            Held::Own(q) => {
+                let rows: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
+                let data =
+                    arbor_gguf::dequantize(table.ty, &q.gguf_rows(&rows), rows.len() * table.cols)
+                        .map_err(err)?;
+                return Ok(HostTensor {
+                    data,
+                    rows: ids.len(),
+                    cols: table.cols,
+                });
+            }
+        };
+        let ids = Tensor::from_slice(ids, ids.len(), &Device::Cpu).map_err(err)?;
+        from_candle(&mm.embedding(&ids).map_err(err)?)
+    }
+
+    fn matmul(&self, x: &HostTensor, w: &CandleWeight) -> Result<HostTensor> {
+        if x.cols != w.cols {
+            return Err(shape_err(
+                "matmul",
+                format!(
+                    "x is [{}, {}], weight is [{}, {}]",
+                    x.rows, x.cols, w.rows, w.cols
+                ),
+            ));
+        }
+        let mut data = vec![0f32; x.rows * w.rows];
+        match &w.mm {
+            Held::Own(q) => q.matmul(&x.data, x.rows, &mut data),
+            Held::Candle(mm) => match q6k_blocks(mm) {
+                Some(blocks) => {
+                    k_quants::matmul((x.rows, x.cols, w.rows), &x.data, blocks, &mut data)
+                        .map_err(err)?
+                }
+                None => return from_candle(&mm.forward(&to_candle(x)?).map_err(err)?),
+            },
+        }
+        Ok(HostTensor {
+            data,
+            rows: x.rows,
+            cols: w.rows,
+        })
+    }
+
+    fn add(&self, a: &HostTensor, b: &HostTensor) -> Result<HostTensor> {
+        if a.cols != b.cols || (b.rows != a.rows && b.rows != 1) {
+            return Err(shape_err(
+                "add",
+                format!("[{}, {}] + [{}, {}]", a.rows, a.cols, b.rows, b.cols),
+            ));
+        }
+        let mut out = a.clone();
+        for (i, row) in out.data.chunks_exact_mut(a.cols).enumerate() {
+            let brow = &b.data[(i % b.rows) * b.cols..][..b.cols];
+            for (o, v) in row.iter_mut().zip(brow) {
+                *o += v;
+            }
+        }
+        Ok(out)
+    }
+
+    fn swiglu(&self, gate: &HostTensor, up: &HostTensor) -> Result<HostTensor> {
+        if (gate.rows, gate.cols) != (up.rows, up.cols) {
+            return Err(shape_err("swiglu", "gate and up differ in shape".into()));
+        }
+        let data = gate
+            .data
+            .iter()
+            .zip(&up.data)
+            .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
+            .collect();
+        Ok(HostTensor { data, ..*gate })
+    }
+
+    fn rms_norm(&self, x: &HostTensor, weight: &HostTensor, eps: f32) -> Result<HostTensor> {
+        if weight.data.len() != x.cols {
+            return Err(shape_err(
+                "rms_norm",
+                format!(
+                    "weight has {} values for {} columns",
+                    weight.data.len(),
+                    x.cols
+                ),
+            ));
+        }
+        let mut out = x.clone();
+        for row in out.data.chunks_exact_mut(x.cols) {
+            let ms = dot(row, row) / x.cols as f32;
+            let scale = 1.0 / (ms + eps).sqrt();
+            for (o, w) in row.iter_mut().zip(&weight.data) {
+                *o *= scale * w;
+            }
+        }
+        Ok(out)
+    }
+
+    fn rope(&self, x: &HostTensor, positions: &[u32], rope: &Rope) -> Result<HostTensor> {
+        let d = rope.head_dim;
+        if positions.len() != x.rows || d == 0 || !d.is_multiple_of(2) || !x.cols.is_multiple_of(d)
+        {
+            return Err(shape_err(
+                "rope",
+                format!(
+                    "{} positions for [{}, {}] with head_dim {d}",
+                    positions.len(),
+                    x.rows,
+                    x.cols
+                ),
+            ));
+        }
+        let mut out = x.clone();
+        reference::rope(&mut out.data, x.cols, positions, rope);
+        Ok(out)
+    }
+
+    fn select_rows(&self, x: &HostTensor, rows: &[usize]) -> Result<HostTensor> {
+        let mut data = Vec::with_capacity(rows.len() * x.cols);
+        for &r in rows {
+            if r >= x.rows {
+                return Err(shape_err("select_rows", format!("row {r} of {}", x.rows)));
+            }
+            data.extend_from_slice(&x.data[r * x.cols..][..x.cols]);
+        }
+        Ok(HostTensor {
+            data,
+            rows: rows.len(),
+            cols: x.cols,
+        })
+    }
+
+    fn kv_new(&self, heads: &Heads) -> Result<HostKv> {
+        Ok(HostKv {
+            kv_dim: heads.n_kv_heads * heads.head_dim,
+            ..HostKv::default()
+        })
+    }
+
+    fn kv_len(&self, kv: &HostKv) -> usize {
+        kv.len
+    }
+
+    fn kv_append(&self, kv: &mut HostKv, k: &HostTensor, v: &HostTensor) -> Result<()> {
+        if k.cols != kv.kv_dim || v.cols != kv.kv_dim || k.rows != v.rows {
+            return Err(shape_err(
+                "kv_append",
+                format!(
+                    "k [{}, {}], v [{}, {}] into a cache of width {}",
+                    k.rows, k.cols, v.rows, v.cols, kv.kv_dim
+                ),
+            ));
+        }
+        kv.k.extend_from_slice(&self.round(&k.data));
+        kv.v.extend_from_slice(&self.round(&v.data));
+        kv.len += k.rows;
+        Ok(())
+    }
+
+    fn kv_truncate(&self, kv: &mut HostKv, len: usize) -> Result<()> {
+        if len > kv.len {
+            return Err(shape_err(
+                "kv_truncate",
+                format!("to {len} of {} positions", kv.len),
+            ));
+        }
+        kv.k.truncate(len * kv.kv_dim);
+        kv.v.truncate(len * kv.kv_dim);
+        kv.len = len;
+        Ok(())
+    }
+
+    fn kv_keep(&self, kv: &mut HostKv, positions: &[usize]) -> Result<()> {
+        if positions.windows(2).any(|w| w[0] >= w[1])
+            || positions.last().is_some_and(|&p| p >= kv.len)
+        {
+            return Err(shape_err(
+                "kv_keep",
+                format!("positions must increase and stay below {}", kv.len),
+            ));
+        }
+        let d = kv.kv_dim;
+        // Positions increase, so each row moves down (or stays): copying in
+        // order never overwrites a row still to be read.
+        for (dst, &src) in positions.iter().enumerate() {
+            kv.k.copy_within(src * d..(src + 1) * d, dst * d);
+            kv.v.copy_within(src * d..(src + 1) * d, dst * d);
+        }
+        self.kv_truncate(kv, positions.len())
+    }
+
+    fn attention(&self, q: &HostTensor, kv: &HostKv, mask: &Mask, h: &Heads) -> Result<HostTensor> {
+        let d = h.head_dim;
+        if q.cols != h.n_heads * d
+            || kv.kv_dim != h.n_kv_heads * d
+            || !h.n_heads.is_multiple_of(h.n_kv_heads)
+        {
+            return Err(shape_err(
+                "attention",
+                format!("q [{}, {}] with heads {h:?}", q.rows, q.cols),
+            ));
+        }
+        mask.validate(q.rows, kv.len)?;
+        let q = HostTensor {
+            data: self.round(&q.data).into_owned(),
+            ..*q
+        };
+        let (n, t, kvd, group) = (q.rows, kv.len, kv.kv_dim, h.n_heads / h.n_kv_heads);
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut out = vec![0f32; n * q.cols];
+        // One task per (query row, head): each writes its own slice of `out`.
+        let one = |(task, o): (usize, &mut [f32])| {
+            let (i, head) = (task / h.n_heads, task % h.n_heads);
+            let kvh = head / group;
+            let qi = &q.data[i * q.cols + head * d..][..d];
+            let allowed = &mask.allowed[i * t..(i + 1) * t];
+            let mut scores: Vec<(usize, f32)> = allowed
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| **a)
+                .map(|(j, _)| (j, dot(qi, &kv.k[j * kvd + kvh * d..][..d]) * scale))
+                .collect();
+            let max = scores.iter().map(|s| s.1).fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0;
+            for s in scores.iter_mut() {
+                s.1 = (s.1 - max).exp();
+                sum += s.1;
+            }
+            for (j, s) in scores {
+                axpy(o, self.round_one(s / sum), &kv.v[j * kvd + kvh * d..][..d]);
+            }
+        };
+        // On the matmuls' spinning pool: even one decode step's attention
+        // (tens of microseconds per layer) outweighs its hand-off, and the
+        // pool's other thread would otherwise spin idle meanwhile.
+        if n * t * h.n_heads < PARALLEL_ATTENTION_MIN {
+            out.chunks_mut(d).enumerate().for_each(one);
+        } else {
+            let at = qmm::SendPtr(out.as_mut_ptr());
+            candle_core::utils::barrier_pool().execute_chunked(n * h.n_heads, |tasks| {
+                for task in tasks {
+                    // SAFETY: task `task` owns `out[task * d..][..d]`, and
+                    // `out` outlives the pool call.
+                    let o = unsafe { std::slice::from_raw_parts_mut(at.get().add(task * d), d) };
+                    one((task, o));
+                }
+            });
+        }
+        Ok(HostTensor {
+            data: out,
+            rows: n,
+            cols: q.cols,
+        })
+    }
+}
