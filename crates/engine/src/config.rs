@@ -1,5 +1,5 @@
 //! The run configuration: one serde type that a device config in
-//! `configs/`, a command line and (later) a server request all produce,
+//! `configs/`, a command line or a server request produces,
 //! and that [`Engine::open`](crate::Engine::open) turns into a ready run.
 
 use arbor_sampling::SamplingParams;
