@@ -388,7 +388,8 @@ impl Run {
         })
     }
 
-    /// Compares this generation's plain target passes with the curve; a
+    /// Compares this generation's target passes (plain steps and
+    /// verifications, each with its token count) with the curve; a
     /// sustained disagreement re-measures the curves (resident runs) or
     /// leaves a note saying how to (runs that stream, whose pass times are
     /// mostly the disk's).
@@ -396,19 +397,16 @@ impl Run {
         let Some(p) = &self.profiles else {
             return Ok(());
         };
-        let predicted = p.target.at(1) + p.io_per_pass;
         for s in g.trace.target_passes() {
-            if s.activity == crate::Activity::Step {
-                self.drift.observe(s.end - s.start, predicted);
-            }
+            let predicted = p.target.at(s.tokens.max(1)) + p.io_per_pass;
+            self.drift.observe(s.end - s.start, predicted);
         }
         let Some(ratio) = self.drift.stale() else {
             return Ok(());
         };
         self.drift.reset();
         let said = format!(
-            "one-token target passes took {ratio:.2}x the cached latency profile's {:.1} ms over the last {} passes",
-            predicted * 1e3,
+            "target passes took {ratio:.2}x the time the cached latency profile predicts (median of the last {})",
             crate::profiles::Drift::STRETCH
         );
         if p.io_per_pass > 0.0 {

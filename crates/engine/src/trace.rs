@@ -80,6 +80,9 @@ pub struct Segment {
     pub activity: Activity,
     pub start: f64,
     pub end: f64,
+    /// Tokens a model pass fed (0 for the streamer's spans).
+    #[serde(default)]
+    pub tokens: usize,
 }
 
 /// A generation's trace.
@@ -112,6 +115,7 @@ impl Trace {
                 activity,
                 start: s.start,
                 end: s.end,
+                tokens: s.tokens,
             });
         }
         for s in weights {
@@ -124,6 +128,7 @@ impl Trace {
                 activity,
                 start: s.start,
                 end: s.end,
+                tokens: 0,
             });
         }
         segments.sort_by(|a, b| {
@@ -164,16 +169,19 @@ mod tests {
                 phase: Phase::Prefill,
                 start: 0.0,
                 end: 1.0,
+                tokens: 9,
             },
             PhaseSpan {
                 phase: Phase::Step,
                 start: 2.0,
                 end: 2.5,
+                tokens: 1,
             },
             PhaseSpan {
                 phase: Phase::Verify,
                 start: 1.2,
                 end: 1.9,
+                tokens: 5,
             },
         ];
         let weights = [Span {
@@ -189,6 +197,7 @@ mod tests {
         let passes = t.target_passes();
         assert_eq!(passes.len(), 2);
         assert!(passes[0].start < passes[1].start);
+        assert_eq!((passes[0].tokens, passes[1].tokens), (5, 1));
         assert!(t.any(Activity::Read) && !t.any(Activity::Grow));
     }
 }

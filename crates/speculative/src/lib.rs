@@ -247,6 +247,10 @@ pub struct PhaseSpan {
     pub phase: Phase,
     pub start: f64,
     pub end: f64,
+    /// Tokens the pass fed to its model (the prompt for the prefill, the
+    /// tree with its root for a verification, 1 for a plain or
+    /// provisional step; draft tokens proposed for a drafting phase).
+    pub tokens: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -123,7 +123,7 @@ impl Run<'_, '_> {
     /// new draft tokens.
     pub(crate) fn drafted(&mut self, t: Instant, tokens: usize) {
         self.stats.draft_secs += t.elapsed().as_secs_f64();
-        self.span(Phase::Draft, t);
+        self.span(Phase::Draft, t, tokens);
         self.stats.draft_tokens += tokens;
     }
 

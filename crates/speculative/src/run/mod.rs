@@ -142,7 +142,7 @@ impl Run<'_, '_> {
             logits = target.step(chunk)?;
         }
         self.stats.prefill_secs = start.elapsed().as_secs_f64();
-        self.span(Phase::Prefill, start);
+        self.span(Phase::Prefill, start, self.seq.len());
         let start = Instant::now();
         if self.opts.max_tokens == 0 {
             self.done = Some(StopReason::MaxTokens);
@@ -175,12 +175,13 @@ impl Run<'_, '_> {
         self.draft.as_deref_mut().expect("checked in decode()")
     }
 
-    pub(crate) fn span(&mut self, phase: Phase, start: Instant) {
+    pub(crate) fn span(&mut self, phase: Phase, start: Instant, tokens: usize) {
         let at = |t: Instant| t.saturating_duration_since(self.started).as_secs_f64();
         let span = PhaseSpan {
             phase,
             start: at(start),
             end: at(Instant::now()),
+            tokens,
         };
         self.trace.push(span);
     }
@@ -263,7 +264,7 @@ impl Run<'_, '_> {
         let root = self.root();
         let logits = self.target().step(&[root])?;
         self.stats.target_secs += t.elapsed().as_secs_f64();
-        self.span(Phase::Step, t);
+        self.span(Phase::Step, t, 1);
         self.stats.target_steps += 1;
         let next = self.sampler.sample(&logits)?;
         self.commit(&[next], on);

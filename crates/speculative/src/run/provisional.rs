@@ -148,6 +148,7 @@ impl Run<'_, '_> {
     ) -> Result<Vec<usize>> {
         let t = Instant::now();
         let pass = self.pass(tree)?;
+        let fed_tokens = pass.tokens.len();
         let mut end = branch_end(&grown.tree, fed);
         self.show_branch(&grown.tree, end, on);
         let target = self
@@ -173,7 +174,7 @@ impl Run<'_, '_> {
         });
         drafted?;
         let logits = logits?;
-        self.span(Phase::Verify, t);
+        self.span(Phase::Verify, t, fed_tokens);
         let verdict = self.judge(tree, &logits, dists)?;
         self.stats.target_secs += t.elapsed().as_secs_f64();
         let accepted: Vec<usize> = verdict.accepted.iter().map(|&a| old[a]).collect();
@@ -259,7 +260,7 @@ impl Run<'_, '_> {
                 self.stats.draft_tokens += ids.len();
                 self.stats.provisional_tokens += ids.len();
                 self.stats.provisional_secs += t.elapsed().as_secs_f64();
-                self.span(Phase::Provisional, t);
+                self.span(Phase::Provisional, t, 1);
                 steps += 1;
                 if let Some(&first) = ids.first() {
                     *end = first;

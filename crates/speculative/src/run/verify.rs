@@ -36,7 +36,7 @@ impl Run<'_, '_> {
         let logits =
             self.target()
                 .forward(&pass.tokens, &pass.positions, &pass.mask, &pass.rows)?;
-        self.span(Phase::Verify, t);
+        self.span(Phase::Verify, t, pass.tokens.len());
         let verdict = self.judge(tree, &logits, dists)?;
         self.stats.target_secs += t.elapsed().as_secs_f64();
         let (keep, _) = draft_keep(fed, draft_ids, &verdict.accepted);
