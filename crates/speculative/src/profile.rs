@@ -1,11 +1,6 @@
 //! The target's forward latency as a function of the number of new tokens,
-//! `L_fp(n)`, measured once on the running machine.
-
-use std::time::Instant;
-
-use arbor_model::{LanguageModel, Mask};
-
-use crate::Result;
+//! `L_fp(n)` (measured and cached by the engine's profile store), and the
+//! tree size it makes worth verifying.
 
 /// Token counts a profile measures; others are interpolated.
 pub const PROFILE_SIZES: [usize; 15] = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64];
@@ -17,42 +12,6 @@ pub struct LatencyProfile {
 }
 
 impl LatencyProfile {
-    /// Times forward passes of `n` new tokens (logits for every row, as a
-    /// verification needs) after `prefix` cached tokens, best of two runs,
-    /// for every size in `sizes`. The model's cache is emptied afterwards.
-    /// `progress(done, total)` counts sizes.
-    pub fn measure(
-        model: &mut dyn LanguageModel,
-        sizes: &[usize],
-        prefix: usize,
-        progress: &mut dyn FnMut(usize, usize),
-    ) -> Result<Self> {
-        let vocab = model.config().vocab_size as u32;
-        let token = |i: usize| (100 + i as u32 * 7) % vocab.max(1);
-        let prompt: Vec<u32> = (0..prefix.max(1)).map(token).collect();
-        model.truncate_cache(0)?;
-        model.step(&prompt)?;
-        let base = model.cache_len();
-        let mut points = Vec::new();
-        for (k, &n) in sizes.iter().enumerate() {
-            let tokens: Vec<u32> = (0..n).map(|i| token(base + i)).collect();
-            let positions: Vec<u32> = (base..base + n).map(|p| p as u32).collect();
-            let rows: Vec<usize> = (0..n).collect();
-            let mask = Mask::causal(base, n);
-            let mut best = f64::INFINITY;
-            for _ in 0..2 {
-                let start = Instant::now();
-                model.forward(&tokens, &positions, &mask, &rows)?;
-                best = best.min(start.elapsed().as_secs_f64());
-                model.truncate_cache(base)?;
-            }
-            points.push((n, best));
-            progress(k + 1, sizes.len());
-        }
-        model.truncate_cache(0)?;
-        Ok(Self { points })
-    }
-
     /// `L_fp(n)`, linearly interpolated (and extrapolated past the ends).
     pub fn at(&self, n: usize) -> f64 {
         let p = &self.points;
