@@ -40,26 +40,4 @@ impl TuningArgs {
             no_profile: self.no_profile.then_some(true),
         }
     }
-
-    /// The same settings as flags (for child processes).
-    pub fn to_args(&self) -> Vec<String> {
-        let mut a = Vec::new();
-        let mut put = |name: &str, v: Option<String>| {
-            if let Some(v) = v {
-                a.push(format!("--{name}={v}"));
-            }
-        };
-        put("gamma", self.gamma.map(|v| v.to_string()));
-        put("alpha", self.alpha.map(|v| v.to_string()));
-        put("max-tree", self.max_tree.map(|v| v.to_string()));
-        put(
-            "branch-threshold",
-            self.branch_threshold.map(|v| v.to_string()),
-        );
-        put("verify", self.verify.clone());
-        if self.no_profile {
-            a.push("--no-profile".into());
-        }
-        a
-    }
 }

@@ -20,8 +20,9 @@ pub struct GenerateArgs {
     /// Wrap the prompt in the model's chat template.
     #[arg(long)]
     chat: bool,
-    #[arg(long, default_value_t = 128)]
-    max_tokens: usize,
+    /// Most new tokens [default: 128].
+    #[arg(long)]
+    max_tokens: Option<usize>,
     /// 0 is greedy.
     #[arg(long)]
     temperature: Option<f32>,
@@ -73,7 +74,7 @@ impl GenerateArgs {
                 min_p: self.min_p,
                 seed: self.seed,
             },
-            max_tokens: Some(self.max_tokens),
+            max_tokens: self.max_tokens,
         }
     }
 }

@@ -125,7 +125,7 @@ fn run() -> Result<()> {
                 backend,
                 ..RunConfig::default()
             });
-            perplexity(&config, &file, ctx, max_tokens)
+            perplexity(&config.target_only(), &file, ctx, max_tokens)
         }
         Command::Profile(args) => profile::run(&args, device),
         Command::Bench { which } => bench::run(which, device),

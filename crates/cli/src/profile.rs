@@ -39,6 +39,7 @@ pub fn run(args: &ProfileArgs, device: RunConfig) -> Result<()> {
             backend: args.backend.clone(),
             ..RunConfig::default()
         });
+        let config = config.target_only();
         let mut events = progress::open_bar();
         let path = arbor_engine::resolve_or_fetch(model, &mut events)?;
         let kernels = arbor_engine::pick_backend(config.backend.as_deref())?.kernels();
@@ -48,7 +49,12 @@ pub fn run(args: &ProfileArgs, device: RunConfig) -> Result<()> {
                 let mut run = Engine::open(&config, &mut events)?;
                 eprintln!("measuring L_fp(n) of {model} ({kernels}, {threads} threads)");
                 let mut bar = progress::count_bar("latency sizes");
-                store.measure_latency(&path, kernels, run.engine_mut().model_mut(), &mut bar)?
+                let model = run.engine_mut().model_mut();
+                let (record, note) = store.latency(&path, kernels, model, true, true, &mut bar)?;
+                if let Some(note) = note {
+                    eprintln!("{note}");
+                }
+                record
             }
         };
         if args.json {
@@ -69,10 +75,10 @@ pub fn run(args: &ProfileArgs, device: RunConfig) -> Result<()> {
         }
         if !disk_done {
             disk_done = true;
-            let disk = match store.cached_disk(&path) {
-                Some(d) if !args.refresh => d,
-                _ => store.measure_disk(&path)?,
-            };
+            let (disk, note) = store.disk(&path, args.refresh)?;
+            if let Some(note) = note {
+                eprintln!("{note}");
+            }
             if args.json {
                 println!("{}", serde_json::to_string(&disk)?);
             } else {

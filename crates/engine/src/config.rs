@@ -69,7 +69,8 @@ pub struct Sampling {
     pub seed: Option<u64>,
 }
 
-/// `a.or(b)` for every field: the first source that sets a field wins.
+/// `over.f.or(base.f)` for every field: the later source (`over`) wins
+/// where it sets a field.
 macro_rules! merge_fields {
     ($over:expr, $base:expr; $($f:ident),*) => {
         Self { $($f: $over.$f.or($base.$f)),* }
@@ -103,6 +104,18 @@ impl RunConfig {
             .as_deref()
             .map(|b| crate::parse_bytes(b).map_err(|e| EngineError::Invalid(e.to_string())))
             .transpose()
+    }
+
+    /// This config for a command that runs the target by itself (bench
+    /// decode, perplexity, profile): no draft, no memory budget, plain
+    /// autoregressive decoding, whatever the device config says.
+    pub fn target_only(self) -> Self {
+        Self {
+            draft: None,
+            memory_budget: None,
+            strategy: Some("autoregressive".into()),
+            ..self
+        }
     }
 
     /// Sizes the process-wide worker pool of the CPU backends. Call once,
@@ -207,6 +220,12 @@ mod tests {
         assert_eq!(c.threads, Some(2));
         assert_eq!((c.tuning.gamma, c.tuning.alpha), (Some(3), Some(0.2)));
         assert!(RunConfig::from_toml("bakend = \"candle\"").is_err());
+        // A merged config written as a device config reads back the same
+        // (the budget benchmark hands its children one this way).
+        let text = toml::to_string(&c).unwrap();
+        assert_eq!(RunConfig::from_toml(&text).unwrap(), c);
+        let empty = toml::to_string(&RunConfig::default()).unwrap();
+        assert_eq!(RunConfig::from_toml(&empty).unwrap(), RunConfig::default());
     }
 
     #[test]

@@ -57,6 +57,11 @@ pub enum EngineError {
     VocabularyMismatch { draft: usize, target: usize },
     #[error("{0}")]
     Invalid(String),
+    #[error("loading {path}: {source}")]
+    Load {
+        path: PathBuf,
+        source: Box<EngineError>,
+    },
 }
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;

@@ -38,7 +38,8 @@ pub enum OpenEvent<'a> {
 /// The latency curves trees are sized with, as the run sees them.
 #[derive(Debug, Clone)]
 pub struct Profiles {
-    /// The target's curve with every layer resident.
+    /// The target's curve: with every layer resident, or (when no cached
+    /// one existed and the run streams) as measured while streaming.
     pub target: LatencyProfile,
     pub draft: Option<LatencyProfile>,
     /// Seconds each target pass spends reading streamed layers (the plan's
@@ -129,6 +130,13 @@ impl Engine {
             Some(d) if strategy.needs_draft() => Some(resolve_or_fetch(d, progress)?),
             _ => None,
         };
+        let loaded = |path: &Path| {
+            let path = path.to_path_buf();
+            move |e: EngineError| EngineError::Load {
+                path,
+                source: Box::new(e),
+            }
+        };
         let engine = match budget {
             Some(bytes) => {
                 let pipelined = strategy.streaming == Streaming::Pipelined;
@@ -138,31 +146,22 @@ impl Engine {
                     draft_path.as_deref(),
                     backend,
                     &options,
-                    &mut |done, total| {
-                        progress(OpenEvent::Load {
-                            path: &target,
-                            done,
-                            total,
-                        })
-                    },
-                )?;
+                    &mut load_events(&target, progress),
+                )
+                .map_err(loaded(&target))?;
                 if let Some(m) = engine.memory() {
                     progress(OpenEvent::Note(&m.summary()));
                 }
                 engine
             }
             None => {
-                let mut engine = Engine::load(&target, backend, &mut |done, total| {
-                    progress(OpenEvent::Load {
-                        path: &target,
-                        done,
-                        total,
-                    })
-                })?;
+                let mut engine =
+                    Engine::load(&target, backend, &mut load_events(&target, progress))
+                        .map_err(loaded(&target))?;
                 if let Some(path) = &draft_path {
-                    engine.load_draft(path, backend, &mut |done, total| {
-                        progress(OpenEvent::Load { path, done, total })
-                    })?;
+                    engine
+                        .load_draft(path, backend, &mut load_events(path, progress))
+                        .map_err(loaded(path))?;
                 }
                 engine
             }
@@ -173,7 +172,7 @@ impl Engine {
             config: config.clone(),
             draft_path,
             options: GenerateOptions {
-                max_tokens: config.max_tokens.unwrap_or(128),
+                max_tokens: (config.max_tokens).unwrap_or(GenerateOptions::default().max_tokens),
                 sampling: config.sampling.params(),
                 stop_tokens: None,
                 strategy: Strategy::default(),
@@ -187,6 +186,14 @@ impl Engine {
         run.options.strategy = run.prepare(strategy, progress)?;
         Ok(run)
     }
+}
+
+/// Loading progress of `path` as open events.
+fn load_events<'a>(
+    path: &'a Path,
+    progress: &'a mut dyn FnMut(OpenEvent<'_>),
+) -> impl FnMut(usize, usize) + 'a {
+    move |done, total| progress(OpenEvent::Load { path, done, total })
 }
 
 /// `tree` with a draft, `autoregressive` without, and `autoregressive` too
@@ -247,42 +254,68 @@ impl Run {
 
     /// Switches to the strategy `name` (with this run's tuning), loading the
     /// draft and measuring profiles if it needs them and they are missing.
-    /// Under a memory budget the draft must have been planned at open.
+    /// Under a memory budget the draft and the streaming mode were fixed
+    /// when the run opened: a strategy that needs others is refused.
     pub fn use_strategy(
         &mut self,
         name: &str,
         progress: &mut dyn FnMut(OpenEvent<'_>),
     ) -> Result<()> {
         let strategy = self.config.tuning.apply(name.parse()?);
+        self.check_budget_allows(&strategy)?;
         if strategy.needs_draft() && self.engine.draft().is_none() {
             let name = self.config.draft.clone().ok_or_else(|| {
                 EngineError::Invalid(format!("strategy `{strategy}` needs a draft model"))
             })?;
-            if self.engine.memory().is_some() {
-                return Err(EngineError::Invalid(format!(
-                    "strategy `{strategy}` needs the draft, which was not planned into the memory budget"
-                )));
-            }
             let path = resolve_or_fetch(&name, progress)?;
             self.engine
-                .load_draft(&path, self.backend, &mut |done, total| {
-                    progress(OpenEvent::Load {
-                        path: &path,
-                        done,
-                        total,
-                    })
+                .load_draft(&path, self.backend, &mut load_events(&path, progress))
+                .map_err(|e| EngineError::Load {
+                    path: path.clone(),
+                    source: Box::new(e),
                 })?;
             self.draft_path = Some(path);
         }
         self.options.strategy = self.prepare(strategy, progress)?;
+        self.config.strategy = Some(self.options.strategy.name());
         Ok(())
     }
 
     /// Switches to an already-built strategy (from [`Run::strategy`] after
     /// [`Run::use_strategy`]); trees get this run's current profiles.
-    pub fn set_strategy(&mut self, strategy: Strategy) {
-        let with_profiles = self.prepare(strategy.clone(), &mut |_| {});
-        self.options.strategy = with_profiles.unwrap_or(strategy);
+    pub fn set_strategy(&mut self, strategy: Strategy) -> Result<()> {
+        self.check_budget_allows(&strategy)?;
+        if strategy.needs_draft() && self.engine.draft().is_none() {
+            return Err(EngineError::Invalid(format!(
+                "strategy `{strategy}` needs a draft model, and none is loaded"
+            )));
+        }
+        self.options.strategy = self.prepare(strategy, &mut |_| {})?;
+        self.config.strategy = Some(self.options.strategy.name());
+        Ok(())
+    }
+
+    /// Under a memory budget, the draft and the streaming mode were
+    /// planned when the run opened.
+    fn check_budget_allows(&self, strategy: &Strategy) -> Result<()> {
+        let Some(m) = self.engine.memory() else {
+            return Ok(());
+        };
+        let pipelined = matches!(m.mode, crate::StreamMode::Pipelined { .. });
+        let mode_differs = (strategy.streaming == Streaming::Pipelined) != pipelined;
+        let draft_missing = strategy.needs_draft() && self.engine.draft().is_none();
+        if mode_differs || draft_missing {
+            return Err(EngineError::Invalid(format!(
+                "strategy `{strategy}` needs {} than this run's memory budget was planned with: \
+                 open a run with it",
+                if draft_missing {
+                    "a draft"
+                } else {
+                    "another streaming mode"
+                }
+            )));
+        }
+        Ok(())
     }
 
     /// Sets the most new tokens per generation.
@@ -323,7 +356,7 @@ impl Run {
     ) -> Result<Strategy> {
         if strategy.sized_by_profile() && self.config.tuning.profiled() {
             if self.profiles.as_ref().is_none_or(|p| p.draft.is_none()) {
-                self.profiles = Some(self.measure_profiles(false, progress)?);
+                self.profiles = Some(self.measure_profiles(progress)?);
             }
             if let (Decoding::Tree(c), Some(p)) = (&mut strategy.decoding, &self.profiles) {
                 c.profile = Some(p.target_under_budget());
@@ -334,52 +367,28 @@ impl Run {
     }
 
     /// The target's and the draft's curves from the store (measured now
-    /// when missing or when `refresh`), and the IO a streamed pass adds.
-    fn measure_profiles(
-        &mut self,
-        refresh: bool,
-        progress: &mut dyn FnMut(OpenEvent<'_>),
-    ) -> Result<Profiles> {
-        let kernels = self.backend.kernels();
-        let threads = rayon::current_num_threads();
-        let target_path = self.engine.path().to_path_buf();
-        let store = self.store.clone();
-        let mut curve = |path: &Path, model: &mut dyn crate::LanguageModel| {
-            if !refresh && let Some(r) = store.cached_latency(path, kernels, threads) {
-                return Ok(r.profile());
-            }
-            let file = store.latency_path(path, kernels, threads);
-            let note = format!(
-                "measuring forward latency L_fp(n) of {} (cached in {})",
-                path.display(),
-                file.display()
-            );
-            progress(OpenEvent::Note(&note));
-            let what = "latency sizes";
-            let r = store.measure_latency(path, kernels, model, &mut |done, total| {
-                progress(OpenEvent::Measure { what, done, total })
-            })?;
-            Ok::<_, EngineError>(r.profile())
-        };
-        let target = curve(&target_path, self.engine.model_mut())?;
-        let draft = match (self.draft_path.clone(), self.engine.draft_mut()) {
-            (Some(p), Some(model)) => Some(curve(&p, model)?),
-            _ => None,
-        };
+    /// when missing), and the IO a streamed pass adds.
+    fn measure_profiles(&mut self, progress: &mut dyn FnMut(OpenEvent<'_>)) -> Result<Profiles> {
         let read = self.engine.memory().map_or(0, |m| m.plan.read_per_pass);
-        let io_per_pass = if read == 0 {
+        let target_path = self.engine.path().to_path_buf();
+        // A curve measured while layers stream holds their reads: it is
+        // used as it is (no IO added) and not cached as the resident one.
+        let (target, measured_streaming) = {
+            let (record, note) = self.latency(&target_path, false, read == 0, progress)?;
+            (record.profile(), note.is_some() && read > 0)
+        };
+        let draft = match self.draft_path.clone() {
+            Some(path) => Some(self.latency(&path, false, true, progress)?.0.profile()),
+            None => None,
+        };
+        let io_per_pass = if read == 0 || measured_streaming {
             0.0
         } else {
-            let disk = match self.store.cached_disk(&target_path) {
-                Some(d) if !refresh => d,
-                _ => {
-                    progress(OpenEvent::Note(
-                        "measuring the disk's direct-read bandwidth",
-                    ));
-                    self.store.measure_disk(&target_path)?
-                }
-            };
-            read as f64 / disk.bytes_per_sec
+            let (disk, note) = self.store.disk(&target_path, false)?;
+            if let Some(note) = note {
+                progress(OpenEvent::Note(&note));
+            }
+            read as f64 / disk.planning_bytes_per_sec()
         };
         Ok(Profiles {
             target,
@@ -388,42 +397,79 @@ impl Run {
         })
     }
 
+    /// The curve of the model at `path` (the target, or the draft), from
+    /// the store or measured now; a measurement is announced.
+    fn latency(
+        &mut self,
+        path: &Path,
+        refresh: bool,
+        save: bool,
+        progress: &mut dyn FnMut(OpenEvent<'_>),
+    ) -> Result<(crate::LatencyRecord, Option<String>)> {
+        let kernels = self.backend.kernels();
+        let threads = rayon::current_num_threads();
+        if refresh || self.store.cached_latency(path, kernels, threads).is_none() {
+            let note = format!("measuring forward latency L_fp(n) of {}", path.display());
+            progress(OpenEvent::Note(&note));
+        }
+        let model = if path == self.engine.path() {
+            self.engine.model_mut()
+        } else {
+            self.engine
+                .draft_mut()
+                .ok_or_else(|| EngineError::Invalid("no draft model is loaded".into()))?
+        };
+        let what = "latency sizes";
+        let (record, note) =
+            self.store
+                .latency(path, kernels, model, refresh, save, &mut |done, total| {
+                    progress(OpenEvent::Measure { what, done, total })
+                })?;
+        if let Some(n) = &note {
+            progress(OpenEvent::Note(n));
+        }
+        Ok((record, note))
+    }
+
     /// Compares this generation's target passes (plain steps and
-    /// verifications, each with its token count) with the curve; a
-    /// sustained disagreement re-measures the curves (resident runs) or
-    /// leaves a note saying how to (runs that stream, whose pass times are
-    /// mostly the disk's).
+    /// verifications, each with its token count) with the target's curve;
+    /// a sustained disagreement measures it again and says so. Runs that
+    /// stream weights are not watched: their passes are mostly disk time,
+    /// which the resident curve does not describe.
     fn heal(&mut self, g: &Generation) -> Result<()> {
         let Some(p) = &self.profiles else {
             return Ok(());
         };
+        if p.io_per_pass > 0.0
+            || self
+                .engine
+                .memory()
+                .is_some_and(|m| m.plan.read_per_pass > 0)
+        {
+            return Ok(());
+        }
         for s in g.trace.target_passes() {
-            let predicted = p.target.at(s.tokens.max(1)) + p.io_per_pass;
-            self.drift.observe(s.end - s.start, predicted);
+            self.drift
+                .observe(s.end - s.start, p.target.at(s.tokens.max(1)));
         }
         let Some(ratio) = self.drift.stale() else {
             return Ok(());
         };
         self.drift.reset();
-        let said = format!(
-            "target passes took {ratio:.2}x the time the cached latency profile predicts (median of the last {})",
-            crate::profiles::Drift::STRETCH
-        );
-        if p.io_per_pass > 0.0 {
-            self.notes.push(format!(
-                "{said}; the run streams weights, so it keeps the profile: \
-                 `arbor profile --refresh` re-measures it"
-            ));
-            return Ok(());
-        }
         let before = p.target.at(1);
-        let fresh = self.measure_profiles(true, &mut |_| {})?;
+        let target_path = self.engine.path().to_path_buf();
+        let (fresh, _) = self.latency(&target_path, true, true, &mut |_| {})?;
+        let fresh = fresh.profile();
         self.notes.push(format!(
-            "{said}: re-measured, L_fp(1) {:.1} -> {:.1} ms",
+            "target passes took {ratio:.2}x the time the cached latency profile predicts \
+             (median of the last {}): re-measured, L_fp(1) {:.1} -> {:.1} ms",
+            Drift::STRETCH,
             before * 1e3,
-            fresh.target.at(1) * 1e3
+            fresh.at(1) * 1e3
         ));
-        self.profiles = Some(fresh);
+        if let Some(p) = &mut self.profiles {
+            p.target = fresh;
+        }
         let strategy = self.options.strategy.clone();
         self.options.strategy = self.prepare(strategy, &mut |_| {})?;
         Ok(())

@@ -19,6 +19,10 @@ use crate::{EngineError, Result};
 pub const REPETITIONS: usize = 3;
 /// Cached tokens before each measured pass.
 const PREFIX: usize = 128;
+/// Direct-read bandwidth assumed where none could be measured (reads that
+/// fell back to the page cache measure memory, not the disk): this
+/// machine kind's cold disk.
+pub const ASSUMED_DISK_BYTES_PER_SEC: f64 = 0.9e9;
 
 /// A latency curve as stored: the points and what they were measured with.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -52,6 +56,18 @@ pub struct DiskRecord {
     /// fallback measures the cache, not the disk.
     pub direct: bool,
     pub measured: String,
+}
+
+impl DiskRecord {
+    /// The bandwidth to plan streamed passes with: the measured one when
+    /// the reads bypassed the page cache, else [`ASSUMED_DISK_BYTES_PER_SEC`].
+    pub fn planning_bytes_per_sec(&self) -> f64 {
+        if self.direct {
+            self.bytes_per_sec
+        } else {
+            ASSUMED_DISK_BYTES_PER_SEC
+        }
+    }
 }
 
 /// Where profiles live: `$ARBOR_HOME/profiles/` unless given.
@@ -93,18 +109,26 @@ impl ProfileStore {
         serde_json::from_str::<LatencyRecord>(&text)
             .ok()
             .filter(|r| r.kernels == kernels && r.threads == threads)
-            .filter(|r| LatencyProfile::from_json(&r.profile().to_json()).is_some())
+            .filter(|r| !r.points.is_empty() && r.points.windows(2).all(|w| w[0].0 < w[1].0))
     }
 
-    /// Measures `model`'s curve now and stores it.
-    pub fn measure_latency(
+    /// `model`'s curve for these kernels and this process's threads: the
+    /// cached one, or (when missing or `refresh`) measured now on `model`
+    /// and stored when `save`. The note says what was measured and where
+    /// it went (a cache that cannot be written is not an error).
+    pub fn latency(
         &self,
         path: &Path,
         kernels: &str,
         model: &mut dyn LanguageModel,
+        refresh: bool,
+        save: bool,
         progress: &mut dyn FnMut(usize, usize),
-    ) -> Result<LatencyRecord> {
+    ) -> Result<(LatencyRecord, Option<String>)> {
         let threads = rayon::current_num_threads();
+        if !refresh && let Some(r) = self.cached_latency(path, kernels, threads) {
+            return Ok((r, None));
+        }
         let points = measure_points(model, &PROFILE_SIZES, REPETITIONS, progress)?;
         let record = LatencyRecord {
             model: stem(path),
@@ -114,8 +138,14 @@ impl ProfileStore {
             measured: now_utc(),
             points,
         };
-        self.write(&self.latency_path(path, kernels, threads), &record)?;
-        Ok(record)
+        let file = self.latency_path(path, kernels, threads);
+        let what = format!("measured forward latency L_fp(n) of {}", stem(path));
+        let note = if save {
+            self.saved(&file, &record, &what)
+        } else {
+            format!("{what} (not cached)")
+        };
+        Ok((record, Some(note)))
     }
 
     /// The file holding the bandwidth of the disk that holds `file`.
@@ -130,30 +160,28 @@ impl ProfileStore {
             .filter(|d| d.bytes_per_sec > 0.0)
     }
 
-    /// Reads up to 512 MiB of `file` with direct IO in 16 MiB requests (a
-    /// streamed layer's size) and stores the bandwidth of its disk.
-    pub fn measure_disk(&self, file: &Path) -> Result<DiskRecord> {
-        let reader = arbor_paging::DirectReader::open(file).map_err(io_error)?;
-        const CHUNK: usize = 16 << 20;
-        let total = reader.len().min(512 << 20);
-        let mut buf = arbor_paging::AlignedBuf::new(CHUNK + 2 * arbor_paging::ALIGN);
-        let start = Instant::now();
-        let mut at = 0u64;
-        while at < total {
-            let len = CHUNK.min((total - at) as usize);
-            reader.read_into(at, len, &mut buf).map_err(io_error)?;
-            at += len as u64;
+    /// The bandwidth of the disk holding `file`: cached, or (when missing
+    /// or `refresh`) measured now and stored; with a note as
+    /// [`ProfileStore::latency`].
+    pub fn disk(&self, file: &Path, refresh: bool) -> Result<(DiskRecord, Option<String>)> {
+        if !refresh && let Some(d) = self.cached_disk(file) {
+            return Ok((d, None));
         }
-        let secs = start.elapsed().as_secs_f64().max(1e-9);
-        let record = DiskRecord {
-            file: file.display().to_string(),
-            bytes: total,
-            bytes_per_sec: total as f64 / secs,
-            direct: reader.is_direct(),
-            measured: now_utc(),
-        };
-        self.write(&self.disk_path(file), &record)?;
-        Ok(record)
+        let record = measure_disk(file)?;
+        let what = format!(
+            "measured the disk's read bandwidth: {:.2} GB/s",
+            record.bytes_per_sec / 1e9
+        );
+        let note = self.saved(&self.disk_path(file), &record, &what);
+        Ok((record, Some(note)))
+    }
+
+    /// Stores `value` and says so (or why not) after `what`.
+    fn saved<T: serde::Serialize>(&self, path: &Path, value: &T, what: &str) -> String {
+        match self.write(path, value) {
+            Ok(()) => format!("{what} (cached in {})", path.display()),
+            Err(e) => format!("{what}, but could not cache it: {e}"),
+        }
     }
 
     fn write<T: serde::Serialize>(&self, path: &Path, value: &T) -> Result<()> {
@@ -163,6 +191,31 @@ impl ProfileStore {
             .and_then(|()| std::fs::write(path, text))
             .map_err(|e| EngineError::Invalid(format!("writing {}: {e}", path.display())))
     }
+}
+
+/// Reads up to 512 MiB of `file` with direct IO in 16 MiB requests (a
+/// streamed layer's size).
+fn measure_disk(file: &Path) -> Result<DiskRecord> {
+    let reader = arbor_paging::DirectReader::open(file).map_err(io_error)?;
+    const CHUNK: usize = 16 << 20;
+    let total = reader.len().min(512 << 20);
+    let mut buf = arbor_paging::AlignedBuf::new(CHUNK + 2 * arbor_paging::ALIGN);
+    let start = Instant::now();
+    let mut at = 0u64;
+    while at < total {
+        let len = CHUNK.min((total - at) as usize);
+        reader.read_into(at, len, &mut buf).map_err(io_error)?;
+        at += len as u64;
+    }
+    let secs = start.elapsed().as_secs_f64().max(1e-9);
+    let record = DiskRecord {
+        file: file.display().to_string(),
+        bytes: total,
+        bytes_per_sec: total as f64 / secs,
+        direct: reader.is_direct(),
+        measured: now_utc(),
+    };
+    Ok(record)
 }
 
 fn io_error(e: impl std::fmt::Display) -> EngineError {
@@ -235,7 +288,7 @@ pub struct Drift {
 impl Drift {
     /// Relative disagreement tolerated.
     pub const MARGIN: f64 = 0.3;
-    /// Consecutive passes that must disagree.
+    /// Passes in the sliding window whose median ratio is judged.
     pub const STRETCH: usize = 16;
 
     /// Records one pass that took `observed` seconds where the curve

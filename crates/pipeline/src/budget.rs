@@ -62,6 +62,8 @@ pub struct MemoryReport {
     pub base_bytes: u64,
     /// Bytes held by the target's resident weights.
     pub target_resident_bytes: u64,
+    /// How streamed layers are loaded.
+    pub mode: Mode,
     pub monitor: Option<Monitor>,
 }
 
@@ -223,6 +225,7 @@ pub fn load_target<B: Backend + Clone>(
             plan,
             base_bytes: base,
             target_resident_bytes,
+            mode: options.mode,
             monitor,
         },
     ))

@@ -71,13 +71,13 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
         .collect::<Result<_, _>>()?;
     let names = args.names()?;
     eprintln!("reference: unlimited target-only run");
-    let reference = spawn(args, "autoregressive", None, false)?;
+    let reference = spawn(args, device, "autoregressive", None, false)?;
     let mut rows = Vec::new();
     for (b, &budget) in budgets.iter().enumerate() {
         let mut ar_tok_s = None;
         for name in &names {
             eprintln!("{name} inside {}", format_bytes(budget));
-            let report = spawn(args, name, Some(budget), true)?;
+            let report = spawn(args, device, name, Some(budget), true)?;
             let mut row = report.row;
             row.identical = report
                 .tokens
@@ -191,25 +191,33 @@ fn draw(rows: &[BudgetRow], names: &[String], args: &BenchSpecArgs) -> Result<()
 /// budget when `limit` and possible) and reads its report.
 fn spawn(
     args: &BenchSpecArgs,
+    device: &RunConfig,
     name: &str,
     budget: Option<u64>,
     limit: bool,
 ) -> Result<ChildReport> {
-    let out = std::env::temp_dir().join(format!(
-        "arbor-bench-{}-{name}-{}.json",
+    let stem = format!(
+        "arbor-bench-{}-{name}-{}",
         std::process::id(),
         budget.unwrap_or(0)
-    ));
+    );
+    let out = std::env::temp_dir().join(format!("{stem}.json"));
     let _ = std::fs::remove_file(&out);
+    // The child runs what this process would: the device config under
+    // this command's flags (tuning included), as its own device config.
+    let config = std::env::temp_dir().join(format!("{stem}.toml"));
+    let settings = toml::to_string(&args.config(device, name)).context("writing the run config")?;
+    std::fs::write(&config, settings)?;
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.args(["bench", "spec", "--child"])
+        .arg("--config")
+        .arg(&config)
         .args(["--target", &args.target, "--draft", &args.draft])
         .args(["--prompts", &args.prompts])
         .args(["--max-tokens", &args.max_tokens.to_string()])
         .args(["--strategies", name])
         .arg("--report")
-        .arg(&out)
-        .args(args.tuning.to_args());
+        .arg(&out);
     if let Some(n) = args.limit {
         cmd.args(["--limit", &n.to_string()]);
     }
@@ -235,6 +243,7 @@ fn spawn(
     let killed = std::os::unix::process::ExitStatusExt::signal(&status).is_some();
     let report = std::fs::read_to_string(&out).ok();
     let _ = std::fs::remove_file(&out);
+    let _ = std::fs::remove_file(&config);
     let mut report: ChildReport = match report {
         Some(text) => serde_json::from_str(&text)?,
         // Killed, or refused (a budget below the strategy's minimum): a row
@@ -266,10 +275,7 @@ fn child(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
         .first()
         .context("the child runs one strategy")?;
     let prompts = load_prompts(&args.prompts, args.limit)?;
-    let config = RunConfig {
-        memory_budget: args.memory_budget.first().cloned(),
-        ..args.config(device, name)
-    };
+    let config = args.config(device, name);
     let budget = config.budget_bytes()?;
     let mut run = Engine::open(&config, &mut progress::open_bar())?;
     let mut row = BudgetRow {

@@ -31,10 +31,13 @@ pub fn decode(
     tokens: usize,
     prompt_tokens: usize,
 ) -> Result<DecodeRow> {
+    // Resolved (and fetched) before the clock starts: load time is loading.
+    let path = arbor_engine::resolve_or_fetch(model, &mut progress::open_bar())?;
     let config = device.clone().merge(RunConfig {
-        target: Some(model.to_string()),
+        target: Some(path.display().to_string()),
         ..RunConfig::default()
     });
+    let config = config.target_only();
     sys::reset_peak_rss();
     let start = Instant::now();
     let mut run = Engine::open(&config, &mut progress::open_bar())?;

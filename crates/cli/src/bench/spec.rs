@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use arbor_engine::{Engine, LatencyProfile, RunConfig};
+use arbor_engine::{Engine, LatencyProfile, RunConfig, Sampling};
 use clap::Args;
 
 use crate::args::TuningArgs;
@@ -94,8 +94,11 @@ struct Row {
 impl BenchSpecArgs {
     /// The run every strategy of this benchmark shares (the device config
     /// under these flags); `strategy` names the one it opens with.
+    /// Greedy, and inside the memory budget this process runs under (the
+    /// first of `--memory-budget` in a child, none in the parent), whatever
+    /// the device config says: the benchmark compares greedy outputs.
     pub fn config(&self, device: &RunConfig, strategy: &str) -> RunConfig {
-        device.clone().merge(RunConfig {
+        let merged = device.clone().merge(RunConfig {
             target: Some(self.target.clone()),
             draft: Some(self.draft.clone()),
             backend: self.backend.clone(),
@@ -103,7 +106,12 @@ impl BenchSpecArgs {
             tuning: self.tuning.tuning(),
             max_tokens: Some(self.max_tokens),
             ..RunConfig::default()
-        })
+        });
+        RunConfig {
+            memory_budget: self.memory_budget.first().cloned().filter(|_| self.child),
+            sampling: Sampling::default(),
+            ..merged
+        }
     }
 
     /// The title line of this benchmark's tables.
@@ -167,7 +175,7 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
         let ids = run.prompt_tokens(&prompt.text, true)?;
         let mut reference: Option<Vec<u32>> = None;
         for (i, strategy) in strategies.iter().enumerate() {
-            run.set_strategy(strategy.clone());
+            run.set_strategy(strategy.clone())?;
             let g = run.generate(&ids, &mut |_| {})?;
             let s = &g.stats;
             let t = &mut totals[i];
