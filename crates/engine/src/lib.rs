@@ -57,10 +57,10 @@ pub enum EngineError {
     VocabularyMismatch { draft: usize, target: usize },
     #[error("{0}")]
     Invalid(String),
-    #[error("loading {path}: {source}")]
+    #[error("loading {path}: {inner}")]
     Load {
         path: PathBuf,
-        source: Box<EngineError>,
+        inner: Box<EngineError>,
     },
 }
 

@@ -134,7 +134,7 @@ impl Engine {
             let path = path.to_path_buf();
             move |e: EngineError| EngineError::Load {
                 path,
-                source: Box::new(e),
+                inner: Box::new(e),
             }
         };
         let engine = match budget {
@@ -272,7 +272,7 @@ impl Run {
                 .load_draft(&path, self.backend, &mut load_events(&path, progress))
                 .map_err(|e| EngineError::Load {
                     path: path.clone(),
-                    source: Box::new(e),
+                    inner: Box::new(e),
                 })?;
             self.draft_path = Some(path);
         }

@@ -169,6 +169,7 @@ fn draw(rows: &[BudgetRow], names: &[String], args: &BenchSpecArgs) -> Result<()
                 .map(|r| (r.budget_bytes as f64 / (1u64 << 30) as f64, r.tok_s))
                 .collect(),
         })
+        .filter(|s: &arbor_plot::LineSeries| !s.points.is_empty())
         .collect();
     let chart = arbor_plot::LineChart {
         title: format!(
