@@ -433,7 +433,8 @@ impl Run {
 
     /// Compares this generation's target passes (plain steps and
     /// verifications, each with its token count) with the target's curve;
-    /// a sustained disagreement measures it again and says so. Runs that
+    /// a sustained disagreement measures the target's and the draft's
+    /// curves again and says so. Runs that
     /// stream weights are not watched: their passes are mostly disk time,
     /// which the resident curve does not describe.
     fn heal(&mut self, g: &Generation) -> Result<()> {
@@ -460,15 +461,23 @@ impl Run {
         let target_path = self.engine.path().to_path_buf();
         let (fresh, _) = self.latency(&target_path, true, true, &mut |_| {})?;
         let fresh = fresh.profile();
+        // Whatever skewed the target's curve (another process on the
+        // cores, a clock change) skewed the draft's, measured beside it.
+        let draft = match self.draft_path.clone() {
+            Some(path) if path == target_path => Some(fresh.clone()),
+            Some(path) => Some(self.latency(&path, true, true, &mut |_| {})?.0.profile()),
+            None => None,
+        };
         self.notes.push(format!(
             "target passes took {ratio:.2}x the time the cached latency profile predicts \
-             (median of the last {}): re-measured, L_fp(1) {:.1} -> {:.1} ms",
+             (median of the last {}): re-measured the curves, target L_fp(1) {:.1} -> {:.1} ms",
             Drift::STRETCH,
             before * 1e3,
             fresh.at(1) * 1e3
         ));
         if let Some(p) = &mut self.profiles {
             p.target = fresh;
+            p.draft = draft.or(p.draft.take());
         }
         let strategy = self.options.strategy.clone();
         self.options.strategy = self.prepare(strategy, &mut |_| {})?;
