@@ -1,8 +1,9 @@
 //! Opening a run: the one engine call that turns a [`RunConfig`] into a
 //! run ready to generate — resolve (fetching registered models) → plan the
 //! memory budget → load target and draft → latency profiles → strategy.
-//! `arbor generate`, `arbor bench spec` and its budgeted child processes
-//! all open their runs here.
+//! Every command of `arbor` that runs a model (generate, bench spec and its
+//! budgeted child processes, bench decode, perplexity, profile) opens its
+//! run here.
 
 use std::path::{Path, PathBuf};
 
@@ -130,13 +131,6 @@ impl Engine {
             Some(d) if strategy.needs_draft() => Some(resolve_or_fetch(d, progress)?),
             _ => None,
         };
-        let loaded = |path: &Path| {
-            let path = path.to_path_buf();
-            move |e: EngineError| EngineError::Load {
-                path,
-                inner: Box::new(e),
-            }
-        };
         let engine = match budget {
             Some(bytes) => {
                 let pipelined = strategy.streaming == Streaming::Pipelined;
@@ -148,7 +142,7 @@ impl Engine {
                     &options,
                     &mut load_events(&target, progress),
                 )
-                .map_err(loaded(&target))?;
+                .map_err(loading(&target))?;
                 if let Some(m) = engine.memory() {
                     progress(OpenEvent::Note(&m.summary()));
                 }
@@ -157,11 +151,11 @@ impl Engine {
             None => {
                 let mut engine =
                     Engine::load(&target, backend, &mut load_events(&target, progress))
-                        .map_err(loaded(&target))?;
+                        .map_err(loading(&target))?;
                 if let Some(path) = &draft_path {
                     engine
                         .load_draft(path, backend, &mut load_events(path, progress))
-                        .map_err(loaded(path))?;
+                        .map_err(loading(path))?;
                 }
                 engine
             }
@@ -185,6 +179,15 @@ impl Engine {
         };
         run.options.strategy = run.prepare(strategy, progress)?;
         Ok(run)
+    }
+}
+
+/// An error while loading `path`, saying which file it was.
+fn loading(path: &Path) -> impl FnOnce(EngineError) -> EngineError + use<> {
+    let path = path.to_path_buf();
+    move |e| EngineError::Load {
+        path,
+        inner: Box::new(e),
     }
 }
 
@@ -270,10 +273,7 @@ impl Run {
             let path = resolve_or_fetch(&name, progress)?;
             self.engine
                 .load_draft(&path, self.backend, &mut load_events(&path, progress))
-                .map_err(|e| EngineError::Load {
-                    path: path.clone(),
-                    inner: Box::new(e),
-                })?;
+                .map_err(loading(&path))?;
             self.draft_path = Some(path);
         }
         self.options.strategy = self.prepare(strategy, progress)?;
