@@ -249,6 +249,15 @@ impl Backend for CandleBackend {
                 ),
             ));
         }
+        // Capacity grows in steps of KV_STEP tokens, not by doubling: a
+        // memory budget plans the caches for the request rounded up to a
+        // step (`arbor_pipeline::kv_bytes`).
+        let needed = (kv.len + k.rows).div_ceil(arbor_tensor::KV_STEP) * arbor_tensor::KV_STEP;
+        for buf in [&mut kv.k, &mut kv.v] {
+            if buf.capacity() < needed * kv.kv_dim {
+                buf.reserve_exact(needed * kv.kv_dim - buf.len());
+            }
+        }
         kv.k.extend_from_slice(&self.round(&k.data));
         kv.v.extend_from_slice(&self.round(&v.data));
         kv.len += k.rows;

@@ -51,6 +51,10 @@ pub struct GenerateArgs {
     /// target layers that do not fit are streamed from disk.
     #[arg(long)]
     memory_budget: Option<String>,
+    /// Longest prompt + new tokens to plan a memory budget's KV caches for
+    /// [default: max tokens + 512].
+    #[arg(long)]
+    context: Option<usize>,
     /// Draw the execution trace of the first target passes (draft growth,
     /// verification, provisional steps, weight reads) to this PNG.
     #[arg(long)]
@@ -75,6 +79,7 @@ impl GenerateArgs {
                 seed: self.seed,
             },
             max_tokens: self.max_tokens,
+            context: self.context,
         }
     }
 }

@@ -37,7 +37,15 @@ pub struct RunConfig {
     pub sampling: Sampling,
     /// Most new tokens per generation.
     pub max_tokens: Option<usize>,
+    /// Longest prompt plus new tokens one generation may hold. Under a
+    /// memory budget the KV caches are planned for it (a longer request is
+    /// refused); `None` is `max_tokens` + [`PROMPT_ALLOWANCE`].
+    pub context: Option<usize>,
 }
+
+/// Prompt tokens a run under a memory budget plans for when no `context`
+/// is set.
+pub const PROMPT_ALLOWANCE: usize = 512;
 
 /// Settings that shape the speculative strategies; `None` keeps each
 /// strategy's default.
@@ -95,6 +103,7 @@ impl RunConfig {
             tuning: self.tuning.merge(over.tuning),
             sampling: self.sampling.merge(over.sampling),
             max_tokens: over.max_tokens.or(self.max_tokens),
+            context: over.context.or(self.context),
         }
     }
 
@@ -104,6 +113,17 @@ impl RunConfig {
             .as_deref()
             .map(|b| crate::parse_bytes(b).map_err(|e| EngineError::Invalid(e.to_string())))
             .transpose()
+    }
+
+    /// Tokens (prompt + new) a run plans its KV caches for: `context`, or
+    /// `max_tokens` (its default when unset) plus [`PROMPT_ALLOWANCE`].
+    pub fn planned_context(&self) -> usize {
+        self.context.unwrap_or_else(|| {
+            let new = self
+                .max_tokens
+                .unwrap_or(crate::GenerateOptions::default().max_tokens);
+            new + PROMPT_ALLOWANCE
+        })
     }
 
     /// This config for a command that runs the target by itself (bench

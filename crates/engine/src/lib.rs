@@ -276,19 +276,18 @@ impl Engine {
     /// Token ids of `text` (raw, or wrapped in the model's chat template as
     /// one user turn).
     pub fn prompt_tokens(&self, text: &str, chat: bool) -> Result<Vec<u32>> {
-        let text = if chat {
-            self.tokenizer.chat_prompt(&[ChatMessage {
-                role: Role::User,
-                content: text.to_string(),
-            }])?
-        } else {
-            text.to_string()
-        };
-        let ids = self.tokenizer.encode(&text)?;
-        if ids.is_empty() {
-            return Err(EngineError::Invalid("the prompt is empty".into()));
-        }
-        Ok(ids)
+        encode_prompt(&self.tokenizer, text, chat)
+    }
+
+    /// The most tokens any of `texts` takes as a prompt for the model at
+    /// `path` (read from its header; no weights are loaded): what a run
+    /// that will generate from them plans its context with.
+    pub fn longest_prompt(path: &Path, texts: &[&str], chat: bool) -> Result<usize> {
+        let file = arbor_gguf::GgufFile::open(path)?;
+        let tokenizer = Tokenizer::from_gguf(file.header())?;
+        texts.iter().try_fold(0, |most, t| {
+            Ok(most.max(encode_prompt(&tokenizer, t, chat)?.len()))
+        })
     }
 
     /// Generates from `prompt` (token ids), calling `on_text` with each
@@ -337,4 +336,21 @@ impl Engine {
     ) -> Result<f64> {
         perplexity::perplexity(self.model.as_mut(), tokens, ctx, progress)
     }
+}
+
+/// Token ids of `text` (raw, or as one user turn of the chat template).
+fn encode_prompt(tokenizer: &Tokenizer, text: &str, chat: bool) -> Result<Vec<u32>> {
+    let text = if chat {
+        tokenizer.chat_prompt(&[ChatMessage {
+            role: Role::User,
+            content: text.to_string(),
+        }])?
+    } else {
+        text.to_string()
+    };
+    let ids = tokenizer.encode(&text)?;
+    if ids.is_empty() {
+        return Err(EngineError::Invalid("the prompt is empty".into()));
+    }
+    Ok(ids)
 }

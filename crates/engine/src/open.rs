@@ -134,7 +134,9 @@ impl Engine {
         let engine = match budget {
             Some(bytes) => {
                 let pipelined = strategy.streaming == Streaming::Pipelined;
-                let options = MemoryOptions::new(bytes, pipelined);
+                let mut options = MemoryOptions::new(bytes, pipelined);
+                options.context = config.planned_context();
+                options.logit_rows = strategy.decoding.max_rows();
                 let engine = Engine::load_budgeted(
                     &target,
                     draft_path.as_deref(),
@@ -214,7 +216,12 @@ fn default_strategy(
         return Ok(Strategy::new(Decoding::Autoregressive));
     }
     if let Some(b) = budget
-        && Engine::target_fits(target, backend, &MemoryOptions::new(b, false))?
+        && Engine::target_fits(target, backend, &{
+            let mut o = MemoryOptions::new(b, false);
+            o.context = config.planned_context();
+            o.logit_rows = 1;
+            o
+        })?
     {
         progress(OpenEvent::Note(
             "the target fits the memory budget by itself: decoding without the draft \
@@ -336,6 +343,19 @@ impl Run {
         prompt: &[u32],
         on: &mut dyn FnMut(TextEvent<'_>),
     ) -> Result<Generation> {
+        if let Some(m) = self.engine.memory() {
+            let needed = prompt.len() + self.options.max_tokens;
+            if needed > m.context {
+                return Err(EngineError::Invalid(format!(
+                    "this request needs {needed} tokens of context ({} prompt + {} new); the \
+                     memory budget was planned for {} (set `context` in the run config, \
+                     --context)",
+                    prompt.len(),
+                    self.options.max_tokens,
+                    m.context
+                )));
+            }
+        }
         let g = self.engine.generate_events(prompt, &self.options, on)?;
         self.heal(&g)?;
         Ok(g)

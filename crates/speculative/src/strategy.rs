@@ -52,6 +52,18 @@ pub struct Strategy {
 const DEFAULT_GAMMA: usize = 5;
 
 impl Decoding {
+    /// Most rows of logits one target pass returns: the draft tokens one
+    /// verification carries and the root (1 for one-token decoding).
+    pub fn max_rows(&self) -> usize {
+        let draft = match self {
+            Decoding::Autoregressive => 0,
+            Decoding::Chain { gamma } => *gamma,
+            Decoding::Tree(c) => c.max_nodes,
+            Decoding::StaticTree { width, depth } => width.saturating_mul(*depth),
+        };
+        draft.min(MAX_DRAFT_TOKENS) + 1
+    }
+
     /// The streaming mode this decoding runs with unless told otherwise:
     /// one-token passes gain nothing from reading ahead, verification
     /// passes do.

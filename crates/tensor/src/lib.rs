@@ -155,6 +155,10 @@ impl Mask {
 /// Larger batches (prompt prefill) may trade that for speed.
 pub const EXACT_BATCH_ROWS: usize = 64;
 
+/// KV caches grow in steps of this many tokens (backends that manage their
+/// own cache memory): memory plans round a context up to it.
+pub const KV_STEP: usize = 128;
+
 /// The operations a transformer forward pass is written against.
 ///
 /// Shapes are given as `[rows, cols]`; `x` always has one row per token.

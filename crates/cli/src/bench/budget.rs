@@ -276,7 +276,16 @@ fn child(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
         .first()
         .context("the child runs one strategy")?;
     let prompts = load_prompts(&args.prompts, args.limit)?;
-    let config = args.config(device, name);
+    let mut config = args.config(device, name);
+    // The KV caches are planned for this benchmark's longest request.
+    if config.context.is_none() {
+        let target = arbor_engine::resolve_or_fetch(
+            config.target.as_deref().unwrap_or(arbor_engine::DEFAULT_TARGET),
+            &mut |_| {},
+        )?;
+        let texts: Vec<&str> = prompts.iter().map(|p| p.text.as_str()).collect();
+        config.context = Some(Engine::longest_prompt(&target, &texts, true)? + args.max_tokens);
+    }
     let budget = config.budget_bytes()?;
     let mut run = Engine::open(&config, &mut progress::open_bar())?;
     let mut row = BudgetRow {
