@@ -27,6 +27,10 @@ pub struct TuningArgs {
     /// Do not size trees with the measured latency profiles.
     #[arg(long)]
     pub no_profile: bool,
+    /// Under a memory budget, cost passes as reads added to compute (the
+    /// ablation of IO-aware tree sizing).
+    #[arg(long)]
+    pub no_io_aware: bool,
 }
 
 impl TuningArgs {
@@ -38,6 +42,7 @@ impl TuningArgs {
             branch_threshold: self.branch_threshold,
             verify: self.verify.clone(),
             no_profile: self.no_profile.then_some(true),
+            io_aware: self.no_io_aware.then_some(false),
         }
     }
 }

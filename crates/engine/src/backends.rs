@@ -146,3 +146,22 @@ pub(crate) fn target_fits(
     let _ = (&file, &options);
     with_backend!(kind, backend => Ok(arbor_pipeline::target_fits(&backend, file, options)?))
 }
+
+/// The plan the target of `file` would get with `extra` bytes held by a
+/// draft of config `draft` (see [`arbor_pipeline::plan_with`]).
+pub(crate) fn plan_with(
+    kind: BackendKind,
+    file: &GgufFile,
+    draft: Option<&arbor_model::Config>,
+    extra: u64,
+    options: &crate::MemoryOptions,
+) -> Result<Option<arbor_pipeline::Plan>> {
+    let _ = (&file, &draft, &extra, &options);
+    with_backend!(kind, backend => Ok(arbor_pipeline::plan_with(&backend, file, draft, extra, options)?))
+}
+
+/// Bytes the weights of `file` hold once loaded as a draft.
+pub(crate) fn model_bytes(kind: BackendKind, file: &GgufFile) -> Result<u64> {
+    let _ = &file;
+    with_backend!(kind, backend => Ok(arbor_pipeline::model_bytes(&backend, file)?))
+}

@@ -64,6 +64,10 @@ pub struct Tuning {
     pub verify: Option<String>,
     /// Size trees without the measured latency profiles.
     pub no_profile: Option<bool>,
+    /// Under a memory budget, cost a pipelined pass as its streamed reads
+    /// overlapped with its compute (and let trees grow to what that cost
+    /// pays for) rather than reads added to compute [default: true].
+    pub io_aware: Option<bool>,
 }
 
 /// Sampling settings; `None` fields are greedy defaults.
@@ -161,12 +165,17 @@ impl RunConfig {
 
 impl Tuning {
     fn merge(self, over: Tuning) -> Self {
-        merge_fields!(over, self; gamma, alpha, max_tree, branch_threshold, verify, no_profile)
+        merge_fields!(over, self; gamma, alpha, max_tree, branch_threshold, verify, no_profile, io_aware)
     }
 
     /// Whether trees are sized with the measured latency profiles.
     pub fn profiled(&self) -> bool {
         !self.no_profile.unwrap_or(false)
+    }
+
+    /// Whether streamed passes are costed with reads overlapping compute.
+    pub fn io_aware(&self) -> bool {
+        self.io_aware.unwrap_or(true)
     }
 
     pub fn verification(&self) -> Result<Verification> {

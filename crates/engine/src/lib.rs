@@ -6,6 +6,7 @@
 //! numerics: models, strategies and weight streaming live in the crates
 //! below, and this is the only crate that names the backends.
 
+pub mod auto;
 mod backends;
 mod config;
 mod generate;

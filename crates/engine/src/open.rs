@@ -46,14 +46,22 @@ pub struct Profiles {
     /// Seconds each target pass spends reading streamed layers (the plan's
     /// bytes per pass at the measured disk bandwidth; 0 without a budget).
     pub io_per_pass: f64,
+    /// Seconds of those reads no compute can hide: with pipelined
+    /// streaming the first streamed layer's read (the others overlap the
+    /// layers computed before them); without, all of them.
+    pub io_exposed: f64,
 }
 
 impl Profiles {
-    /// The target's curve as a pass under this run's budget costs it.
+    /// The target's curve as a pass under this run's budget costs it: the
+    /// compute of `n` tokens and the reads overlap except for the exposed
+    /// part, so a pass costs its reads until the tokens' compute outgrows
+    /// them — the flat stretch where large trees are nearly free.
     pub fn target_under_budget(&self) -> LatencyProfile {
+        let (io, exposed) = (self.io_per_pass, self.io_exposed);
         LatencyProfile {
             points: (self.target.points.iter())
-                .map(|&(n, s)| (n, s + self.io_per_pass))
+                .map(|&(n, s)| (n, s.max(io - exposed) + exposed))
                 .collect(),
         }
     }
@@ -410,10 +418,21 @@ impl Run {
             }
             read as f64 / disk.planning_bytes_per_sec()
         };
+        let pipelined = self
+            .engine
+            .memory()
+            .is_some_and(|m| matches!(m.mode, crate::StreamMode::Pipelined { .. }));
+        let streamed = self.engine.memory().map_or(0, |m| m.plan.streamed()).max(1);
+        let io_exposed = if pipelined && self.config.tuning.io_aware() {
+            io_per_pass / streamed as f64
+        } else {
+            io_per_pass
+        };
         Ok(Profiles {
             target,
             draft,
             io_per_pass,
+            io_exposed,
         })
     }
 

@@ -176,6 +176,45 @@ pub fn target_fits<B: Backend>(
     })
 }
 
+/// The residency plan the target of `file` would get under `options` if
+/// `extra` more bytes were held before it loads (a draft not loaded yet),
+/// with a draft of config `draft` beside it; `None` when the target cannot
+/// run there at all. What the `auto` strategy compares sources with.
+pub fn plan_with<B: Backend>(
+    backend: &B,
+    file: &GgufFile,
+    draft: Option<&Config>,
+    extra: u64,
+    options: &MemoryOptions,
+) -> Result<Option<Plan>> {
+    let layout = Layout::from_gguf(file.header())?;
+    let options = MemoryOptions {
+        base: Some(options.base.unwrap_or_else(resident_now) + extra),
+        ..*options
+    };
+    match plan_target(backend, &layout, draft, &options) {
+        Ok((plan, _)) => Ok(Some(plan)),
+        Err(e) if matches!(e.source_as(), Some(PagingError::TooSmall { .. })) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Bytes the weights of `file` hold once loaded as a draft (every layer
+/// and the head; an untied token table is read by rows and holds none).
+pub fn model_bytes<B: Backend>(backend: &B, file: &GgufFile) -> Result<u64> {
+    let layout = Layout::from_gguf(file.header())?;
+    let layers: u64 = layout.layers.iter().map(|l| held_bytes(backend, l)).sum();
+    let head = match &layout.head {
+        Some(h) => backend.weight_bytes(h.ty, h.rows, h.cols),
+        None => backend.weight_bytes(
+            layout.embedding.ty,
+            layout.embedding.rows,
+            layout.embedding.cols,
+        ),
+    };
+    Ok(layers + head)
+}
+
 /// The row source of `layout`'s token embedding when it is untied (a tied
 /// one is the head too, so it stays resident).
 fn embedding_rows(file: &GgufFile, layout: &Layout) -> Result<Option<Box<dyn RowSource>>> {

@@ -50,7 +50,8 @@ mod rows;
 mod streamer;
 
 pub use budget::{
-    MemoryOptions, MemoryReport, load_resident, load_target, resident_now, target_fits,
+    MemoryOptions, MemoryReport, SLACK, kv_bytes, load_resident, load_target, logit_scratch,
+    model_bytes, plan_with, resident_now, target_fits,
 };
 pub use monitor::{Monitor, Span, SpanKind, StreamStats};
 pub use plan::{LayerCost, Plan, plan};

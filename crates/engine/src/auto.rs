@@ -1,0 +1,236 @@
+//! The `auto` strategy's planner: given a memory budget and what the
+//! device profile measured (disk bandwidth, the target's `L_fp(n)`, draft
+//! step costs), it estimates the tokens per second of every draft source
+//! that fits — none, prompt lookup, the target's own resident layers, a
+//! slim or full draft model — and picks the best.
+//!
+//! The model of a round: the draft proposes a chain of `k` tokens (`k`
+//! steps of `d` seconds), the target verifies `k + 1` tokens in one pass.
+//! Under a budget a pass costs `max(L_fp(k + 1), io − exposed) + exposed`:
+//! the reads of streamed layers overlap the compute of the layers before
+//! them, except the first (see [`crate::Profiles::target_under_budget`]).
+//! With a per-token acceptance `a` the round yields `(1 − a^(k+1)) / (1 − a)`
+//! tokens. A draft's memory comes out of the target's resident layers, so
+//! every source has its own `io`. Trees do at least as well as the chain
+//! the estimate assumes: the estimate ranks sources, the tree strategy
+//! sizes each round from what it observes.
+
+use arbor_speculative::LatencyProfile;
+
+/// A draft source the planner may pick.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    /// What `draft` in the run config becomes (`None`: no draft).
+    pub draft: Option<String>,
+    /// Short label for explanations (`none`, `lookup`, `self`, `slim 32k`, ...).
+    pub label: String,
+    /// Bytes the source holds (weights and caches) out of the budget.
+    pub memory: u64,
+    /// Seconds of one draft step.
+    pub step_secs: f64,
+    /// Probability that the target accepts a drafted token (greedy,
+    /// per position).
+    pub acceptance: f64,
+    /// Fraction of rounds the source has a proposal at all (prompt lookup
+    /// has none when nothing matches); those rounds are plain steps.
+    pub coverage: f64,
+}
+
+/// What a pass under the budget costs when the target streams `read`
+/// bytes, and what the planner expects of one candidate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimate {
+    pub candidate: Candidate,
+    /// Bytes the target reads per pass with this source loaded (`None`:
+    /// the budget cannot hold the source and the target's minimum).
+    pub read_per_pass: Option<u64>,
+    /// Draft tokens per round that maximise the rate (0: plain decoding).
+    pub depth: usize,
+    pub tok_s: f64,
+}
+
+/// Device facts the estimate uses.
+#[derive(Debug, Clone)]
+pub struct Device {
+    /// The target's resident `L_fp(n)`.
+    pub target: LatencyProfile,
+    /// Direct-read bandwidth of the disk holding the target, bytes/s.
+    pub disk_bytes_per_sec: f64,
+    /// Layers streamed per pass for a given read volume (for the exposed
+    /// read); the planner only needs the mean layer size.
+    pub mean_layer_bytes: u64,
+}
+
+/// Longest chain the estimate considers.
+const MAX_DEPTH: usize = 16;
+
+impl Device {
+    /// Seconds of a target pass over `n` tokens while `read` bytes stream.
+    pub fn pass_secs(&self, n: usize, read: u64) -> f64 {
+        let io = read as f64 / self.disk_bytes_per_sec;
+        let exposed = if read == 0 {
+            0.0
+        } else {
+            self.mean_layer_bytes.min(read) as f64 / self.disk_bytes_per_sec
+        };
+        self.target.at(n).max(io - exposed) + exposed
+    }
+
+    /// The best depth and rate of `c` when the target streams `read` bytes
+    /// per pass.
+    pub fn rate(&self, c: &Candidate, read: u64) -> (usize, f64) {
+        let plain = 1.0 / self.pass_secs(1, read);
+        let mut best = (0, plain);
+        if c.draft.is_none() {
+            return best;
+        }
+        let a = c.acceptance.clamp(0.0, 0.999);
+        for k in 1..=MAX_DEPTH {
+            let tokens = (1.0 - a.powi(k as i32 + 1)) / (1.0 - a);
+            let round = k as f64 * c.step_secs + self.pass_secs(k + 1, read);
+            // Rounds without a proposal are plain steps.
+            let rate = c.coverage * tokens / round + (1.0 - c.coverage) * plain;
+            if rate > best.1 {
+                best = (k, rate);
+            }
+        }
+        best
+    }
+}
+
+/// Estimates every candidate; `read_for(memory)` is the target's bytes per
+/// pass when `memory` bytes of the budget go to the draft (`None` when the
+/// target cannot run beside it). Best first.
+pub fn estimate(
+    device: &Device,
+    candidates: Vec<Candidate>,
+    read_for: &mut dyn FnMut(u64) -> Option<u64>,
+) -> Vec<Estimate> {
+    let mut out: Vec<Estimate> = candidates
+        .into_iter()
+        .map(|candidate| {
+            let read = read_for(candidate.memory);
+            let (depth, tok_s) = read.map_or((0, 0.0), |r| device.rate(&candidate, r));
+            Estimate {
+                candidate,
+                read_per_pass: read,
+                depth,
+                tok_s,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| b.tok_s.total_cmp(&a.tok_s));
+    out
+}
+
+/// One line per estimate, for `--explain`.
+pub fn explain(estimates: &[Estimate]) -> Vec<String> {
+    estimates
+        .iter()
+        .map(|e| {
+            let c = &e.candidate;
+            match e.read_per_pass {
+                None => format!(
+                    "  {:<12} holds {:>5} MiB: does not fit beside the target",
+                    c.label,
+                    c.memory >> 20
+                ),
+                Some(r) => format!(
+                    "  {:<12} holds {:>5} MiB, target reads {:>4} MiB/pass, acceptance {:.2}, \
+                     step {:>5.1} ms -> {:>5.2} tok/s (depth {})",
+                    c.label,
+                    c.memory >> 20,
+                    r >> 20,
+                    c.acceptance,
+                    c.step_secs * 1e3,
+                    e.tok_s,
+                    e.depth
+                ),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device() -> Device {
+        Device {
+            // 30 ms for one token, +25 ms per extra token.
+            target: LatencyProfile {
+                points: vec![(1, 0.030), (2, 0.055), (64, 1.605)],
+            },
+            disk_bytes_per_sec: 1e9,
+            mean_layer_bytes: 27 << 20,
+        }
+    }
+
+    fn cand(label: &str, memory: u64, step: f64, a: f64) -> Candidate {
+        Candidate {
+            draft: (label != "none").then(|| label.to_string()),
+            label: label.into(),
+            memory,
+            step_secs: step,
+            acceptance: a,
+            coverage: 1.0,
+        }
+    }
+
+    #[test]
+    fn passes_cost_their_reads_until_compute_outgrows_them() {
+        let d = device();
+        let read = 400 << 20;
+        let io = read as f64 / 1e9;
+        assert!((d.pass_secs(1, read) - io).abs() < 1e-9);
+        assert!((d.pass_secs(4, read) - io).abs() < 1e-9, "4 tokens hide under the reads");
+        assert!(d.pass_secs(32, read) > io, "32 tokens compute longer than the reads");
+        assert!((d.pass_secs(1, 0) - 0.030).abs() < 1e-9);
+    }
+
+    #[test]
+    fn free_drafts_win_when_reads_dominate_and_lose_when_they_miss() {
+        let d = device();
+        let read_for = &mut |m: u64| Some((400u64 << 20) + m);
+        let est = estimate(
+            &d,
+            vec![cand("none", 0, 0.0, 0.0), cand("good", 0, 0.01, 0.7)],
+            read_for,
+        );
+        assert_eq!(est[0].candidate.label, "good");
+        assert!(est[0].depth >= 3, "IO-bound passes pay for deep chains");
+        let est = estimate(
+            &d,
+            vec![cand("none", 0, 0.0, 0.0), cand("bad", 0, 0.05, 0.01)],
+            read_for,
+        );
+        assert_eq!(est[0].candidate.label, "none");
+    }
+
+    #[test]
+    fn a_draft_that_costs_memory_pays_in_reads() {
+        let d = device();
+        // The same acceptance and step time; one source holds 400 MiB that
+        // the target then streams on every pass.
+        let est = estimate(
+            &d,
+            vec![cand("heavy", 400 << 20, 0.01, 0.8), cand("light", 0, 0.01, 0.8)],
+            &mut |m| Some((200u64 << 20) + m),
+        );
+        assert_eq!(est[0].candidate.label, "light");
+        assert!(est[1].tok_s < est[0].tok_s);
+    }
+
+    #[test]
+    fn sources_that_do_not_fit_rank_last() {
+        let d = device();
+        let est = estimate(
+            &d,
+            vec![cand("huge", 1 << 30, 0.01, 0.9), cand("none", 0, 0.0, 0.0)],
+            &mut |m| (m < (1 << 30)).then_some(300 << 20),
+        );
+        assert_eq!(est[0].candidate.label, "none");
+        assert_eq!(est[1].read_per_pass, None);
+        assert!(explain(&est)[1].contains("does not fit"));
+    }
+}
