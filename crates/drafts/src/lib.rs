@@ -11,3 +11,6 @@
 //! The third cheap source, the target's own resident layers (self draft),
 //! lives with the decoder (`arbor_model::Decoder::self_draft`) since it
 //! shares the target's weights.
+
+pub mod lookup;
+pub use lookup::PromptLookup;

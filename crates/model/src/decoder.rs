@@ -7,6 +7,8 @@
 //! halves of each head while llama GGUF files rotate adjacent pairs; and the
 //! output head may be tied to the token embedding (no `output.weight`).
 
+use std::sync::Arc;
+
 use arbor_gguf::{GgmlType, GgufFile, TensorInfo};
 use arbor_tensor::{Backend, Mask, WeightData};
 
@@ -16,10 +18,10 @@ use crate::{
     RowSource, TensorEntry,
 };
 
-/// The token embedding: a resident table, or rows fetched from a
-/// [`RowSource`] as tokens need them.
-enum Embedding<B: Backend> {
-    Table(B::Weight),
+/// The token embedding: a resident table (shared with self drafts), or rows
+/// fetched from a [`RowSource`] as tokens need them.
+pub(crate) enum Embedding<B: Backend> {
+    Table(Arc<B::Weight>),
     Rows {
         source: Box<dyn RowSource>,
         ty: GgmlType,
@@ -27,19 +29,31 @@ enum Embedding<B: Backend> {
     },
 }
 
+/// Where a layer's weights come from in a forward pass.
+pub(crate) enum Block<B: Backend> {
+    /// Held in memory, shared with any self draft.
+    Resident(Arc<LayerWeights<B>>),
+    /// Lent by the decoder's [`LayerSource`] for each pass.
+    Streamed,
+    /// Not run: the residual stream passes through unchanged (a self
+    /// draft's stand-in for the target's streamed layers). Has no KV cache.
+    Skipped,
+}
+
 /// A llama/qwen2 decoder with its KV cache.
 pub struct Decoder<B: Backend> {
-    backend: B,
-    config: Config,
-    embed: Embedding<B>,
-    /// `None` for layers streamed from `source`.
-    blocks: Vec<Option<LayerWeights<B>>>,
-    source: Option<Box<dyn LayerSource<B>>>,
-    norm: B::Tensor,
+    pub(crate) backend: B,
+    pub(crate) config: Config,
+    pub(crate) embed: Embedding<B>,
+    pub(crate) blocks: Vec<Block<B>>,
+    pub(crate) source: Option<Box<dyn LayerSource<B>>>,
+    pub(crate) norm: B::Tensor,
     /// `None` when the head is tied to the embedding.
-    output: Option<B::Weight>,
-    cache: Vec<B::Kv>,
-    resident_bytes: u64,
+    pub(crate) output: Option<Arc<B::Weight>>,
+    /// One cache per layer that runs (every block but the skipped ones),
+    /// in layer order.
+    pub(crate) cache: Vec<B::Kv>,
+    pub(crate) resident_bytes: u64,
 }
 
 /// A tensor's index entry and bytes in `file`.
@@ -112,7 +126,7 @@ impl<B: Backend> Decoder<B> {
                 })?;
                 file.release(info);
                 tick();
-                Embedding::Table(w)
+                Embedding::Table(Arc::new(w))
             }
         };
         let mut blocks = Vec::with_capacity(c.n_layers);
@@ -121,7 +135,7 @@ impl<B: Backend> Decoder<B> {
                 for _ in entries {
                     tick();
                 }
-                blocks.push(None);
+                blocks.push(Block::Streamed);
                 continue;
             }
             let tensors: Vec<_> = entries
@@ -129,9 +143,9 @@ impl<B: Backend> Decoder<B> {
                 .map(|e| tensor(file, e))
                 .collect::<Result<_>>()?;
             let bytes: Vec<&[u8]> = tensors.iter().map(|(_, b)| *b).collect();
-            blocks.push(Some(LayerWeights::from_bytes(
+            blocks.push(Block::Resident(Arc::new(LayerWeights::from_bytes(
                 &backend, entries, &bytes, false,
-            )?));
+            )?)));
             resident_bytes += held_bytes(&backend, entries);
             for (info, _) in tensors {
                 file.release(info);
@@ -157,7 +171,7 @@ impl<B: Backend> Decoder<B> {
                 })?;
                 file.release(info);
                 tick();
-                Some(w)
+                Some(Arc::new(w))
             }
             None => None,
         };
@@ -184,7 +198,10 @@ impl<B: Backend> Decoder<B> {
 
     /// Which layers are resident.
     pub fn resident_layers(&self) -> Vec<bool> {
-        self.blocks.iter().map(Option::is_some).collect()
+        self.blocks
+            .iter()
+            .map(|b| matches!(b, Block::Resident(_)))
+            .collect()
     }
 
     /// Bytes of weights held in memory (resident layers, head, norms, and the
@@ -197,7 +214,7 @@ impl<B: Backend> Decoder<B> {
     fn embed(&mut self, tokens: &[u32]) -> Result<B::Tensor> {
         let b = &self.backend;
         match &mut self.embed {
-            Embedding::Table(w) => Ok(b.embed(w, tokens)?),
+            Embedding::Table(w) => Ok(b.embed(w.as_ref(), tokens)?),
             Embedding::Rows { source, ty, cols } => {
                 let d = *cols;
                 let mut data = Vec::with_capacity(tokens.len() * d);
@@ -264,11 +281,13 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         self.check_input(tokens, positions, mask, logit_rows)?;
         let mut x = self.embed(tokens)?;
         let (b, c) = (&self.backend, &self.config);
-        for (i, (block, kv)) in self.blocks.iter().zip(self.cache.iter_mut()).enumerate() {
+        let mut caches = self.cache.iter_mut();
+        for (i, block) in self.blocks.iter().enumerate() {
             let lease;
             let block = match block {
-                Some(block) => block,
-                None => {
+                Block::Skipped => continue,
+                Block::Resident(block) => block.as_ref(),
+                Block::Streamed => {
                     let source = self.source.as_mut().ok_or_else(|| {
                         ModelError::Input(format!("layer {i} is not resident and has no source"))
                     })?;
@@ -276,6 +295,9 @@ impl<B: Backend> LanguageModel for Decoder<B> {
                     &lease.weights
                 }
             };
+            let kv = caches
+                .next()
+                .ok_or_else(|| ModelError::Invalid(format!("layer {i} has no KV cache")))?;
             // Attention
             let h = b.rms_norm(&x, &block.attn_norm, c.rms_eps)?;
             let a = &block.attn;
@@ -298,7 +320,7 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         let x = b.select_rows(&x, logit_rows)?;
         let x = b.rms_norm(&x, &self.norm, c.rms_eps)?;
         let head = match (&self.output, &self.embed) {
-            (Some(w), _) | (None, Embedding::Table(w)) => w,
+            (Some(w), _) | (None, Embedding::Table(w)) => w.as_ref(),
             (None, Embedding::Rows { .. }) => {
                 return Err(ModelError::Invalid("no output head".into()));
             }

@@ -12,6 +12,7 @@
 
 pub mod decoder;
 pub mod layout;
+mod self_draft;
 pub mod testing;
 pub mod weights;
 

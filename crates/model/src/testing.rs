@@ -134,8 +134,9 @@ pub fn write_temp(w: &GgufWriter, tag: &str) -> std::path::PathBuf {
 
 /// A [`RowSource`] over a copy of the token embedding's bytes, for tests of
 /// decoders whose embedding rows do not come from a resident table.
+#[derive(Clone)]
 pub struct MemoryRows {
-    bytes: Vec<u8>,
+    bytes: std::sync::Arc<[u8]>,
     row_bytes: usize,
 }
 
@@ -145,7 +146,7 @@ impl MemoryRows {
         let e = &layout.embedding;
         let start = e.offset as usize;
         Self {
-            bytes: file.bytes()[start..start + e.len].to_vec(),
+            bytes: file.bytes()[start..start + e.len].into(),
             row_bytes: e.len / e.rows,
         }
     }
@@ -157,5 +158,9 @@ impl RowSource for MemoryRows {
         self.bytes
             .get(at..at + self.row_bytes)
             .ok_or_else(|| ModelError::Input(format!("no embedding row {row}")))
+    }
+
+    fn try_clone(&self) -> Result<Box<dyn RowSource>> {
+        Ok(Box::new(self.clone()))
     }
 }

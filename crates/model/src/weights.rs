@@ -68,6 +68,15 @@ pub trait RowSource: Send {
     /// The bytes of row `row` as the file stores them (the embedding's
     /// [`TensorEntry::len`] divided by its rows), valid until the next call.
     fn row(&mut self, row: usize) -> Result<&[u8]>;
+
+    /// A second, independent source of the same rows, for a model sharing
+    /// this embedding (a self draft, run on another thread). Sources that
+    /// cannot open a second handle say so with an error.
+    fn try_clone(&self) -> Result<Box<dyn RowSource>> {
+        Err(ModelError::Invalid(
+            "this embedding row source cannot be opened twice".into(),
+        ))
+    }
 }
 
 impl<B: Backend> LayerWeights<B> {

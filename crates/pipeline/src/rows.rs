@@ -1,7 +1,7 @@
 //! [`DiskRows`]: token-embedding rows read from the GGUF file as tokens
 //! need them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use arbor_model::{Layout, Result, RowSource};
 use arbor_paging::{AlignedBuf, DirectReader};
@@ -12,6 +12,7 @@ use crate::paging;
 /// with direct IO, one row per read, into a buffer it reuses (nothing lands
 /// in the page cache).
 pub struct DiskRows {
+    path: PathBuf,
     reader: DirectReader,
     buf: AlignedBuf,
     /// Absolute offset of row 0.
@@ -25,6 +26,7 @@ impl DiskRows {
     pub fn open(path: &Path, layout: &Layout) -> Result<Self> {
         let e = &layout.embedding;
         Ok(Self {
+            path: path.to_path_buf(),
             reader: DirectReader::open(path).map_err(paging)?,
             buf: AlignedBuf::new(0),
             offset: e.offset,
@@ -39,5 +41,16 @@ impl RowSource for DiskRows {
         self.reader
             .read_into(offset, self.row_bytes, &mut self.buf)
             .map_err(paging)
+    }
+
+    /// Opens the file again: the two sources read independently.
+    fn try_clone(&self) -> Result<Box<dyn RowSource>> {
+        Ok(Box::new(Self {
+            path: self.path.clone(),
+            reader: DirectReader::open(&self.path).map_err(paging)?,
+            buf: AlignedBuf::new(0),
+            offset: self.offset,
+            row_bytes: self.row_bytes,
+        }))
     }
 }
