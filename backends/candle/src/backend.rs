@@ -89,6 +89,10 @@ impl Backend for CandleBackend {
         Ok(x.data.clone())
     }
 
+    fn into_vec(&self, x: HostTensor) -> Result<Vec<f32>> {
+        Ok(x.data)
+    }
+
     fn embed(&self, table: &CandleWeight, ids: &[u32]) -> Result<HostTensor> {
         if let Some(&bad) = ids.iter().find(|&&i| i as usize >= table.rows) {
             return Err(shape_err(

@@ -42,7 +42,8 @@ pub struct GenerateArgs {
     draft: Option<String>,
     #[arg(long, help = format!(
         "How tokens are produced: {} (default: tree with a draft, autoregressive without \
-         or when a memory budget holds the whole target). tree-provisional shows the draft's \
+         or when a memory budget holds the whole target; auto under a memory budget: it picks \
+         the draft source and strategy expected to be fastest). tree-provisional shows the draft's \
          guesses dimmed while the target loads weights", arbor_engine::Strategy::help()))]
     strategy: Option<String>,
     #[command(flatten)]
@@ -55,6 +56,10 @@ pub struct GenerateArgs {
     /// [default: max tokens + 512].
     #[arg(long)]
     context: Option<usize>,
+    /// Say what the `auto` strategy (the default under a memory budget)
+    /// estimated for each draft source, and why it chose one.
+    #[arg(long)]
+    explain: bool,
     /// Draw the execution trace of the first target passes (draft growth,
     /// verification, provisional steps, weight reads) to this PNG.
     #[arg(long)]
@@ -86,7 +91,7 @@ impl GenerateArgs {
 
 pub fn run(args: &GenerateArgs, device: RunConfig) -> Result<()> {
     let config = device.merge(args.config());
-    let mut run = Engine::open(&config, &mut progress::open_bar())?;
+    let mut run = Engine::open(&config, &mut progress::open_bar_with(args.explain))?;
     let prompt = run.prompt_tokens(&args.prompt, args.chat)?;
     let mut live = live::Live::new();
     let g = run.generate(&prompt, &mut |event| live.event(event))?;

@@ -84,6 +84,11 @@ type Counter<K> = Option<(K, Box<dyn FnMut(usize, usize)>)>;
 
 /// Bars and notes for what opening a run reports.
 pub fn open_bar() -> impl FnMut(OpenEvent<'_>) {
+    open_bar_with(false)
+}
+
+/// [`open_bar`], printing the reasons behind choices too when `explain`.
+pub fn open_bar_with(explain: bool) -> impl FnMut(OpenEvent<'_>) {
     let mut fetch = fetch_bar();
     let mut load: Counter<std::path::PathBuf> = None;
     let mut measure: Counter<String> = None;
@@ -106,5 +111,7 @@ pub fn open_bar() -> impl FnMut(OpenEvent<'_>) {
             }
         }
         OpenEvent::Note(note) => eprintln!("{note}"),
+        OpenEvent::Explain(line) if explain => eprintln!("{line}"),
+        OpenEvent::Explain(_) => {}
     }
 }

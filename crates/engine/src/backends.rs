@@ -119,22 +119,41 @@ pub(crate) fn load(
 }
 
 /// Loads the target of `file` under `options` (see
-/// [`arbor_pipeline::load_target`]), given that `draft` is loaded. `path`
-/// is the one `file` was opened from; the pipeline reads `file.path()`.
+/// [`arbor_pipeline::load_target`]), given that `draft` is loaded (or, with
+/// `self_draft`, that the target will draft for itself: then the self
+/// draft comes back too). `path` is the one `file` was opened from; the
+/// pipeline reads `file.path()`.
 pub(crate) fn load_budgeted(
     kind: BackendKind,
     file: &GgufFile,
     path: &std::path::Path,
     draft: Option<&arbor_model::Config>,
+    self_draft: bool,
     options: &crate::MemoryOptions,
     progress: &mut dyn FnMut(usize, usize),
-) -> Result<(Box<dyn LanguageModel>, crate::MemoryReport)> {
+) -> Result<(
+    Box<dyn LanguageModel>,
+    crate::MemoryReport,
+    Option<Box<dyn LanguageModel>>,
+)> {
     debug_assert_eq!(path, file.path());
-    let _ = (&file, &draft, &options, &progress);
+    let _ = (&file, &draft, &self_draft, &options, &progress);
     with_backend!(kind, backend => {
         let (model, report) = arbor_pipeline::load_target(backend, file, draft, options, progress)?;
+        let own: Option<Box<dyn LanguageModel>> = if self_draft {
+            if report.plan.streamed() == 0 {
+                return Err(crate::EngineError::Invalid(
+                    "a self draft runs the target's resident layers and skips the streamed \
+                     ones, but under this budget every layer is resident: use another draft"
+                        .into(),
+                ));
+            }
+            Some(Box::new(model.self_draft()?))
+        } else {
+            None
+        };
         let model: Box<dyn LanguageModel> = Box::new(model);
-        Ok((model, report))
+        Ok((model, report, own))
     })
 }
 

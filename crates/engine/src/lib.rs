@@ -8,6 +8,8 @@
 
 pub mod auto;
 mod backends;
+mod choose;
+mod drafts;
 mod config;
 mod generate;
 mod memory;
@@ -28,10 +30,11 @@ pub use arbor_speculative::{
 };
 pub use arbor_tokenizer::{ChatMessage, Role, Tokenizer};
 pub use backends::BackendKind;
+pub use drafts::DraftSource;
 pub use config::{DEFAULT_DRAFT, DEFAULT_TARGET, RunConfig, Sampling, Tuning};
 pub use generate::{GenerateOptions, Generation, GenerationStats, StopReason, TextEvent};
 pub use memory::{MemoryOptions, MemoryReport, resident_now};
-pub use open::{OpenEvent, Profiles, Run, pick_backend, resolve_or_fetch};
+pub use open::{AUTO, OpenEvent, Profiles, Run, pick_backend, resolve_or_fetch};
 pub use profiles::{DiskRecord, Drift, LatencyRecord, ProfileStore};
 pub use trace::{Activity, Segment, Trace};
 
@@ -144,7 +147,7 @@ impl Engine {
     /// is an error that says the minimum.
     pub fn load_budgeted(
         path: &Path,
-        draft: Option<&Path>,
+        draft: Option<&DraftSource>,
         backend: BackendKind,
         options: &MemoryOptions,
         progress: &mut dyn FnMut(usize, usize),
@@ -153,7 +156,7 @@ impl Engine {
         let file = arbor_gguf::GgufFile::open(path)?;
         let tokenizer = Tokenizer::from_gguf(file.header())?;
         let mut draft_model = None;
-        if let Some(dpath) = draft {
+        if let Some(DraftSource::Model(dpath)) = draft {
             let dfile = arbor_gguf::GgufFile::open(dpath)?;
             let dtok = Tokenizer::from_gguf(dfile.header())?;
             if !dtok.same_vocabulary(&tokenizer) {
@@ -164,11 +167,21 @@ impl Engine {
             }
             draft_model = Some(backends::load(backend, &dfile, progress)?);
         }
-        let (model, report) = backends::load_budgeted(
+        // A self draft keeps its own KV cache and logits: planned like a
+        // draft with the target's shape.
+        let self_draft = draft == Some(&DraftSource::SelfLayers);
+        let target_config = arbor_model::Layout::from_gguf(file.header())?.config;
+        let draft_config = match (&draft_model, self_draft) {
+            (Some(d), _) => Some(d.config().clone()),
+            (None, true) => Some(target_config),
+            (None, false) => None,
+        };
+        let (model, report, own_draft) = backends::load_budgeted(
             backend,
             &file,
             path,
-            draft_model.as_ref().map(|d| d.config()),
+            draft_config.as_ref(),
+            self_draft,
             options,
             progress,
         )?;
@@ -180,10 +193,18 @@ impl Engine {
             draft: None,
             memory: Some(report),
         };
-        if let Some(d) = draft_model {
-            engine.set_draft(d)?;
+        match (draft, draft_model.or(own_draft)) {
+            (_, Some(d)) => engine.set_draft(d)?,
+            (Some(DraftSource::Lookup), None) => engine.attach_lookup()?,
+            _ => {}
         }
         Ok(engine)
+    }
+
+    /// Attaches prompt lookup as the draft.
+    pub fn attach_lookup(&mut self) -> Result<()> {
+        let config = self.model.config().clone();
+        self.set_draft(Box::new(arbor_drafts::PromptLookup::new(config)))
     }
 
     /// Whether the model at `path` alone (no draft) keeps every layer

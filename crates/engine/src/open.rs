@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use arbor_speculative::{Decoding, LatencyProfile, Strategy, Streaming};
 
 use crate::config::{DEFAULT_TARGET, RunConfig};
+use crate::drafts::DraftSource;
 use crate::profiles::{Drift, ProfileStore};
 use crate::{
     BackendKind, Engine, EngineError, GenerateOptions, Generation, MemoryOptions, Result, TextEvent,
@@ -34,6 +35,9 @@ pub enum OpenEvent<'a> {
     },
     /// A decision or fact worth a line on stderr.
     Note(&'a str),
+    /// Why a decision was taken (the `auto` planner's estimates): shown
+    /// when asked for (`--explain`).
+    Explain(&'a str),
 }
 
 /// The latency curves trees are sized with, as the run sees them.
@@ -73,7 +77,7 @@ pub struct Run {
     engine: Engine,
     backend: BackendKind,
     config: RunConfig,
-    draft_path: Option<PathBuf>,
+    draft: Option<DraftSource>,
     options: GenerateOptions,
     profiles: Option<Profiles>,
     store: ProfileStore,
@@ -120,11 +124,26 @@ impl Engine {
     ) -> Result<Run> {
         // Everything that can be checked without files first.
         let backend = pick_backend(config.backend.as_deref())?;
-        let named: Option<Strategy> = config.strategy.as_deref().map(str::parse).transpose()?;
+        let auto = is_auto(config);
+        let named: Option<Strategy> = match auto {
+            true => None,
+            false => config.strategy.as_deref().map(str::parse).transpose()?,
+        };
         let budget = config.budget_bytes()?;
         let verification = config.tuning.verification()?;
         let target_name = config.target.as_deref().unwrap_or(DEFAULT_TARGET);
         let target = resolve_or_fetch(target_name, progress)?;
+        let mut config = config.clone();
+        let named = match named {
+            Some(s) => Some(s),
+            None if auto => {
+                let choice = crate::choose::choose(&config, &target, budget, backend, &store, progress)?;
+                config.draft = choice.draft;
+                Some(choice.strategy.parse()?)
+            }
+            None => None,
+        };
+        let config = &config;
         let strategy = match named {
             Some(s) => s,
             None => default_strategy(&target, config, budget, backend, progress)?,
@@ -132,11 +151,12 @@ impl Engine {
         let strategy = config.tuning.apply(strategy);
         if strategy.needs_draft() && config.draft.is_none() {
             return Err(EngineError::Invalid(format!(
-                "strategy `{strategy}` needs a draft model (--draft, e.g. qwen2.5-coder-0.5b)"
+                "strategy `{strategy}` needs a draft (--draft: a model such as \
+                 qwen2.5-coder-0.5b, `lookup` or `self`)"
             )));
         }
-        let draft_path = match &config.draft {
-            Some(d) if strategy.needs_draft() => Some(resolve_or_fetch(d, progress)?),
+        let draft = match &config.draft {
+            Some(d) if strategy.needs_draft() => Some(DraftSource::resolve(d, progress)?),
             _ => None,
         };
         let engine = match budget {
@@ -147,7 +167,7 @@ impl Engine {
                 options.logit_rows = strategy.decoding.max_rows();
                 let engine = Engine::load_budgeted(
                     &target,
-                    draft_path.as_deref(),
+                    draft.as_ref(),
                     backend,
                     &options,
                     &mut load_events(&target, progress),
@@ -162,10 +182,8 @@ impl Engine {
                 let mut engine =
                     Engine::load(&target, backend, &mut load_events(&target, progress))
                         .map_err(loading(&target))?;
-                if let Some(path) = &draft_path {
-                    engine
-                        .load_draft(path, backend, &mut load_events(path, progress))
-                        .map_err(loading(path))?;
+                if let Some(d) = &draft {
+                    attach(&mut engine, d, backend, progress)?;
                 }
                 engine
             }
@@ -173,8 +191,11 @@ impl Engine {
         let mut run = Run {
             engine,
             backend,
-            config: config.clone(),
-            draft_path,
+            config: RunConfig {
+                strategy: Some(strategy.name()),
+                ..config.clone()
+            },
+            draft,
             options: GenerateOptions {
                 max_tokens: (config.max_tokens).unwrap_or(GenerateOptions::default().max_tokens),
                 sampling: config.sampling.params(),
@@ -189,6 +210,38 @@ impl Engine {
         };
         run.options.strategy = run.prepare(strategy, progress)?;
         Ok(run)
+    }
+}
+
+/// The strategy name that lets the planner choose ([`crate::choose`]).
+pub const AUTO: &str = "auto";
+
+/// Whether `config` asks the planner to choose: `strategy = "auto"`, or no
+/// strategy under a memory budget.
+fn is_auto(config: &RunConfig) -> bool {
+    match config.strategy.as_deref() {
+        Some(s) => s == AUTO,
+        None => config.memory_budget.is_some(),
+    }
+}
+
+/// Attaches `source` as the draft of an engine loaded without a budget.
+fn attach(
+    engine: &mut Engine,
+    source: &DraftSource,
+    backend: BackendKind,
+    progress: &mut dyn FnMut(OpenEvent<'_>),
+) -> Result<()> {
+    match source {
+        DraftSource::Model(path) => engine
+            .load_draft(path, backend, &mut load_events(path, progress))
+            .map_err(loading(path)),
+        DraftSource::Lookup => engine.attach_lookup(),
+        DraftSource::SelfLayers => Err(EngineError::Invalid(
+            "a self draft runs the target's resident layers: it needs a memory budget under \
+             which some layers stream (--memory-budget), opened with it"
+                .into(),
+        )),
     }
 }
 
@@ -285,11 +338,9 @@ impl Run {
             let name = self.config.draft.clone().ok_or_else(|| {
                 EngineError::Invalid(format!("strategy `{strategy}` needs a draft model"))
             })?;
-            let path = resolve_or_fetch(&name, progress)?;
-            self.engine
-                .load_draft(&path, self.backend, &mut load_events(&path, progress))
-                .map_err(loading(&path))?;
-            self.draft_path = Some(path);
+            let source = DraftSource::resolve(&name, progress)?;
+            attach(&mut self.engine, &source, self.backend, progress)?;
+            self.draft = Some(source);
         }
         self.options.strategy = self.prepare(strategy, progress)?;
         self.config.strategy = Some(self.options.strategy.name());
@@ -405,8 +456,14 @@ impl Run {
             let (record, note) = self.latency(&target_path, false, read == 0, progress)?;
             (record.profile(), note.is_some() && read > 0)
         };
-        let draft = match self.draft_path.clone() {
-            Some(path) => Some(self.latency(&path, false, true, progress)?.0.profile()),
+        let running = self.engine.memory().map_or(1.0, |m| {
+            1.0 - m.plan.streamed() as f64 / m.plan.resident.len().max(1) as f64
+        });
+        let draft = match self.draft.clone() {
+            Some(DraftSource::Model(path)) => {
+                Some(self.latency(&path, false, true, progress)?.0.profile())
+            }
+            Some(other) => other.derived_profile(&target, running),
             None => None,
         };
         let io_per_pass = if read == 0 || measured_streaming {
@@ -416,7 +473,7 @@ impl Run {
             if let Some(note) = note {
                 progress(OpenEvent::Note(&note));
             }
-            read as f64 / disk.planning_bytes_per_sec()
+            read as f64 / disk.streaming_bytes_per_sec()
         };
         let pipelined = self
             .engine
@@ -502,9 +559,12 @@ impl Run {
         let fresh = fresh.profile();
         // Whatever skewed the target's curve (another process on the
         // cores, a clock change) skewed the draft's, measured beside it.
-        let draft = match self.draft_path.clone() {
-            Some(path) if path == target_path => Some(fresh.clone()),
-            Some(path) => Some(self.latency(&path, true, true, &mut |_| {})?.0.profile()),
+        let draft = match self.draft.clone() {
+            Some(DraftSource::Model(path)) if path == target_path => Some(fresh.clone()),
+            Some(DraftSource::Model(path)) => {
+                Some(self.latency(&path, true, true, &mut |_| {})?.0.profile())
+            }
+            Some(other) => other.derived_profile(&fresh, 1.0),
             None => None,
         };
         self.notes.push(format!(

@@ -329,7 +329,7 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         Ok(Logits {
             rows: logit_rows.len(),
             vocab: c.vocab_size,
-            data: b.to_vec(&logits)?,
+            data: b.into_vec(logits)?,
         })
     }
 

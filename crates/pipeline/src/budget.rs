@@ -109,10 +109,11 @@ pub fn kv_bytes(c: &Config, context: usize) -> u64 {
     (context.max(1).div_ceil(step) * step) as u64 * kv_per_token(c)
 }
 
-/// Logits for `rows` rows (and their copies on the way out: the matmul's
-/// output, the host copy, the rows the loop keeps).
+/// Logits for `rows` rows: the head's output (handed to the loop without a
+/// copy) and room for one more copy of them on the way (a slim draft
+/// widening its rows, a sampler's probabilities).
 pub fn logit_scratch(c: &Config, rows: usize) -> u64 {
-    3 * rows.max(1) as u64 * c.vocab_size as u64 * 4
+    2 * rows.max(1) as u64 * c.vocab_size as u64 * 4
 }
 
 /// Slack for allocator fragmentation, thread stacks and per-pass

@@ -196,6 +196,12 @@ pub trait Backend: Send + Sync + 'static {
     fn shape(&self, x: &Self::Tensor) -> (usize, usize);
     /// Copies a tensor to the host, row-major.
     fn to_vec(&self, x: &Self::Tensor) -> Result<Vec<f32>>;
+    /// Moves a tensor to the host, row-major; backends whose tensors live
+    /// on the host hand their buffer over instead of copying it (a
+    /// verification's logits are tens of MiB).
+    fn into_vec(&self, x: Self::Tensor) -> Result<Vec<f32>> {
+        self.to_vec(&x)
+    }
 
     /// Rows `ids` of an embedding table `[vocab, dim]` → `[ids.len(), dim]`.
     fn embed(&self, table: &Self::Weight, ids: &[u32]) -> Result<Self::Tensor>;

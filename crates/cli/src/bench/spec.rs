@@ -97,10 +97,14 @@ impl BenchSpecArgs {
     /// Greedy, and inside the memory budget this process runs under (the
     /// first of `--memory-budget` in a child, none in the parent), whatever
     /// the device config says: the benchmark compares greedy outputs.
+    /// `strategy` may name its draft source after an `@` (`tree@lookup`,
+    /// `tree-provisional@self`, `chain@PATH`); `auto` lets the planner
+    /// choose among `--draft`, prompt lookup and the self draft.
     pub fn config(&self, device: &RunConfig, strategy: &str) -> RunConfig {
+        let (strategy, draft) = split_entry(strategy, &self.draft);
         let merged = device.clone().merge(RunConfig {
             target: Some(self.target.clone()),
-            draft: Some(self.draft.clone()),
+            draft: Some(draft.to_string()),
             backend: self.backend.clone(),
             strategy: Some(strategy.to_string()),
             tuning: self.tuning.tuning(),
@@ -130,13 +134,22 @@ impl BenchSpecArgs {
     pub fn names(&self) -> Result<Vec<String>> {
         let mut names: Vec<String> = vec!["autoregressive".into()];
         for s in &self.strategies {
-            s.parse::<arbor_engine::Strategy>()?;
+            let (strategy, _) = split_entry(s, &self.draft);
+            if strategy != arbor_engine::AUTO {
+                strategy.parse::<arbor_engine::Strategy>()?;
+            }
             if !names.contains(s) {
                 names.push(s.clone());
             }
         }
         Ok(names)
     }
+}
+
+/// A benchmark entry's strategy and draft source (`--draft` unless the
+/// entry names one after `@`).
+pub fn split_entry<'a>(entry: &'a str, draft: &'a str) -> (&'a str, &'a str) {
+    entry.split_once('@').unwrap_or((entry, draft))
 }
 
 pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
@@ -146,15 +159,30 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
     let names = args.names()?;
     let prompts = load_prompts(&args.prompts, args.limit)?;
     let mut events = progress::open_bar();
-    let mut run = Engine::open(&args.config(device, "autoregressive"), &mut events)?;
-    // Load the draft (and measure profiles) before the first prompt, so
+    // One run per draft source (and one for `auto`, which picks its own);
+    // drafts are loaded and profiles measured before the first prompt, so
     // every strategy's timings are of decoding only.
+    let mut runs: Vec<(String, arbor_engine::Run)> = Vec::new();
     let mut strategies = Vec::new();
     for name in &names {
-        run.use_strategy(name, &mut events)?;
-        strategies.push(run.strategy().clone());
+        let (strategy, draft) = split_entry(name, &args.draft);
+        let key = if strategy == arbor_engine::AUTO { strategy } else { draft };
+        let at = match runs.iter().position(|(k, _)| k == key) {
+            Some(at) => at,
+            None => {
+                let opening = if strategy == arbor_engine::AUTO { name } else { "autoregressive" };
+                let config = args.config(device, opening);
+                runs.push((key.to_string(), Engine::open(&config, &mut events)?));
+                runs.len() - 1
+            }
+        };
+        let run = &mut runs[at].1;
+        if strategy != arbor_engine::AUTO {
+            run.use_strategy(strategy, &mut events)?;
+        }
+        strategies.push((at, run.strategy().clone()));
     }
-    if let Some(p) = run.profiles() {
+    if let Some(p) = runs[0].1.profiles() {
         let curve = |p: &LatencyProfile| -> String {
             p.points
                 .iter()
@@ -172,9 +200,10 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
     let total_runs = prompts.len() * names.len();
     let mut done = 0;
     for prompt in &prompts {
-        let ids = run.prompt_tokens(&prompt.text, true)?;
+        let ids = runs[0].1.prompt_tokens(&prompt.text, true)?;
         let mut reference: Option<Vec<u32>> = None;
-        for (i, strategy) in strategies.iter().enumerate() {
+        for (i, (at, strategy)) in strategies.iter().enumerate() {
+            let run = &mut runs[*at].1;
             run.set_strategy(strategy.clone())?;
             let g = run.generate(&ids, &mut |_| {})?;
             let s = &g.stats;
@@ -201,8 +230,10 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
             count(done, total_runs);
         }
     }
-    for note in run.take_notes() {
-        eprintln!("{note}");
+    for (_, run) in &mut runs {
+        for note in run.take_notes() {
+            eprintln!("{note}");
+        }
     }
     let peak = sys::peak_rss_bytes().unwrap_or(0);
     let ar_tok_s = totals[0].generated as f64 / totals[0].secs.max(1e-9);

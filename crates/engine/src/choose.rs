@@ -1,0 +1,239 @@
+//! What `auto` runs: the draft source, streaming mode and strategy that
+//! the planner ([`crate::auto`]) expects to be fastest under the run's
+//! memory budget, from a one-shot device profile — the disk's direct-read
+//! bandwidth and the target's `L_fp(n)` (both cached by the profile store),
+//! the draft's step cost (its cached curve, else its bytes at the target's
+//! bytes-per-second) — and the acceptance each source reaches with this
+//! target (greedy, per drafted position; measured, see the constants).
+//! A draft model is loaded only if it is picked.
+
+use std::path::Path;
+
+use arbor_gguf::GgufFile;
+use arbor_speculative::LatencyProfile;
+
+use crate::auto::{self, Candidate, Device, Estimate};
+use crate::drafts::DraftSource;
+use crate::profiles::ProfileStore;
+use crate::{BackendKind, MemoryOptions, OpenEvent, Result, RunConfig, backends};
+
+/// Acceptance of a full draft model of the target's family (qwen2.5-coder
+/// 0.5B drafting for 1.5B: 0.80 per position on MT-Bench first turns).
+const MODEL_ACCEPTANCE: f64 = 0.80;
+/// Acceptance of a slim draft (its head keeps the corpus's most frequent
+/// tokens; a token outside them is never proposed).
+const SLIM_ACCEPTANCE: f64 = 0.76;
+/// Prompt lookup: how often a match exists, and how often its guess is
+/// right (MT-Bench first turns, 1.5B greedy).
+const LOOKUP_COVERAGE: f64 = 0.35;
+const LOOKUP_ACCEPTANCE: f64 = 0.45;
+
+/// Acceptance of a self draft that runs `running` of the target's layers
+/// (skipping the streamed ones, spread evenly): measured for the 1.5B
+/// (28 layers) — skipping 4 layers keeps most of the distribution, skipping
+/// a third or more leaves little.
+fn self_acceptance(running: f64) -> f64 {
+    let points = [(0.5, 0.05), (0.57, 0.12), (0.71, 0.30), (0.86, 0.55), (1.0, 1.0)];
+    interpolate(&points, running)
+}
+
+fn interpolate(points: &[(f64, f64)], x: f64) -> f64 {
+    if x <= points[0].0 {
+        return points[0].1;
+    }
+    for w in points.windows(2) {
+        let ((x0, y0), (x1, y1)) = (w[0], w[1]);
+        if x <= x1 {
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+        }
+    }
+    points[points.len() - 1].1
+}
+
+/// What the planner chose, and why.
+pub(crate) struct Choice {
+    /// `draft` for the run config.
+    pub draft: Option<String>,
+    /// The strategy name to open with.
+    pub strategy: String,
+}
+
+/// Estimates every draft source under `config`'s budget (unlimited when
+/// none) and returns the fastest, reporting the comparison as notes.
+pub(crate) fn choose(
+    config: &RunConfig,
+    target: &Path,
+    budget: Option<u64>,
+    backend: BackendKind,
+    store: &ProfileStore,
+    progress: &mut dyn FnMut(OpenEvent<'_>),
+) -> Result<Choice> {
+    let file = GgufFile::open(target)?;
+    let layout = arbor_model::Layout::from_gguf(file.header())?;
+    let mut options = MemoryOptions::new(budget.unwrap_or(u64::MAX / 4), true);
+    options.context = config.planned_context();
+    options.logit_rows = arbor_speculative::TreeConfig::default().max_nodes + 1;
+    let threads = rayon::current_num_threads();
+    let kernels = backend.kernels();
+    let target_bytes = backends::model_bytes(backend, &file)?;
+    let curve = match store.cached_latency(target, kernels, threads) {
+        Some(r) => r.profile(),
+        None => {
+            progress(OpenEvent::Note(
+                "auto: no latency profile of the target is cached (`arbor profile`); \
+                 assuming one-token passes read its weights at 10 GB/s",
+            ));
+            let one = target_bytes as f64 / 10e9;
+            LatencyProfile {
+                points: vec![(1, one), (8, one * 3.5), (64, one * 30.0)],
+            }
+        }
+    };
+    let disk = match budget {
+        Some(_) => {
+            let (d, note) = store.disk(target, false)?;
+            if let Some(n) = note {
+                progress(OpenEvent::Note(&n));
+            }
+            d.streaming_bytes_per_sec()
+        }
+        None => 1e9,
+    };
+    let layer_bytes: u64 = layout
+        .layers
+        .iter()
+        .map(|l| l.iter().map(|t| t.len as u64).sum::<u64>())
+        .sum::<u64>()
+        / layout.layers.len().max(1) as u64;
+    let device = Device {
+        target: curve.clone(),
+        disk_bytes_per_sec: disk,
+        mean_layer_bytes: layer_bytes,
+    };
+    let c = &layout.config;
+    let draft_overhead = |d: &arbor_model::Config| {
+        arbor_pipeline::kv_bytes(d, options.context)
+            + arbor_pipeline::logit_scratch(d, options.logit_rows)
+    };
+    // What the target reads per pass when `extra` bytes go to a draft.
+    let base_plan = backends::plan_with(backend, &file, None, 0, &options)?;
+    let streams = base_plan.as_ref().is_some_and(|p| p.streamed() > 0);
+    let mut candidates = vec![Candidate {
+        draft: None,
+        label: "none".into(),
+        memory: 0,
+        step_secs: 0.0,
+        acceptance: 0.0,
+        coverage: 1.0,
+    }];
+    candidates.push(Candidate {
+        draft: Some(DraftSource::LOOKUP.into()),
+        label: "lookup".into(),
+        memory: 0,
+        step_secs: 20e-6,
+        acceptance: LOOKUP_ACCEPTANCE,
+        coverage: LOOKUP_COVERAGE,
+    });
+    if streams {
+        let memory = draft_overhead(c);
+        if let Some(plan) = backends::plan_with(backend, &file, None, memory, &options)? {
+            let running = 1.0 - plan.streamed() as f64 / plan.resident.len().max(1) as f64;
+            candidates.push(Candidate {
+                draft: Some(DraftSource::SELF.into()),
+                label: "self".into(),
+                memory,
+                step_secs: curve.at(1) * running,
+                acceptance: self_acceptance(running),
+                coverage: 1.0,
+            });
+        }
+    }
+    if let Some(name) = &config.draft
+        && let DraftSource::Model(path) = DraftSource::resolve(name, progress)?
+    {
+        candidates.push(model_candidate(&path, backend, store, &curve, target_bytes, &draft_overhead)?);
+    }
+    let mut read_for = |memory: u64| -> Option<u64> {
+        backends::plan_with(backend, &file, None, memory, &options)
+            .ok()
+            .flatten()
+            .map(|p| p.read_per_pass)
+    };
+    let estimates = auto::estimate(&device, candidates, &mut read_for);
+    let best = estimates.first().expect("`none` is always a candidate").clone();
+    report(&best, &estimates, budget, progress);
+    Ok(Choice {
+        draft: best.candidate.draft.clone(),
+        strategy: strategy_for(&best, streams),
+    })
+}
+
+/// A draft model file as a candidate: its held bytes (and caches), its
+/// step cost (cached curve, else its bytes at the target's speed).
+fn model_candidate(
+    path: &Path,
+    backend: BackendKind,
+    store: &ProfileStore,
+    target_curve: &LatencyProfile,
+    target_bytes: u64,
+    overhead: &dyn Fn(&arbor_model::Config) -> u64,
+) -> Result<Candidate> {
+    let file = GgufFile::open(path)?;
+    let layout = arbor_model::Layout::from_gguf(file.header())?;
+    let bytes = backends::model_bytes(backend, &file)?;
+    let threads = rayon::current_num_threads();
+    let step = match store.cached_latency(path, backend.kernels(), threads) {
+        Some(r) => r.profile().at(1),
+        None => target_curve.at(1) * bytes as f64 / target_bytes.max(1) as f64,
+    };
+    let slim = file.header().metadata.contains_key("arbor.slim.token_ids");
+    let stem = path.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+    Ok(Candidate {
+        draft: Some(path.display().to_string()),
+        label: if slim { format!("slim {stem}") } else { stem },
+        memory: bytes + overhead(&layout.config),
+        step_secs: step,
+        acceptance: if slim { SLIM_ACCEPTANCE } else { MODEL_ACCEPTANCE },
+        coverage: 1.0,
+    })
+}
+
+/// The strategy that runs the chosen source: plain decoding (pipelined
+/// when layers stream), or the tree strategy — with provisional
+/// generation when a model drafts under streaming, so the draft works
+/// while the target waits for weights.
+fn strategy_for(best: &Estimate, streams: bool) -> String {
+    match best.candidate.draft.as_deref() {
+        None if streams => "autoregressive-pipelined".into(),
+        None => "autoregressive".into(),
+        Some(DraftSource::LOOKUP) => "tree".into(),
+        Some(_) if streams => "tree-provisional".into(),
+        Some(_) => "tree".into(),
+    }
+}
+
+fn report(best: &Estimate, all: &[Estimate], budget: Option<u64>, progress: &mut dyn FnMut(OpenEvent<'_>)) {
+    let within = budget.map_or("without a memory budget".to_string(), |b| {
+        format!("within {}", arbor_paging::format_bytes(b))
+    });
+    progress(OpenEvent::Note(&format!(
+        "auto: drafting with {} ({:.2} tok/s expected {within}; --explain for the estimates)",
+        best.candidate.label, best.tok_s
+    )));
+    for line in auto::explain(all) {
+        progress(OpenEvent::Explain(&line));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn self_acceptance_rises_with_the_layers_kept() {
+        assert!(self_acceptance(0.3) <= self_acceptance(0.6));
+        assert!(self_acceptance(0.6) < self_acceptance(0.9));
+        assert_eq!(self_acceptance(1.0), 1.0);
+        assert!((interpolate(&[(0.0, 0.0), (1.0, 1.0)], 0.25) - 0.25).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,102 @@
+//! Where a run's draft comes from. `draft` in the run config names a model
+//! (a GGUF path or a registered short name; a slim GGUF is widened to the
+//! target's vocabulary when it loads), or one of the sources that hold no
+//! weights of their own:
+//!
+//! - `lookup`: prompt lookup, n-grams copied from the prompt and the text
+//!   so far ([`arbor_drafts::PromptLookup`]);
+//! - `self`: the target's resident layers, skipping those streamed from
+//!   disk ([`arbor_model::Decoder::self_draft`]); it needs a memory budget
+//!   that streams some layers (otherwise it would be the target itself).
+
+use std::path::{Path, PathBuf};
+
+use arbor_speculative::LatencyProfile;
+
+use crate::{OpenEvent, Result, resolve_or_fetch};
+
+/// A run's draft source.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DraftSource {
+    /// A draft model file (full or slim).
+    Model(PathBuf),
+    /// Prompt lookup.
+    Lookup,
+    /// The target's resident layers.
+    SelfLayers,
+}
+
+impl DraftSource {
+    /// The name of prompt lookup in `draft`.
+    pub const LOOKUP: &str = "lookup";
+    /// The name of the self draft in `draft`.
+    pub const SELF: &str = "self";
+
+    /// The source `name` stands for; a model name is resolved (and fetched
+    /// when it is a registered model that is missing).
+    pub fn resolve(name: &str, progress: &mut dyn FnMut(OpenEvent<'_>)) -> Result<Self> {
+        Ok(match name {
+            Self::LOOKUP | "prompt-lookup" => Self::Lookup,
+            Self::SELF => Self::SelfLayers,
+            model => Self::Model(resolve_or_fetch(model, progress)?),
+        })
+    }
+
+    /// The draft model's file, for a model source.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Self::Model(p) => Some(p),
+            Self::Lookup | Self::SelfLayers => None,
+        }
+    }
+
+    /// The name as `draft` in a run config spells it.
+    pub fn name(&self) -> String {
+        match self {
+            Self::Model(p) => p.display().to_string(),
+            Self::Lookup => Self::LOOKUP.into(),
+            Self::SelfLayers => Self::SELF.into(),
+        }
+    }
+
+    /// The latency curve of a source without a file of its own: prompt
+    /// lookup costs next to nothing; a self draft costs the target's curve
+    /// scaled by the share of layers it runs.
+    pub fn derived_profile(&self, target: &LatencyProfile, running: f64) -> Option<LatencyProfile> {
+        match self {
+            Self::Model(_) => None,
+            Self::Lookup => Some(LatencyProfile {
+                points: vec![(1, 20e-6), (64, 400e-6)],
+            }),
+            Self::SelfLayers => Some(LatencyProfile {
+                points: target.points.iter().map(|&(n, s)| (n, s * running)).collect(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_resolve_to_sources_and_back() {
+        let none = &mut |_: OpenEvent<'_>| {};
+        assert_eq!(DraftSource::resolve("lookup", none).unwrap(), DraftSource::Lookup);
+        assert_eq!(DraftSource::resolve("prompt-lookup", none).unwrap(), DraftSource::Lookup);
+        assert_eq!(DraftSource::resolve("self", none).unwrap(), DraftSource::SelfLayers);
+        assert_eq!(DraftSource::SelfLayers.name(), "self");
+        assert!(DraftSource::resolve("/no/such/model.gguf", none).is_err());
+    }
+
+    #[test]
+    fn a_self_draft_costs_its_share_of_the_target() {
+        let t = LatencyProfile {
+            points: vec![(1, 0.030), (8, 0.100)],
+        };
+        let p = DraftSource::SelfLayers.derived_profile(&t, 0.5).unwrap();
+        assert!((p.at(1) - 0.015).abs() < 1e-9);
+        assert!(DraftSource::Lookup.derived_profile(&t, 0.5).unwrap().at(1) < 1e-3);
+        assert!(DraftSource::Model("x".into()).derived_profile(&t, 0.5).is_none());
+    }
+}
