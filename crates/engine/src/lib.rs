@@ -301,6 +301,18 @@ impl Engine {
         encode_prompt(&self.tokenizer, text, chat)
     }
 
+    /// `text` as one user turn of the chat template of the model at `path`
+    /// (read from its header): what other engines are given as a raw
+    /// prompt to run the same request.
+    pub fn chat_text(path: &Path, text: &str) -> Result<String> {
+        let file = arbor_gguf::GgufFile::open(path)?;
+        let tokenizer = Tokenizer::from_gguf(file.header())?;
+        Ok(tokenizer.chat_prompt(&[ChatMessage {
+            role: Role::User,
+            content: text.to_string(),
+        }])?)
+    }
+
     /// The most tokens any of `texts` takes as a prompt for the model at
     /// `path` (read from its header; no weights are loaded): what a run
     /// that will generate from them plans its context with.

@@ -11,6 +11,7 @@ use anyhow::{Context, Result};
 use arbor_engine::{Engine, RunConfig, Trace, format_bytes, parse_bytes};
 
 use super::cgroup::{Cgroup, join_cgroup};
+use super::peer::{self, Peer, PeerRun};
 use super::spec::BenchSpecArgs;
 use crate::prompts::load_prompts;
 use crate::report::print_results;
@@ -46,6 +47,10 @@ pub struct BudgetRow {
     pub provisional_accepted: usize,
     pub decode_secs: f64,
     pub generated: usize,
+    /// Another engine's row (llama.cpp): run on fewer prompts and tokens,
+    /// outputs not compared; `mean_accepted` is its acceptance rate.
+    #[serde(default)]
+    pub peer: bool,
 }
 
 /// What a child process reports: its row (without comparison fields) and
@@ -70,11 +75,17 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
         .map(|b| parse_bytes(b))
         .collect::<Result<_, _>>()?;
     let names = args.names()?;
+    let peers: Vec<Peer> = args.peer.iter().map(|p| Peer::parse(p)).collect::<Result<_>>()?;
+    let peer_job = match peers.is_empty() {
+        true => None,
+        false => Some(PeerJob::new(args, device)?),
+    };
     eprintln!("reference: unlimited target-only run");
     let reference = spawn(args, device, "autoregressive", None, false)?;
     let mut rows = Vec::new();
     for (b, &budget) in budgets.iter().enumerate() {
         let mut ar_tok_s = None;
+        let first = rows.len();
         for name in &names {
             eprintln!("{name} inside {}", format_bytes(budget));
             let report = spawn(args, device, name, Some(budget), true)?;
@@ -85,7 +96,11 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
                 .zip(&reference.tokens)
                 .filter(|(a, b)| a == b)
                 .count();
-            if row.prompts > 0 && ar_tok_s.is_none() && name == "autoregressive" {
+            // The baseline: plain decoding at its best under this budget
+            // (pipelined streaming when it ran, else on demand).
+            if row.prompts > 0 && (name == "autoregressive-pipelined" || ar_tok_s.is_none())
+                && name.starts_with("autoregressive")
+            {
                 ar_tok_s = Some(row.tok_s);
             }
             row.speedup_vs_autoregressive = ar_tok_s.map_or(0.0, |b| row.tok_s / b.max(1e-9));
@@ -110,11 +125,97 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
             );
             rows.push(row);
         }
+        if let (Some(job), Some(base)) = (&peer_job, ar_tok_s) {
+            for peer in &peers {
+                for mut row in peer::run(peer, &job.run(), budget)? {
+                    row.speedup_vs_autoregressive = row.tok_s / base.max(1e-9);
+                    rows.push(row);
+                }
+            }
+        }
+        // Ratios computed after the fact use the budget's best plain row.
+        if let Some(base) = ar_tok_s {
+            for r in &mut rows[first..] {
+                r.speedup_vs_autoregressive = r.tok_s / base.max(1e-9);
+            }
+        }
+        summarize(&rows[first..]);
     }
     let table = table(&rows, args);
     print_results(&table, &rows, args.json)?;
-    draw(&rows, &names, args)?;
+    let mut lines = names.clone();
+    for r in rows.iter().filter(|r| r.peer) {
+        if !lines.contains(&r.strategy) {
+            lines.push(r.strategy.clone());
+        }
+    }
+    draw(&rows, &lines, args)?;
     Ok(())
+}
+
+/// `auto` against the other rows of one budget, on one line.
+fn summarize(rows: &[BudgetRow]) {
+    let Some(auto) = rows.iter().find(|r| r.strategy == arbor_engine::AUTO && r.prompts > 0) else {
+        return;
+    };
+    let ratios: Vec<String> = rows
+        .iter()
+        .filter(|r| r.strategy != auto.strategy && r.tok_s > 0.0)
+        .map(|r| format!("{:.2}× {}", auto.tok_s / r.tok_s, r.strategy))
+        .collect();
+    eprintln!(
+        "  auto inside {}: {}",
+        format_bytes(auto.budget_bytes),
+        ratios.join(", ")
+    );
+}
+
+/// What the peers run: the benchmark's first prompts, chat-templated, with
+/// a context sized to them.
+struct PeerJob {
+    target: PathBuf,
+    draft: Option<PathBuf>,
+    prompts: Vec<String>,
+    tokens: usize,
+    context: usize,
+}
+
+impl PeerJob {
+    fn new(args: &BenchSpecArgs, device: &RunConfig) -> Result<Self> {
+        let config = args.config(device, "autoregressive");
+        let quiet = &mut |_: arbor_engine::OpenEvent<'_>| {};
+        let target = arbor_engine::resolve_or_fetch(
+            config.target.as_deref().unwrap_or(arbor_engine::DEFAULT_TARGET),
+            quiet,
+        )?;
+        // Only a draft model file can be a peer's draft.
+        let draft = arbor_engine::resolve_or_fetch(&args.draft, quiet).ok();
+        let prompts = load_prompts(&args.prompts, args.limit)?;
+        let prompts: Vec<String> = prompts
+            .iter()
+            .take(args.peer_prompts.max(1))
+            .map(|p| Engine::chat_text(&target, &p.text))
+            .collect::<Result<_, _>>()?;
+        let texts: Vec<&str> = prompts.iter().map(String::as_str).collect();
+        let longest = Engine::longest_prompt(&target, &texts, false)?;
+        Ok(Self {
+            target,
+            draft,
+            prompts,
+            tokens: args.peer_tokens,
+            context: (longest + args.peer_tokens + 64).next_multiple_of(64),
+        })
+    }
+
+    fn run(&self) -> PeerRun<'_> {
+        PeerRun {
+            target: &self.target,
+            draft: self.draft.as_deref(),
+            prompts: &self.prompts,
+            tokens: self.tokens,
+            context: self.context,
+        }
+    }
 }
 
 /// `chart.png` → `chart-trace-NAME.png`.
@@ -127,7 +228,9 @@ fn trace_path(plot: &Path, name: &str) -> PathBuf {
 
 fn table(rows: &[BudgetRow], args: &BenchSpecArgs) -> String {
     let mut s = args.title(rows.first().map_or(0, |r| r.prompts));
-    s += "; identical = same tokens as the unlimited target-only run\n";
+    s += "; identical = same tokens as the unlimited target-only run; vs AR = against the \
+          budget's autoregressive-pipelined row (peers: llama.cpp on fewer prompts and tokens, \
+          mean accepted = its acceptance rate)\n";
     s += "| budget | strategy | tok/s | vs AR | mean accepted | peak | streamed GiB/100 tok | draft s | target compute s | target IO wait s | provisional s (accepted/made) | identical |\n";
     s += "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for r in rows {
@@ -151,7 +254,7 @@ fn table(rows: &[BudgetRow], args: &BenchSpecArgs) -> String {
             r.provisional_secs,
             r.provisional_accepted,
             r.provisional_tokens,
-            r.identical,
+            if r.peer { "—".to_string() } else { r.identical.to_string() },
             r.prompts,
         );
     }

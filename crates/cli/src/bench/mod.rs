@@ -6,6 +6,7 @@
 mod budget;
 mod cgroup;
 mod decode;
+mod peer;
 mod spec;
 
 use anyhow::{Result, bail};

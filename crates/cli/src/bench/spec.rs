@@ -53,6 +53,17 @@ pub struct BenchSpecArgs {
     /// `autoregressive-pipelined`.
     #[arg(long, value_delimiter = ',')]
     pub memory_budget: Vec<String>,
+    /// Other engines to run beside arbor under each memory budget, in the
+    /// same cgroup: `llama.cpp=DIR` (DIR holds `llama-completion` and
+    /// `llama-speculative`; `benches/build-llama-cpp.sh` builds them).
+    #[arg(long)]
+    pub peer: Vec<String>,
+    /// Prompts (the first ones) and new tokens per prompt the peers run: at
+    /// under 1 tok/s a few suffice.
+    #[arg(long, default_value_t = 2)]
+    pub peer_prompts: usize,
+    #[arg(long, default_value_t = 32)]
+    pub peer_tokens: usize,
     /// Internal: run one strategy and write a report (used by the budget
     /// benchmark for its child processes).
     #[arg(long, hide = true)]
@@ -133,6 +144,9 @@ impl BenchSpecArgs {
     /// speed and output), each checked.
     pub fn names(&self) -> Result<Vec<String>> {
         let mut names: Vec<String> = vec!["autoregressive".into()];
+        if !self.memory_budget.is_empty() {
+            names.push("autoregressive-pipelined".into());
+        }
         for s in &self.strategies {
             let (strategy, _) = split_entry(s, &self.draft);
             if strategy != arbor_engine::AUTO {
