@@ -38,6 +38,8 @@ pub struct Decoder<B: Backend> {
     norm: B::Tensor,
     /// `None` when the head is tied to the embedding.
     output: Option<B::Weight>,
+    /// Rows of the head: the logits' columns.
+    head_rows: usize,
     cache: Vec<B::Kv>,
     resident_bytes: u64,
 }
@@ -172,6 +174,7 @@ impl<B: Backend> Decoder<B> {
             source: None,
             norm,
             output,
+            head_rows: layout.head_rows(),
             cache,
             resident_bytes,
         })
@@ -212,6 +215,12 @@ impl<B: Backend> Decoder<B> {
 
     pub fn backend(&self) -> &B {
         &self.backend
+    }
+
+    /// Columns of the logits [`LanguageModel::forward`] returns: the
+    /// vocabulary, or fewer for a slim head (see [`Layout::head`]).
+    pub fn head_rows(&self) -> usize {
+        self.head_rows
     }
 
     fn check_input(
@@ -306,7 +315,7 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         let logits = b.matmul(&x, head)?;
         Ok(Logits {
             rows: logit_rows.len(),
-            vocab: c.vocab_size,
+            vocab: self.head_rows,
             data: b.to_vec(&logits)?,
         })
     }
