@@ -4,10 +4,15 @@
 //!
 //! - `lookup`: prompt lookup — n-grams copied from the prompt and the text
 //!   so far; no weights, no compute.
-//! - `slim`: a slim draft derived from a draft GGUF — an output head
+//! - [`slim`]: a slim draft derived from a draft GGUF — an output head
 //!   restricted to the K most frequent tokens of a corpus, the token table
 //!   read by rows, layers requantized to types our kernels run fast.
 //!
 //! The third cheap source, the target's own resident layers (self draft),
 //! lives with the decoder (`arbor_model::Decoder::self_draft`) since it
 //! shares the target's weights.
+
+mod error;
+pub mod slim;
+
+pub use error::DraftError;
