@@ -71,7 +71,9 @@ pub fn kept_ids(counts: &[u64], k: usize, specials: &[u32]) -> Result<Vec<u32>, 
             k,
         });
     }
-    let mut others: Vec<u32> = (0..vocab as u32).filter(|&i| !special[i as usize]).collect();
+    let mut others: Vec<u32> = (0..vocab as u32)
+        .filter(|&i| !special[i as usize])
+        .collect();
     // Stable sort on descending count keeps ascending ids among ties.
     others.sort_by_key(|&i| std::cmp::Reverse(counts[i as usize]));
     let mut kept: Vec<u32> = (0..vocab as u32).filter(|&i| special[i as usize]).collect();
@@ -89,7 +91,10 @@ mod tests {
         let counts = [5, 0, 9, 5, 1, 5, 0];
         assert_eq!(kept_ids(&counts, 3, &[6]).unwrap(), vec![0, 2, 6]);
         assert_eq!(kept_ids(&counts, 4, &[6]).unwrap(), vec![0, 2, 3, 6]);
-        assert_eq!(kept_ids(&counts, 7, &[]).unwrap(), (0..7).collect::<Vec<_>>());
+        assert_eq!(
+            kept_ids(&counts, 7, &[]).unwrap(),
+            (0..7).collect::<Vec<_>>()
+        );
     }
 
     #[test]
