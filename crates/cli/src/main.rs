@@ -10,6 +10,7 @@ mod profile;
 mod progress;
 mod prompts;
 mod report;
+mod slim;
 mod sys;
 mod trace;
 
@@ -74,6 +75,9 @@ enum Command {
     /// Measure this machine's facts (latency curves, disk bandwidth) and
     /// cache them; runs measure what is missing by themselves.
     Profile(profile::ProfileArgs),
+    /// Derive a slim draft from a draft model: its output head restricted
+    /// to the K most frequent tokens of a corpus, layers requantized.
+    Slim(slim::SlimArgs),
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -128,6 +132,7 @@ fn run() -> Result<()> {
             perplexity(&config.target_only(), &file, ctx, max_tokens)
         }
         Command::Profile(args) => profile::run(&args, device),
+        Command::Slim(args) => slim::run(&args),
         Command::Bench { which } => bench::run(which, device),
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! - `lookup`: prompt lookup — n-grams copied from the prompt and the text
 //!   so far; no weights, no compute.
-//! - `slim`: a slim draft derived from a draft GGUF — an output head
+//! - [`slim`]: a slim draft derived from a draft GGUF — an output head
 //!   restricted to the K most frequent tokens of a corpus, the token table
 //!   read by rows, layers requantized to types our kernels run fast.
 //!
@@ -14,3 +14,7 @@
 
 pub mod lookup;
 pub use lookup::PromptLookup;
+mod error;
+pub mod slim;
+
+pub use error::DraftError;

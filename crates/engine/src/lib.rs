@@ -48,6 +48,8 @@ pub enum EngineError {
     Tokenizer(#[from] arbor_tokenizer::TokenizerError),
     #[error(transparent)]
     Sampling(#[from] arbor_sampling::SamplingError),
+    #[error(transparent)]
+    Draft(#[from] arbor_drafts::DraftError),
     #[error("backend `{0}` is not compiled into this build (enable the cargo feature `{0}`)")]
     BackendNotCompiled(BackendKind),
     #[error("unknown backend `{0}` (choose candle, flex, ndarray or wgpu)")]
@@ -130,6 +132,7 @@ impl Engine {
         let file = arbor_gguf::GgufFile::open(path)?;
         let tokenizer = Tokenizer::from_gguf(file.header())?;
         let model = backends::load(backend, &file, progress)?;
+        let model = arbor_drafts::slim::widen_if_slim(file.header(), model)?;
         reuse_freed_memory();
         Ok(Self {
             model,
@@ -165,7 +168,8 @@ impl Engine {
                     target: tokenizer.vocab_size(),
                 });
             }
-            draft_model = Some(backends::load(backend, &dfile, progress)?);
+            let model = backends::load(backend, &dfile, progress)?;
+            draft_model = Some(arbor_drafts::slim::widen_if_slim(dfile.header(), model)?);
         }
         // A self draft keeps its own KV cache and logits: planned like a
         // draft with the target's shape.
@@ -222,7 +226,8 @@ impl Engine {
     }
 
     /// Loads a draft model for the speculative strategies. Its tokenizer
-    /// must be the target's (same vocabulary, same token strings).
+    /// must be the target's (same vocabulary, same token strings). A slim
+    /// draft (see `arbor_drafts::slim`) is widened to the vocabulary.
     pub fn load_draft(
         &mut self,
         path: &Path,
@@ -238,7 +243,7 @@ impl Engine {
             });
         }
         let model = backends::load(backend, &file, progress)?;
-        self.set_draft(model)
+        self.set_draft(arbor_drafts::slim::widen_if_slim(file.header(), model)?)
     }
 
     /// Attaches an already-loaded draft model (tests, custom backends);

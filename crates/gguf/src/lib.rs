@@ -18,7 +18,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use parse::parse_header;
-pub use quant::{dequantize, dequantize_into, dequantize_rows, quantize_q8_0, repack_q5_0_to_q8_0};
+pub use quant::{
+    dequantize, dequantize_into, dequantize_rows, quantize_q5_0, quantize_q8_0, repack_q5_0_to_q8_0,
+};
 pub use write::GgufWriter;
 
 /// GGUF files start with these four bytes.

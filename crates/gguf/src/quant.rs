@@ -28,6 +28,9 @@ use half::{bf16, f16};
 
 use crate::{GgmlType, GgufError, Result};
 
+mod encode;
+pub use encode::quantize_q5_0;
+
 /// Converts `n` elements stored as `ty` blocks in `bytes` to `f32`.
 ///
 /// Fails (without allocating) when `n` is not a whole number of blocks or

@@ -50,6 +50,8 @@ pub struct Decoder<B: Backend> {
     pub(crate) norm: B::Tensor,
     /// `None` when the head is tied to the embedding.
     pub(crate) output: Option<Arc<B::Weight>>,
+    /// Rows of the head: the logits' columns.
+    pub(crate) head_rows: usize,
     /// One cache per layer that runs (every block but the skipped ones),
     /// in layer order.
     pub(crate) cache: Vec<B::Kv>,
@@ -186,6 +188,7 @@ impl<B: Backend> Decoder<B> {
             source: None,
             norm,
             output,
+            head_rows: layout.head_rows(),
             cache,
             resident_bytes,
         })
@@ -229,6 +232,12 @@ impl<B: Backend> Decoder<B> {
 
     pub fn backend(&self) -> &B {
         &self.backend
+    }
+
+    /// Columns of the logits [`LanguageModel::forward`] returns: the
+    /// vocabulary, or fewer for a slim head (see [`Layout::head`]).
+    pub fn head_rows(&self) -> usize {
+        self.head_rows
     }
 
     fn check_input(
@@ -328,7 +337,7 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         let logits = b.matmul(&x, head)?;
         Ok(Logits {
             rows: logit_rows.len(),
-            vocab: c.vocab_size,
+            vocab: self.head_rows,
             data: b.into_vec(logits)?,
         })
     }

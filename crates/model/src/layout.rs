@@ -139,8 +139,9 @@ pub struct Layout {
     pub config: Config,
     /// The token embedding, `[vocab, hidden]`.
     pub embedding: TensorEntry,
-    /// The output head, `[vocab, hidden]`; `None` when it is tied to the
-    /// embedding.
+    /// The output head, `[rows, hidden]` with `rows ≤ vocab` (a slim draft's
+    /// head keeps only some tokens; its logits have `rows` columns); `None`
+    /// when it is tied to the embedding.
     pub head: Option<TensorEntry>,
     /// The final norm, `[1, hidden]`.
     pub norm: TensorEntry,
@@ -158,7 +159,15 @@ impl Layout {
             .collect::<Result<_>>()?;
         let norm = TensorEntry::find(h, "output_norm.weight", 1, d)?;
         let head = match h.tensor("output.weight") {
-            Ok(_) => Some(TensorEntry::find(h, "output.weight", vocab, d)?),
+            Ok(info) => {
+                let rows = dims2(info)?.0;
+                if rows == 0 || rows > vocab {
+                    return Err(ModelError::Invalid(format!(
+                        "`output.weight` has {rows} rows for a vocabulary of {vocab}"
+                    )));
+                }
+                Some(TensorEntry::find(h, "output.weight", rows, d)?)
+            }
             Err(_) => None,
         };
         Ok(Self {
@@ -168,6 +177,14 @@ impl Layout {
             norm,
             layers,
         })
+    }
+
+    /// Rows of the output head: the columns of the logits the decoder
+    /// returns (the vocabulary, unless the head is a slim one).
+    pub fn head_rows(&self) -> usize {
+        self.head
+            .as_ref()
+            .map_or(self.config.vocab_size, |h| h.rows)
     }
 }
 

@@ -57,6 +57,9 @@ impl ModelError {
 pub type Result<T, E = ModelError> = std::result::Result<T, E>;
 
 /// Logits for some rows of a forward pass, row-major `[rows, vocab]`.
+/// `vocab` is the number of head rows: the vocabulary, except for a decoder
+/// loaded from a slim draft, whose head keeps fewer tokens (the
+/// `arbor-drafts` wrapper widens those back to the vocabulary).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Logits {
     pub rows: usize,

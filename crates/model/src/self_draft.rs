@@ -72,6 +72,7 @@ impl<B: Backend + Clone> Decoder<B> {
             norm: self.norm.clone(),
             output: self.output.clone(),
             cache,
+            head_rows: self.head_rows,
             resident_bytes: 0,
         })
     }
