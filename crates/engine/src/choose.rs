@@ -59,7 +59,8 @@ pub(crate) struct Choice {
 }
 
 /// Estimates every draft source under `config`'s budget (unlimited when
-/// none) and returns the fastest, reporting the comparison as notes.
+/// none) and returns those that fit, fastest first, reporting the
+/// comparison as notes.
 pub(crate) fn choose(
     config: &RunConfig,
     target: &Path,
@@ -67,12 +68,16 @@ pub(crate) fn choose(
     backend: BackendKind,
     store: &ProfileStore,
     progress: &mut dyn FnMut(OpenEvent<'_>),
-) -> Result<Choice> {
+) -> Result<Vec<Choice>> {
     let file = GgufFile::open(target)?;
     let layout = arbor_model::Layout::from_gguf(file.header())?;
+    // Held while plans are estimated, as it is when the run loads: plans
+    // count what the process holds as their base.
+    let tokenizer = crate::Tokenizer::from_gguf(file.header())?;
     let mut options = MemoryOptions::new(budget.unwrap_or(u64::MAX / 4), true);
     options.context = config.planned_context();
     options.logit_rows = arbor_speculative::TreeConfig::default().max_nodes + 1;
+    options.draft_logit_rows = 1;
     let threads = rayon::current_num_threads();
     let kernels = backend.kernels();
     let target_bytes = backends::model_bytes(backend, &file)?;
@@ -113,7 +118,7 @@ pub(crate) fn choose(
     let c = &layout.config;
     let draft_overhead = |d: &arbor_model::Config| {
         arbor_pipeline::kv_bytes(d, options.context)
-            + arbor_pipeline::logit_scratch(d, options.logit_rows)
+            + arbor_pipeline::logit_scratch(d, options.draft_logit_rows)
     };
     // What the target reads per pass when `extra` bytes go to a draft.
     let base_plan = backends::plan_with(backend, &file, None, 0, &options)?;
@@ -151,7 +156,17 @@ pub(crate) fn choose(
     if let Some(name) = &config.draft
         && let DraftSource::Model(path) = DraftSource::resolve(name, progress)?
     {
-        candidates.push(model_candidate(&path, backend, store, &curve, target_bytes, &draft_overhead)?);
+        let slims = slim_drafts_of(&path);
+        if slims.is_empty() {
+            progress(OpenEvent::Explain(&format!(
+                "  (no slim draft of {} derived yet: `arbor slim --draft {name}` makes one in \
+                 seconds, holding about half its memory)",
+                path.display()
+            )));
+        }
+        for p in std::iter::once(path).chain(slims) {
+            candidates.push(model_candidate(&p, backend, store, &curve, target_bytes, &draft_overhead)?);
+        }
     }
     let mut read_for = |memory: u64| -> Option<u64> {
         backends::plan_with(backend, &file, None, memory, &options)
@@ -162,10 +177,38 @@ pub(crate) fn choose(
     let estimates = auto::estimate(&device, candidates, &mut read_for);
     let best = estimates.first().expect("`none` is always a candidate").clone();
     report(&best, &estimates, budget, progress);
-    Ok(Choice {
-        draft: best.candidate.draft.clone(),
-        strategy: strategy_for(&best, streams),
-    })
+    drop(tokenizer);
+    Ok(estimates
+        .iter()
+        .filter(|e| e.read_per_pass.is_some())
+        .map(|e| Choice {
+            draft: e.candidate.draft.clone(),
+            strategy: strategy_for(e, streams),
+        })
+        .collect())
+}
+
+/// Slim drafts derived from the draft at `path` (`arbor slim` writes them
+/// to `$ARBOR_HOME/slim/`, naming their source in their metadata).
+fn slim_drafts_of(path: &Path) -> Vec<std::path::PathBuf> {
+    let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return Vec::new();
+    };
+    let dir = arbor_fetch::arbor_home().join("slim");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<_> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
+        .filter(|p| {
+            GgufFile::open(p).is_ok_and(|f| {
+                f.header().get_str(arbor_drafts::slim::KEY_SOURCE).is_ok_and(|s| s == name)
+            })
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 /// A draft model file as a candidate: its held bytes (and caches), its
@@ -180,13 +223,24 @@ fn model_candidate(
 ) -> Result<Candidate> {
     let file = GgufFile::open(path)?;
     let layout = arbor_model::Layout::from_gguf(file.header())?;
-    let bytes = backends::model_bytes(backend, &file)?;
+    // Loading holds a little more than the weights (allocator, buffers):
+    // 5% measured for the 0.5B and its slim drafts.
+    let bytes = backends::model_bytes(backend, &file)? * 21 / 20;
     let threads = rayon::current_num_threads();
-    let step = match store.cached_latency(path, backend.kernels(), threads) {
+    let slim = file.header().metadata.contains_key("arbor.slim.token_ids");
+    // A slim draft steps about as fast as its source (its layers are the
+    // source's; its head is smaller).
+    let source = file
+        .header()
+        .get_str(arbor_drafts::slim::KEY_SOURCE)
+        .ok()
+        .map(|name| path.with_file_name(name))
+        .map(|p| arbor_fetch::arbor_home().join("models").join(p.file_name().unwrap_or_default()));
+    let cached = |p: &Path| store.cached_latency(p, backend.kernels(), threads);
+    let step = match cached(path).or_else(|| source.as_deref().and_then(cached)) {
         Some(r) => r.profile().at(1),
         None => target_curve.at(1) * bytes as f64 / target_bytes.max(1) as f64,
     };
-    let slim = file.header().metadata.contains_key("arbor.slim.token_ids");
     let stem = path.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned());
     Ok(Candidate {
         draft: Some(path.display().to_string()),

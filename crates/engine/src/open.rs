@@ -133,61 +133,40 @@ impl Engine {
         let verification = config.tuning.verification()?;
         let target_name = config.target.as_deref().unwrap_or(DEFAULT_TARGET);
         let target = resolve_or_fetch(target_name, progress)?;
-        let mut config = config.clone();
-        let named = match named {
-            Some(s) => Some(s),
-            None if auto => {
-                let choice = crate::choose::choose(&config, &target, budget, backend, &store, progress)?;
-                config.draft = choice.draft;
-                Some(choice.strategy.parse()?)
+        // What to try, best first: the planner's ranking under `auto` (a
+        // source whose memory estimate was short falls through to the
+        // next), else the configured draft and strategy.
+        let attempts: Vec<(Option<String>, Option<Strategy>)> = if auto {
+            crate::choose::choose(config, &target, budget, backend, &store, progress)?
+                .into_iter()
+                .map(|c| Ok((c.draft, Some(c.strategy.parse::<Strategy>()?))))
+                .collect::<Result<_>>()?
+        } else {
+            vec![(config.draft.clone(), named)]
+        };
+        let last = attempts.len() - 1;
+        let mut opened = None;
+        for (i, (draft_name, named)) in attempts.into_iter().enumerate() {
+            let config = RunConfig {
+                draft: draft_name,
+                ..config.clone()
+            };
+            match load_for(&config, named, &target, budget, backend, progress) {
+                Ok(loaded) => {
+                    opened = Some((config, loaded));
+                    break;
+                }
+                Err(e) if i < last && too_small(&e) => {
+                    progress(OpenEvent::Note(&format!(
+                        "auto: {} does not fit after all ({e}); trying the next choice",
+                        config.draft.as_deref().unwrap_or("decoding without a draft")
+                    )));
+                }
+                Err(e) => return Err(e),
             }
-            None => None,
-        };
-        let config = &config;
-        let strategy = match named {
-            Some(s) => s,
-            None => default_strategy(&target, config, budget, backend, progress)?,
-        };
-        let strategy = config.tuning.apply(strategy);
-        if strategy.needs_draft() && config.draft.is_none() {
-            return Err(EngineError::Invalid(format!(
-                "strategy `{strategy}` needs a draft (--draft: a model such as \
-                 qwen2.5-coder-0.5b, `lookup` or `self`)"
-            )));
         }
-        let draft = match &config.draft {
-            Some(d) if strategy.needs_draft() => Some(DraftSource::resolve(d, progress)?),
-            _ => None,
-        };
-        let engine = match budget {
-            Some(bytes) => {
-                let pipelined = strategy.streaming == Streaming::Pipelined;
-                let mut options = MemoryOptions::new(bytes, pipelined);
-                options.context = config.planned_context();
-                options.logit_rows = strategy.decoding.max_rows();
-                let engine = Engine::load_budgeted(
-                    &target,
-                    draft.as_ref(),
-                    backend,
-                    &options,
-                    &mut load_events(&target, progress),
-                )
-                .map_err(loading(&target))?;
-                if let Some(m) = engine.memory() {
-                    progress(OpenEvent::Note(&m.summary()));
-                }
-                engine
-            }
-            None => {
-                let mut engine =
-                    Engine::load(&target, backend, &mut load_events(&target, progress))
-                        .map_err(loading(&target))?;
-                if let Some(d) = &draft {
-                    attach(&mut engine, d, backend, progress)?;
-                }
-                engine
-            }
-        };
+        let (config, (engine, strategy, draft)) = opened.expect("at least one attempt");
+        let config = &config;
         let mut run = Run {
             engine,
             backend,
@@ -210,6 +189,75 @@ impl Engine {
         };
         run.options.strategy = run.prepare(strategy, progress)?;
         Ok(run)
+    }
+}
+
+/// Resolves the strategy and draft of `config` (`named`, else the
+/// default) and loads the engine for them.
+fn load_for(
+    config: &RunConfig,
+    named: Option<Strategy>,
+    target: &Path,
+    budget: Option<u64>,
+    backend: BackendKind,
+    progress: &mut dyn FnMut(OpenEvent<'_>),
+) -> Result<(Engine, Strategy, Option<DraftSource>)> {
+    let strategy = match named {
+        Some(s) => s,
+        None => default_strategy(target, config, budget, backend, progress)?,
+    };
+    let strategy = config.tuning.apply(strategy);
+    if strategy.needs_draft() && config.draft.is_none() {
+        return Err(EngineError::Invalid(format!(
+            "strategy `{strategy}` needs a draft (--draft: a model such as \
+             qwen2.5-coder-0.5b, `lookup` or `self`)"
+        )));
+    }
+    let draft = match &config.draft {
+        Some(d) if strategy.needs_draft() => Some(DraftSource::resolve(d, progress)?),
+        _ => None,
+    };
+    let engine = match budget {
+        Some(bytes) => {
+            let pipelined = strategy.streaming == Streaming::Pipelined;
+            let mut options = MemoryOptions::new(bytes, pipelined);
+            options.context = config.planned_context();
+            options.logit_rows = strategy.decoding.max_rows();
+            options.draft_logit_rows = strategy.decoding.max_draft_rows();
+            let engine = Engine::load_budgeted(
+                target,
+                draft.as_ref(),
+                backend,
+                &options,
+                &mut load_events(target, progress),
+            )
+            .map_err(loading(target))?;
+            if let Some(m) = engine.memory() {
+                progress(OpenEvent::Note(&m.summary()));
+            }
+            engine
+        }
+        None => {
+            let mut engine = Engine::load(target, backend, &mut load_events(target, progress))
+                .map_err(loading(target))?;
+            if let Some(d) = &draft {
+                attach(&mut engine, d, backend, progress)?;
+            }
+            engine
+        }
+    };
+    Ok((engine, strategy, draft))
+}
+
+/// Whether `e` says a memory budget cannot hold what was asked.
+fn too_small(e: &EngineError) -> bool {
+    let paging = |m: &arbor_model::ModelError| {
+        matches!(m.source_as(), Some(arbor_paging::PagingError::TooSmall { .. }))
+    };
+    match e {
+        EngineError::Load { inner, .. } => too_small(inner),
+        EngineError::Model(m) => paging(m),
+        _ => false,
     }
 }
 

@@ -346,3 +346,75 @@ fn a_memory_budget_streams_layers_without_changing_the_output() {
         "{text}"
     );
 }
+
+/// Every draft source that costs no weights runs under a budget: the plan
+/// counts the draft's KV cache and logits before placing target layers,
+/// the reservations stay within the budget, and greedy output is the
+/// unlimited target's with every tree strategy.
+#[test]
+fn cheap_drafts_fit_the_budget_and_keep_the_output() {
+    use arbor_engine::{DraftSource, MemoryOptions};
+    let Some(path) = model("smollm2-135m") else {
+        return;
+    };
+    let prompt = "A list of fruits: apple, banana, cherry. Another list of fruits: apple,";
+    let mut full = Engine::load(&path, BackendKind::Candle, &mut |_, _| {}).unwrap();
+    let (expected, _) = greedy(&mut full, prompt, 16);
+    drop(full);
+    let base = Some(64 << 20);
+    let roomy = MemoryOptions {
+        base,
+        ..MemoryOptions::new(8 << 30, true)
+    };
+    let probe =
+        Engine::load_budgeted(&path, None, BackendKind::Candle, &roomy, &mut |_, _| {}).unwrap();
+    let whole = probe.memory().unwrap().plan.clone();
+    drop(probe);
+    let budget = whole.fixed + whole.resident_bytes * 3 / 5;
+    let options = MemoryOptions {
+        base,
+        logit_rows: 33,
+        draft_logit_rows: 1,
+        context: 256,
+        ..MemoryOptions::new(budget, true)
+    };
+    let plain = Engine::load_budgeted(&path, None, BackendKind::Candle, &options, &mut |_, _| {})
+        .unwrap()
+        .memory()
+        .unwrap()
+        .plan
+        .clone();
+    for source in [DraftSource::Lookup, DraftSource::SelfLayers] {
+        let mut engine =
+            Engine::load_budgeted(&path, Some(&source), BackendKind::Candle, &options, &mut |_, _| {})
+                .unwrap();
+        let plan = engine.memory().unwrap().plan.clone();
+        assert!(plan.fixed + plan.stream_reserve + plan.resident_bytes <= budget, "{source:?}");
+        assert!(plan.streamed() > 0, "{source:?}: the budget streams layers");
+        if source == DraftSource::SelfLayers {
+            // Its own KV cache and logits are reserved before the target's
+            // layers are placed.
+            let config = engine.model().config().clone();
+            let own = arbor_pipeline::kv_bytes(&config, 256) + arbor_pipeline::logit_scratch(&config, 1);
+            assert!(plan.fixed >= plain.fixed + own, "{} < {} + {own}", plan.fixed, plain.fixed);
+        } else {
+            assert_eq!(plan.fixed, plain.fixed, "prompt lookup reserves nothing");
+        }
+        for strategy in ["tree", "tree-provisional", "chain"] {
+            let ids = engine.prompt_tokens(prompt, false).unwrap();
+            let options = GenerateOptions {
+                max_tokens: 16,
+                stop_tokens: Some(vec![]),
+                strategy: strategy.parse().unwrap(),
+                ..GenerateOptions::default()
+            };
+            let g = engine.generate_events(&ids, &options, &mut |_| {}).unwrap();
+            assert_eq!(g.tokens, expected, "{strategy} with {source:?}");
+        }
+    }
+    // A self draft where nothing streams would be the target itself.
+    let err = Engine::load_budgeted(&path, Some(&DraftSource::SelfLayers), BackendKind::Candle, &roomy, &mut |_, _| {})
+        .err()
+        .expect("nothing streams");
+    assert!(err.to_string().contains("self draft"), "{err}");
+}

@@ -24,9 +24,11 @@ pub struct MemoryOptions {
     /// Longest sequence (prompt + generated tokens) the KV caches are
     /// planned for.
     pub context: usize,
-    /// Most rows of logits one forward pass returns (1 for one-token
+    /// Most rows of logits one target pass returns (1 for one-token
     /// decoding; a verified tree with its root).
     pub logit_rows: usize,
+    /// Most rows of logits one draft pass returns.
+    pub draft_logit_rows: usize,
     /// Bytes assumed held before the target loads (runtime, tokenizer,
     /// draft); `None` measures this process's resident memory. Set it when
     /// the process holds other things that the budget should not cover.
@@ -44,6 +46,7 @@ impl MemoryOptions {
             },
             context: 1024,
             logit_rows: 64,
+            draft_logit_rows: 64,
             base: None,
         }
     }
@@ -146,7 +149,7 @@ fn plan_target<B: Backend>(
     let kv = kv_bytes(c, options.context) + draft.map_or(0, |d| kv_bytes(d, options.context));
     let base = options.base.unwrap_or_else(resident_now);
     let logits = logit_scratch(c, options.logit_rows)
-        + draft.map_or(0, |d| logit_scratch(d, options.logit_rows));
+        + draft.map_or(0, |d| logit_scratch(d, options.draft_logit_rows));
     let fixed = base + head + kv + logits + SLACK;
     let all: Vec<usize> = (0..layout.layers.len()).collect();
     let plan = plan(

@@ -52,6 +52,18 @@ pub struct Strategy {
 const DEFAULT_GAMMA: usize = 5;
 
 impl Decoding {
+    /// Most rows of logits one draft pass returns: trees and chains feed
+    /// the draft one node at a time, a static tree a level at once.
+    pub fn max_draft_rows(&self) -> usize {
+        match self {
+            Decoding::Autoregressive => 0,
+            Decoding::Chain { .. } | Decoding::Tree(_) => 1,
+            Decoding::StaticTree { width, depth } => {
+                width.saturating_pow(*depth as u32).min(MAX_DRAFT_TOKENS)
+            }
+        }
+    }
+
     /// Most rows of logits one target pass returns: the draft tokens one
     /// verification carries and the root (1 for one-token decoding).
     pub fn max_rows(&self) -> usize {
