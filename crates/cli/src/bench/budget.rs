@@ -87,9 +87,10 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
         let mut ar_tok_s = None;
         let first = rows.len();
         for name in &names {
-            eprintln!("{name} inside {}", format_bytes(budget));
+            eprintln!("{} inside {}", super::spec::entry_label(name), format_bytes(budget));
             let report = spawn(args, device, name, Some(budget), true)?;
             let mut row = report.row;
+            row.strategy = super::spec::entry_label(name);
             row.identical = report
                 .tokens
                 .iter()
@@ -143,7 +144,7 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
     }
     let table = table(&rows, args);
     print_results(&table, &rows, args.json)?;
-    let mut lines = names.clone();
+    let mut lines: Vec<String> = names.iter().map(|n| super::spec::entry_label(n)).collect();
     for r in rows.iter().filter(|r| r.peer) {
         if !lines.contains(&r.strategy) {
             lines.push(r.strategy.clone());
@@ -223,6 +224,7 @@ fn trace_path(plot: &Path, name: &str) -> PathBuf {
     let stem = plot
         .file_stem()
         .map_or("arbor-bench-spec".into(), |s| s.to_string_lossy());
+    let name = super::spec::entry_label(name).replace(['/', '@'], "-");
     plot.with_file_name(format!("{stem}-trace-{name}.png"))
 }
 
@@ -301,8 +303,9 @@ fn spawn(
     limit: bool,
 ) -> Result<ChildReport> {
     let stem = format!(
-        "arbor-bench-{}-{name}-{}",
+        "arbor-bench-{}-{}-{}",
         std::process::id(),
+        super::spec::entry_label(name).replace(['/', '@'], "-"),
         budget.unwrap_or(0)
     );
     let out = std::env::temp_dir().join(format!("{stem}.json"));

@@ -169,6 +169,20 @@ pub fn split_entry<'a>(entry: &'a str, draft: &'a str) -> (&'a str, &'a str) {
     entry.split_once('@').unwrap_or((entry, draft))
 }
 
+/// A benchmark entry as tables and file names show it: a draft given as a
+/// path by its file stem (`tree@/x/slim-k32768.gguf` → `tree@slim-k32768`).
+pub fn entry_label(entry: &str) -> String {
+    match entry.split_once('@') {
+        Some((strategy, draft)) => {
+            let stem = std::path::Path::new(draft)
+                .file_stem()
+                .map_or_else(|| draft.to_string(), |s| s.to_string_lossy().into_owned());
+            format!("{strategy}@{stem}")
+        }
+        None => entry.to_string(),
+    }
+}
+
 pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
     if args.max_tokens == 0 {
         bail!("--max-tokens must be at least 1");
@@ -260,7 +274,7 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
         .map(|(name, t)| {
             let tok_s = t.generated as f64 / t.secs.max(1e-9);
             Row {
-                strategy: name.clone(),
+                strategy: entry_label(name),
                 prompts: t.prompts,
                 identical: t.identical,
                 tok_s,
