@@ -76,8 +76,8 @@ fn a_repeated_phrase_is_predicted() {
     let (t, p) = prediction(&m.step(&[8]).unwrap()).unwrap();
     assert_eq!(t, 4);
     assert!((p - confidence(1)).abs() < 1e-4, "{p}");
-    // One-token matches are off by default.
-    let mut m = PromptLookup::new(config());
+    // Without one-token matches.
+    let mut m = PromptLookup::new(config()).with_ngrams(2, 3).unwrap();
     assert_eq!(prediction(&m.step(&[2, 3, 8, 5, 7, 8]).unwrap()), None);
     // Nothing repeated: a uniform row.
     let mut m = PromptLookup::new(config());
