@@ -5,10 +5,11 @@
 //! earlier occurrence. Code, quotes, lists and rewrites repeat their input
 //! often enough for this to be accepted at no cost.
 //!
-//! The context of the committed text is indexed once ([`index`]); each
-//! row then only scans the few tokens past the index (tree nodes, tokens
-//! fed in the same pass), so a row costs its vocabulary-sized logits and a
-//! scan of its mask row, whatever the context length.
+//! The committed text is indexed once, as it grows ([`index`]): each row
+//! then looks its suffix n-grams up in the index and scans only the tokens
+//! past it (tree nodes, tokens fed in the same pass). A row costs its
+//! vocabulary-sized logits, one pass over its mask row and that short
+//! scan; the search does not grow with the indexed context.
 
 mod index;
 
