@@ -124,6 +124,9 @@ fn replay(draft: &mut dyn LanguageModel, prompt: &[u32], cont: &[u32], t: &mut T
         if agreed > fed {
             draft.step(&cont[i + fed..i + agreed]).unwrap();
         }
+        if i + agreed == cont.len() {
+            break;
+        }
         last = cont[i + agreed];
         i += agreed + 1;
     }
