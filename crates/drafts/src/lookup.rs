@@ -5,10 +5,11 @@
 //! earlier occurrence. Code, quotes, lists and rewrites repeat their input
 //! often enough for this to be accepted at no cost.
 //!
-//! The context of the committed text is indexed once ([`index`]); each
-//! row then only scans the few tokens past the index (tree nodes, tokens
-//! fed in the same pass), so a row costs its vocabulary-sized logits and a
-//! scan of its mask row, whatever the context length.
+//! The committed text is indexed once, as it grows ([`index`]): each row
+//! then looks its suffix n-grams up in the index and scans only the tokens
+//! past it (tree nodes, tokens fed in the same pass). A row costs its
+//! vocabulary-sized logits, one pass over its mask row and that short
+//! scan; the search does not grow with the indexed context.
 
 mod index;
 
@@ -17,15 +18,17 @@ use arbor_model::{Config, LanguageModel, Logits, Mask, ModelError, Result};
 use index::{MAX_NGRAM, NgramIndex};
 
 /// Probability given to the predicted token after a match of `n` tokens
-/// (the rest is spread uniformly over the vocabulary). Longer matches are
-/// surer: measured on MT-Bench answers of qwen2.5-coder-1.5b, matches of
-/// one token were right about a third of the time, of two about half, of
-/// three or more about two thirds.
+/// (the rest is spread uniformly over the vocabulary): longer matches are
+/// surer. Measured with qwen2.5-coder-1.5b's greedy answers to MT-Bench
+/// questions (`tests/measure.rs`: 4 first-turn answers of 48 tokens and 8
+/// second-turn answers of 64), one-token matches predicted the target's
+/// next token 17% of the time (142 proposals), two-token matches 45% (58),
+/// three or more 72% (62).
 pub fn confidence(n: usize) -> f32 {
     match n {
         0 => 0.0,
-        1 => 0.3,
-        2 => 0.5,
+        1 => 0.15,
+        2 => 0.45,
         _ => 0.7,
     }
 }
@@ -44,7 +47,10 @@ pub struct PromptLookup {
 
 impl PromptLookup {
     /// Suffix n-grams of 3 tokens down to 1, the longest matching one
-    /// winning.
+    /// winning. Measured as for [`confidence`], one-token matches add a
+    /// quarter to the tokens accepted per round on second-turn answers
+    /// (0.49 against 0.39 of 4) and a tenth on first-turn ones; their low
+    /// confidence keeps the tree strategy from building on them.
     pub const DEFAULT_NGRAMS: (usize, usize) = (1, 3);
 
     /// A draft for a target with `config` (its vocabulary and context).

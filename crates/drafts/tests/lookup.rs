@@ -69,13 +69,16 @@ fn a_repeated_phrase_is_predicted() {
     assert_eq!(prediction(&row).unwrap().0, 5);
     // The latest occurrence wins: `8` was followed by 5, then by 4 (and
     // `4 8` is new).
-    let mut m = PromptLookup::new(config());
+    let mut m = PromptLookup::new(config()).with_ngrams(1, 3).unwrap();
     for t in [2, 3, 8, 5, 7, 8, 4] {
         m.step(&[t]).unwrap();
     }
     let (t, p) = prediction(&m.step(&[8]).unwrap()).unwrap();
     assert_eq!(t, 4);
     assert!((p - confidence(1)).abs() < 1e-4, "{p}");
+    // Without one-token matches.
+    let mut m = PromptLookup::new(config()).with_ngrams(2, 3).unwrap();
+    assert_eq!(prediction(&m.step(&[2, 3, 8, 5, 7, 8]).unwrap()), None);
     // Nothing repeated: a uniform row.
     let mut m = PromptLookup::new(config());
     assert_eq!(prediction(&m.step(&[1, 2, 3]).unwrap()), None);
@@ -83,7 +86,7 @@ fn a_repeated_phrase_is_predicted() {
 
 #[test]
 fn tree_rows_see_only_their_ancestors() {
-    let mut m = PromptLookup::new(config());
+    let mut m = PromptLookup::new(config()).with_ngrams(1, 3).unwrap();
     m.step(&[1, 2, 3]).unwrap();
     // x = 9 and y = 9 are siblings at position 3; w = 1 is x's child.
     let mut mask = Mask::causal(3, 3);
