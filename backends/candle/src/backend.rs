@@ -89,7 +89,7 @@ impl Backend for CandleBackend {
         Ok(x.data.clone())
     }
 
-    fn into_vec(&self, x: HostTensor) -> Result<Vec<f32>> {
+    fn take_vec(&self, x: HostTensor) -> Result<Vec<f32>> {
         Ok(x.data)
     }
 

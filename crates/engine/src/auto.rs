@@ -31,9 +31,6 @@ pub struct Candidate {
     /// Probability that the target accepts a drafted token (greedy,
     /// per position).
     pub acceptance: f64,
-    /// Fraction of rounds the source has a proposal at all (prompt lookup
-    /// has none when nothing matches); those rounds are plain steps.
-    pub coverage: f64,
 }
 
 /// What a pass under the budget costs when the target streams `read`
@@ -50,12 +47,12 @@ pub struct Estimate {
 }
 
 /// Device facts the estimate uses.
-#[derive(Debug, Clone)]
 pub struct Device {
     /// The target's resident `L_fp(n)`.
     pub target: LatencyProfile,
-    /// Direct-read bandwidth of the disk holding the target, bytes/s.
-    pub disk_bytes_per_sec: f64,
+    /// Read bandwidth of the disk holding the target while streaming, by
+    /// bytes read per pass (see `DiskRecord::bandwidth_for`).
+    pub bandwidth: Box<dyn Fn(u64) -> f64>,
     /// Layers streamed per pass for a given read volume (for the exposed
     /// read); the planner only needs the mean layer size.
     pub mean_layer_bytes: u64,
@@ -64,14 +61,21 @@ pub struct Device {
 /// Longest chain the estimate considers.
 const MAX_DEPTH: usize = 16;
 
+/// What a drafting round costs beyond its draft steps and pass: the
+/// verification's masks and bookkeeping and the extra rows' head and
+/// attention (measured: prompt lookup, which drafts for free, made the
+/// 1.5B's streamed passes 15 ms longer than plain ones).
+const ROUND_OVERHEAD: f64 = 0.015;
+
 impl Device {
     /// Seconds of a target pass over `n` tokens while `read` bytes stream.
     pub fn pass_secs(&self, n: usize, read: u64) -> f64 {
-        let io = read as f64 / self.disk_bytes_per_sec;
+        let bw = (self.bandwidth)(read).max(1.0);
+        let io = read as f64 / bw;
         let exposed = if read == 0 {
             0.0
         } else {
-            self.mean_layer_bytes.min(read) as f64 / self.disk_bytes_per_sec
+            self.mean_layer_bytes.min(read) as f64 / bw
         };
         self.target.at(n).max(io - exposed) + exposed
     }
@@ -87,9 +91,8 @@ impl Device {
         let a = c.acceptance.clamp(0.0, 0.999);
         for k in 1..=MAX_DEPTH {
             let tokens = (1.0 - a.powi(k as i32 + 1)) / (1.0 - a);
-            let round = k as f64 * c.step_secs + self.pass_secs(k + 1, read);
-            // Rounds without a proposal are plain steps.
-            let rate = c.coverage * tokens / round + (1.0 - c.coverage) * plain;
+            let round = k as f64 * c.step_secs + self.pass_secs(k + 1, read) + ROUND_OVERHEAD;
+            let rate = tokens / round;
             if rate > best.1 {
                 best = (k, rate);
             }
@@ -98,18 +101,18 @@ impl Device {
     }
 }
 
-/// Estimates every candidate; `read_for(memory)` is the target's bytes per
-/// pass when `memory` bytes of the budget go to the draft (`None` when the
+/// Estimates every candidate; `read_for(candidate)` is the target's bytes
+/// per pass when the candidate's memory goes to the draft (`None` when the
 /// target cannot run beside it). Best first.
 pub fn estimate(
     device: &Device,
     candidates: Vec<Candidate>,
-    read_for: &mut dyn FnMut(u64) -> Option<u64>,
+    read_for: &mut dyn FnMut(&Candidate) -> Option<u64>,
 ) -> Vec<Estimate> {
     let mut out: Vec<Estimate> = candidates
         .into_iter()
         .map(|candidate| {
-            let read = read_for(candidate.memory);
+            let read = read_for(&candidate);
             let (depth, tok_s) = read.map_or((0, 0.0), |r| device.rate(&candidate, r));
             Estimate {
                 candidate,
@@ -161,7 +164,7 @@ mod tests {
             target: LatencyProfile {
                 points: vec![(1, 0.030), (2, 0.055), (64, 1.605)],
             },
-            disk_bytes_per_sec: 1e9,
+            bandwidth: Box::new(|_| 1e9),
             mean_layer_bytes: 27 << 20,
         }
     }
@@ -173,7 +176,6 @@ mod tests {
             memory,
             step_secs: step,
             acceptance: a,
-            coverage: 1.0,
         }
     }
 
@@ -183,15 +185,21 @@ mod tests {
         let read = 400 << 20;
         let io = read as f64 / 1e9;
         assert!((d.pass_secs(1, read) - io).abs() < 1e-9);
-        assert!((d.pass_secs(4, read) - io).abs() < 1e-9, "4 tokens hide under the reads");
-        assert!(d.pass_secs(32, read) > io, "32 tokens compute longer than the reads");
+        assert!(
+            (d.pass_secs(4, read) - io).abs() < 1e-9,
+            "4 tokens hide under the reads"
+        );
+        assert!(
+            d.pass_secs(32, read) > io,
+            "32 tokens compute longer than the reads"
+        );
         assert!((d.pass_secs(1, 0) - 0.030).abs() < 1e-9);
     }
 
     #[test]
     fn free_drafts_win_when_reads_dominate_and_lose_when_they_miss() {
         let d = device();
-        let read_for = &mut |m: u64| Some((400u64 << 20) + m);
+        let read_for = &mut |c: &Candidate| Some((400u64 << 20) + c.memory);
         let est = estimate(
             &d,
             vec![cand("none", 0, 0.0, 0.0), cand("good", 0, 0.01, 0.7)],
@@ -214,8 +222,11 @@ mod tests {
         // the target then streams on every pass.
         let est = estimate(
             &d,
-            vec![cand("heavy", 400 << 20, 0.01, 0.8), cand("light", 0, 0.01, 0.8)],
-            &mut |m| Some((200u64 << 20) + m),
+            vec![
+                cand("heavy", 400 << 20, 0.01, 0.8),
+                cand("light", 0, 0.01, 0.8),
+            ],
+            &mut |c| Some((200u64 << 20) + c.memory),
         );
         assert_eq!(est[0].candidate.label, "light");
         assert!(est[1].tok_s < est[0].tok_s);
@@ -227,7 +238,7 @@ mod tests {
         let est = estimate(
             &d,
             vec![cand("huge", 1 << 30, 0.01, 0.9), cand("none", 0, 0.0, 0.0)],
-            &mut |m| (m < (1 << 30)).then_some(300 << 20),
+            &mut |c| (c.memory < (1 << 30)).then_some(300 << 20),
         );
         assert_eq!(est[0].candidate.label, "none");
         assert_eq!(est[1].read_per_pass, None);

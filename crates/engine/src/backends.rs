@@ -118,6 +118,14 @@ pub(crate) fn load(
     })
 }
 
+/// A target loaded under a budget, its memory report, and its self draft
+/// when one was asked for.
+pub(crate) type Budgeted = (
+    Box<dyn LanguageModel>,
+    crate::MemoryReport,
+    Option<Box<dyn LanguageModel>>,
+);
+
 /// Loads the target of `file` under `options` (see
 /// [`arbor_pipeline::load_target`]), given that `draft` is loaded (or, with
 /// `self_draft`, that the target will draft for itself: then the self
@@ -131,11 +139,7 @@ pub(crate) fn load_budgeted(
     self_draft: bool,
     options: &crate::MemoryOptions,
     progress: &mut dyn FnMut(usize, usize),
-) -> Result<(
-    Box<dyn LanguageModel>,
-    crate::MemoryReport,
-    Option<Box<dyn LanguageModel>>,
-)> {
+) -> Result<Budgeted> {
     debug_assert_eq!(path, file.path());
     let _ = (&file, &draft, &self_draft, &options, &progress);
     with_backend!(kind, backend => {

@@ -17,23 +17,32 @@ use crate::drafts::DraftSource;
 use crate::profiles::ProfileStore;
 use crate::{BackendKind, MemoryOptions, OpenEvent, Result, RunConfig, backends};
 
-/// Acceptance of a full draft model of the target's family (qwen2.5-coder
-/// 0.5B drafting for 1.5B: 0.80 per position on MT-Bench first turns).
-const MODEL_ACCEPTANCE: f64 = 0.80;
-/// Acceptance of a slim draft (its head keeps the corpus's most frequent
-/// tokens; a token outside them is never proposed).
-const SLIM_ACCEPTANCE: f64 = 0.76;
-/// Prompt lookup: how often a match exists, and how often its guess is
-/// right (MT-Bench first turns, 1.5B greedy).
-const LOOKUP_COVERAGE: f64 = 0.35;
-const LOOKUP_ACCEPTANCE: f64 = 0.45;
+/// Acceptance per position of a full draft model of the target's family
+/// (qwen2.5-coder 0.5B drafting for 1.5B, greedy, MT-Bench first turns):
+/// 0.67 on writing and roleplay (2.68 tokens per chain of 5), 0.78 with
+/// math and reasoning (3.36); 0.72 for a spread of categories.
+const MODEL_ACCEPTANCE: f64 = 0.72;
+/// A slim draft with K = 32768 accepted exactly as its source
+/// (docs/slim-drafts.md); smaller heads lose a little.
+const SLIM_ACCEPTANCE: f64 = 0.72;
+/// Prompt lookup on MT-Bench first turns: 0.32 tokens accepted per chain
+/// of 4 along the target's answers, but 0.06 per verification in the tree
+/// strategy under a budget (second turns, which can copy the first answer,
+/// reach 0.49 per chain).
+const LOOKUP_ACCEPTANCE: f64 = 0.06;
 
-/// Acceptance of a self draft that runs `running` of the target's layers
-/// (skipping the streamed ones, spread evenly): measured for the 1.5B
-/// (28 layers) — skipping 4 layers keeps most of the distribution, skipping
-/// a third or more leaves little.
+/// Acceptance per position of a self draft that runs the share `running`
+/// of the target's layers, skipping the others spread evenly: measured
+/// for the 1.5B (28 layers; chains of 4 along its greedy answers to 8
+/// MT-Bench questions): 4 layers skipped ≈ 0.72, 8 ≈ 0.38, 12 ≈ 0.10.
 fn self_acceptance(running: f64) -> f64 {
-    let points = [(0.5, 0.05), (0.57, 0.12), (0.71, 0.30), (0.86, 0.55), (1.0, 1.0)];
+    let points = [
+        (0.5, 0.0),
+        (0.57, 0.10),
+        (0.71, 0.38),
+        (0.86, 0.72),
+        (1.0, 1.0),
+    ];
     interpolate(&points, running)
 }
 
@@ -56,6 +65,8 @@ pub(crate) struct Choice {
     pub draft: Option<String>,
     /// The strategy name to open with.
     pub strategy: String,
+    /// Draft tokens per round the estimate found best (for `chain`).
+    pub gamma: Option<usize>,
 }
 
 /// Estimates every draft source under `config`'s budget (unlimited when
@@ -100,9 +111,9 @@ pub(crate) fn choose(
             if let Some(n) = note {
                 progress(OpenEvent::Note(&n));
             }
-            d.streaming_bytes_per_sec()
+            Some(d)
         }
-        None => 1e9,
+        None => None,
     };
     let layer_bytes: u64 = layout
         .layers
@@ -112,7 +123,7 @@ pub(crate) fn choose(
         / layout.layers.len().max(1) as u64;
     let device = Device {
         target: curve.clone(),
-        disk_bytes_per_sec: disk,
+        bandwidth: Box::new(move |read| disk.as_ref().map_or(1e9, |d| d.bandwidth_for(read))),
         mean_layer_bytes: layer_bytes,
     };
     let c = &layout.config;
@@ -129,7 +140,6 @@ pub(crate) fn choose(
         memory: 0,
         step_secs: 0.0,
         acceptance: 0.0,
-        coverage: 1.0,
     }];
     candidates.push(Candidate {
         draft: Some(DraftSource::LOOKUP.into()),
@@ -137,19 +147,20 @@ pub(crate) fn choose(
         memory: 0,
         step_secs: 20e-6,
         acceptance: LOOKUP_ACCEPTANCE,
-        coverage: LOOKUP_COVERAGE,
     });
     if streams {
         let memory = draft_overhead(c);
         if let Some(plan) = backends::plan_with(backend, &file, None, memory, &options)? {
             let running = 1.0 - plan.streamed() as f64 / plan.resident.len().max(1) as f64;
+            // A step runs the resident layers and the whole head.
+            let head = target_bytes.saturating_sub(layer_bytes * layout.layers.len() as u64);
+            let share = (plan.resident_bytes as f64 + head as f64) / target_bytes.max(1) as f64;
             candidates.push(Candidate {
                 draft: Some(DraftSource::SELF.into()),
                 label: "self".into(),
                 memory,
-                step_secs: curve.at(1) * running,
+                step_secs: curve.at(1) * share.min(1.0),
                 acceptance: self_acceptance(running),
-                coverage: 1.0,
             });
         }
     }
@@ -165,17 +176,33 @@ pub(crate) fn choose(
             )));
         }
         for p in std::iter::once(path).chain(slims) {
-            candidates.push(model_candidate(&p, backend, store, &curve, target_bytes, &draft_overhead)?);
+            candidates.push(model_candidate(
+                &p,
+                backend,
+                store,
+                &curve,
+                target_bytes,
+                &draft_overhead,
+            )?);
         }
     }
-    let mut read_for = |memory: u64| -> Option<u64> {
-        backends::plan_with(backend, &file, None, memory, &options)
+    // Plain decoding returns one row of logits; drafting rounds up to a
+    // verification's worth.
+    let mut read_for = |c: &Candidate| -> Option<u64> {
+        let mut options = options;
+        if c.draft.is_none() {
+            options.logit_rows = 1;
+        }
+        backends::plan_with(backend, &file, None, c.memory, &options)
             .ok()
             .flatten()
             .map(|p| p.read_per_pass)
     };
     let estimates = auto::estimate(&device, candidates, &mut read_for);
-    let best = estimates.first().expect("`none` is always a candidate").clone();
+    let best = estimates
+        .first()
+        .expect("`none` is always a candidate")
+        .clone();
     report(&best, &estimates, budget, progress);
     drop(tokenizer);
     Ok(estimates
@@ -184,6 +211,7 @@ pub(crate) fn choose(
         .map(|e| Choice {
             draft: e.candidate.draft.clone(),
             strategy: strategy_for(e, streams),
+            gamma: (e.depth > 0).then_some(e.depth),
         })
         .collect())
 }
@@ -203,7 +231,9 @@ fn slim_drafts_of(path: &Path) -> Vec<std::path::PathBuf> {
         .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
         .filter(|p| {
             GgufFile::open(p).is_ok_and(|f| {
-                f.header().get_str(arbor_drafts::slim::KEY_SOURCE).is_ok_and(|s| s == name)
+                f.header()
+                    .get_str(arbor_drafts::slim::KEY_SOURCE)
+                    .is_ok_and(|s| s == name)
             })
         })
         .collect();
@@ -235,38 +265,54 @@ fn model_candidate(
         .get_str(arbor_drafts::slim::KEY_SOURCE)
         .ok()
         .map(|name| path.with_file_name(name))
-        .map(|p| arbor_fetch::arbor_home().join("models").join(p.file_name().unwrap_or_default()));
+        .map(|p| {
+            arbor_fetch::arbor_home()
+                .join("models")
+                .join(p.file_name().unwrap_or_default())
+        });
     let cached = |p: &Path| store.cached_latency(p, backend.kernels(), threads);
     let step = match cached(path).or_else(|| source.as_deref().and_then(cached)) {
         Some(r) => r.profile().at(1),
         None => target_curve.at(1) * bytes as f64 / target_bytes.max(1) as f64,
     };
-    let stem = path.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+    let stem = path
+        .file_stem()
+        .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
     Ok(Candidate {
         draft: Some(path.display().to_string()),
         label: if slim { format!("slim {stem}") } else { stem },
         memory: bytes + overhead(&layout.config),
         step_secs: step,
-        acceptance: if slim { SLIM_ACCEPTANCE } else { MODEL_ACCEPTANCE },
-        coverage: 1.0,
+        acceptance: if slim {
+            SLIM_ACCEPTANCE
+        } else {
+            MODEL_ACCEPTANCE
+        },
     })
 }
 
 /// The strategy that runs the chosen source: plain decoding (pipelined
-/// when layers stream), or the tree strategy — with provisional
-/// generation when a model drafts under streaming, so the draft works
-/// while the target waits for weights.
+/// when layers stream), a chain as deep as the estimate found best when a
+/// model drafts under streaming (passes cost their reads, so depth is
+/// nearly free, and a chain kept more tokens per pass than the
+/// confidence-paced tree there: 2.86 against 2.38 with a slim 0.5B at
+/// 800 MiB), else the tree strategy.
 fn strategy_for(best: &Estimate, streams: bool) -> String {
     match best.candidate.draft.as_deref() {
         None if streams => "autoregressive-pipelined".into(),
         None => "autoregressive".into(),
         Some(DraftSource::LOOKUP) => "tree".into(),
-        Some(_) if streams => "tree-provisional".into(),
+        Some(_) if streams => "chain".into(),
         Some(_) => "tree".into(),
     }
 }
 
-fn report(best: &Estimate, all: &[Estimate], budget: Option<u64>, progress: &mut dyn FnMut(OpenEvent<'_>)) {
+fn report(
+    best: &Estimate,
+    all: &[Estimate],
+    budget: Option<u64>,
+    progress: &mut dyn FnMut(OpenEvent<'_>),
+) {
     let within = budget.map_or("without a memory budget".to_string(), |b| {
         format!("within {}", arbor_paging::format_bytes(b))
     });

@@ -69,7 +69,11 @@ impl DraftSource {
                 points: vec![(1, 20e-6), (64, 400e-6)],
             }),
             Self::SelfLayers => Some(LatencyProfile {
-                points: target.points.iter().map(|&(n, s)| (n, s * running)).collect(),
+                points: target
+                    .points
+                    .iter()
+                    .map(|&(n, s)| (n, s * running))
+                    .collect(),
             }),
         }
     }
@@ -82,9 +86,18 @@ mod tests {
     #[test]
     fn names_resolve_to_sources_and_back() {
         let none = &mut |_: OpenEvent<'_>| {};
-        assert_eq!(DraftSource::resolve("lookup", none).unwrap(), DraftSource::Lookup);
-        assert_eq!(DraftSource::resolve("prompt-lookup", none).unwrap(), DraftSource::Lookup);
-        assert_eq!(DraftSource::resolve("self", none).unwrap(), DraftSource::SelfLayers);
+        assert_eq!(
+            DraftSource::resolve("lookup", none).unwrap(),
+            DraftSource::Lookup
+        );
+        assert_eq!(
+            DraftSource::resolve("prompt-lookup", none).unwrap(),
+            DraftSource::Lookup
+        );
+        assert_eq!(
+            DraftSource::resolve("self", none).unwrap(),
+            DraftSource::SelfLayers
+        );
         assert_eq!(DraftSource::SelfLayers.name(), "self");
         assert!(DraftSource::resolve("/no/such/model.gguf", none).is_err());
     }
@@ -97,6 +110,10 @@ mod tests {
         let p = DraftSource::SelfLayers.derived_profile(&t, 0.5).unwrap();
         assert!((p.at(1) - 0.015).abs() < 1e-9);
         assert!(DraftSource::Lookup.derived_profile(&t, 0.5).unwrap().at(1) < 1e-3);
-        assert!(DraftSource::Model("x".into()).derived_profile(&t, 0.5).is_none());
+        assert!(
+            DraftSource::Model("x".into())
+                .derived_profile(&t, 0.5)
+                .is_none()
+        );
     }
 }

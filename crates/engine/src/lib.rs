@@ -9,8 +9,8 @@
 pub mod auto;
 mod backends;
 mod choose;
-mod drafts;
 mod config;
+mod drafts;
 mod generate;
 mod memory;
 mod open;
@@ -30,8 +30,8 @@ pub use arbor_speculative::{
 };
 pub use arbor_tokenizer::{ChatMessage, Role, Tokenizer};
 pub use backends::BackendKind;
-pub use drafts::DraftSource;
 pub use config::{DEFAULT_DRAFT, DEFAULT_TARGET, RunConfig, Sampling, Tuning};
+pub use drafts::DraftSource;
 pub use generate::{GenerateOptions, Generation, GenerationStats, StopReason, TextEvent};
 pub use memory::{MemoryOptions, MemoryReport, resident_now};
 pub use open::{AUTO, OpenEvent, Profiles, Run, pick_backend, resolve_or_fetch};

@@ -136,21 +136,24 @@ impl Engine {
         // What to try, best first: the planner's ranking under `auto` (a
         // source whose memory estimate was short falls through to the
         // next), else the configured draft and strategy.
-        let attempts: Vec<(Option<String>, Option<Strategy>)> = if auto {
+        type Attempt = (Option<String>, Option<Strategy>, Option<usize>);
+        let attempts: Vec<Attempt> = if auto {
             crate::choose::choose(config, &target, budget, backend, &store, progress)?
                 .into_iter()
-                .map(|c| Ok((c.draft, Some(c.strategy.parse::<Strategy>()?))))
+                .map(|c| Ok((c.draft, Some(c.strategy.parse::<Strategy>()?), c.gamma)))
                 .collect::<Result<_>>()?
         } else {
-            vec![(config.draft.clone(), named)]
+            vec![(config.draft.clone(), named, None)]
         };
         let last = attempts.len() - 1;
         let mut opened = None;
-        for (i, (draft_name, named)) in attempts.into_iter().enumerate() {
-            let config = RunConfig {
+        for (i, (draft_name, named, gamma)) in attempts.into_iter().enumerate() {
+            let mut config = RunConfig {
                 draft: draft_name,
                 ..config.clone()
             };
+            // The planner's chain depth, unless the config sets one.
+            config.tuning.gamma = config.tuning.gamma.or(gamma);
             match load_for(&config, named, &target, budget, backend, progress) {
                 Ok(loaded) => {
                     opened = Some((config, loaded));
@@ -159,7 +162,10 @@ impl Engine {
                 Err(e) if i < last && too_small(&e) => {
                     progress(OpenEvent::Note(&format!(
                         "auto: {} does not fit after all ({e}); trying the next choice",
-                        config.draft.as_deref().unwrap_or("decoding without a draft")
+                        config
+                            .draft
+                            .as_deref()
+                            .unwrap_or("decoding without a draft")
                     )));
                 }
                 Err(e) => return Err(e),
@@ -252,7 +258,10 @@ fn load_for(
 /// Whether `e` says a memory budget cannot hold what was asked.
 fn too_small(e: &EngineError) -> bool {
     let paging = |m: &arbor_model::ModelError| {
-        matches!(m.source_as(), Some(arbor_paging::PagingError::TooSmall { .. }))
+        matches!(
+            m.source_as(),
+            Some(arbor_paging::PagingError::TooSmall { .. })
+        )
     };
     match e {
         EngineError::Load { inner, .. } => too_small(inner),
@@ -464,6 +473,15 @@ impl Run {
             }
         }
         let g = self.engine.generate_events(prompt, &self.options, on)?;
+        // What streaming achieved is what the next plan should expect; a
+        // cache that cannot be written costs nothing here.
+        let read = self.engine.memory().map_or(0, |m| m.plan.read_per_pass);
+        let _ = self.store.observe_streaming(
+            self.engine.path(),
+            read,
+            g.stream.bytes,
+            g.stream.io_secs,
+        );
         self.heal(&g)?;
         Ok(g)
     }
@@ -521,7 +539,7 @@ impl Run {
             if let Some(note) = note {
                 progress(OpenEvent::Note(&note));
             }
-            read as f64 / disk.streaming_bytes_per_sec()
+            read as f64 / disk.bandwidth_for(read)
         };
         let pipelined = self
             .engine

@@ -385,18 +385,32 @@ fn cheap_drafts_fit_the_budget_and_keep_the_output() {
         .plan
         .clone();
     for source in [DraftSource::Lookup, DraftSource::SelfLayers] {
-        let mut engine =
-            Engine::load_budgeted(&path, Some(&source), BackendKind::Candle, &options, &mut |_, _| {})
-                .unwrap();
+        let mut engine = Engine::load_budgeted(
+            &path,
+            Some(&source),
+            BackendKind::Candle,
+            &options,
+            &mut |_, _| {},
+        )
+        .unwrap();
         let plan = engine.memory().unwrap().plan.clone();
-        assert!(plan.fixed + plan.stream_reserve + plan.resident_bytes <= budget, "{source:?}");
+        assert!(
+            plan.fixed + plan.stream_reserve + plan.resident_bytes <= budget,
+            "{source:?}"
+        );
         assert!(plan.streamed() > 0, "{source:?}: the budget streams layers");
         if source == DraftSource::SelfLayers {
             // Its own KV cache and logits are reserved before the target's
             // layers are placed.
             let config = engine.model().config().clone();
-            let own = arbor_pipeline::kv_bytes(&config, 256) + arbor_pipeline::logit_scratch(&config, 1);
-            assert!(plan.fixed >= plain.fixed + own, "{} < {} + {own}", plan.fixed, plain.fixed);
+            let own =
+                arbor_pipeline::kv_bytes(&config, 256) + arbor_pipeline::logit_scratch(&config, 1);
+            assert!(
+                plan.fixed >= plain.fixed + own,
+                "{} < {} + {own}",
+                plan.fixed,
+                plain.fixed
+            );
         } else {
             assert_eq!(plan.fixed, plain.fixed, "prompt lookup reserves nothing");
         }
@@ -413,8 +427,14 @@ fn cheap_drafts_fit_the_budget_and_keep_the_output() {
         }
     }
     // A self draft where nothing streams would be the target itself.
-    let err = Engine::load_budgeted(&path, Some(&DraftSource::SelfLayers), BackendKind::Candle, &roomy, &mut |_, _| {})
-        .err()
-        .expect("nothing streams");
+    let err = Engine::load_budgeted(
+        &path,
+        Some(&DraftSource::SelfLayers),
+        BackendKind::Candle,
+        &roomy,
+        &mut |_, _| {},
+    )
+    .err()
+    .expect("nothing streams");
     assert!(err.to_string().contains("self draft"), "{err}");
 }

@@ -338,7 +338,7 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         Ok(Logits {
             rows: logit_rows.len(),
             vocab: self.head_rows,
-            data: b.into_vec(logits)?,
+            data: b.take_vec(logits)?,
         })
     }
 

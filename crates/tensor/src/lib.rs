@@ -199,7 +199,7 @@ pub trait Backend: Send + Sync + 'static {
     /// Moves a tensor to the host, row-major; backends whose tensors live
     /// on the host hand their buffer over instead of copying it (a
     /// verification's logits are tens of MiB).
-    fn into_vec(&self, x: Self::Tensor) -> Result<Vec<f32>> {
+    fn take_vec(&self, x: Self::Tensor) -> Result<Vec<f32>> {
         self.to_vec(&x)
     }
 

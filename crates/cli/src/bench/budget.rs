@@ -75,7 +75,11 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
         .map(|b| parse_bytes(b))
         .collect::<Result<_, _>>()?;
     let names = args.names()?;
-    let peers: Vec<Peer> = args.peer.iter().map(|p| Peer::parse(p)).collect::<Result<_>>()?;
+    let peers: Vec<Peer> = args
+        .peer
+        .iter()
+        .map(|p| Peer::parse(p))
+        .collect::<Result<_>>()?;
     let peer_job = match peers.is_empty() {
         true => None,
         false => Some(PeerJob::new(args, device)?),
@@ -87,7 +91,11 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
         let mut ar_tok_s = None;
         let first = rows.len();
         for name in &names {
-            eprintln!("{} inside {}", super::spec::entry_label(name), format_bytes(budget));
+            eprintln!(
+                "{} inside {}",
+                super::spec::entry_label(name),
+                format_bytes(budget)
+            );
             let report = spawn(args, device, name, Some(budget), true)?;
             let mut row = report.row;
             row.strategy = super::spec::entry_label(name);
@@ -99,7 +107,8 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
                 .count();
             // The baseline: plain decoding at its best under this budget
             // (pipelined streaming when it ran, else on demand).
-            if row.prompts > 0 && (name == "autoregressive-pipelined" || ar_tok_s.is_none())
+            if row.prompts > 0
+                && (name == "autoregressive-pipelined" || ar_tok_s.is_none())
                 && name.starts_with("autoregressive")
             {
                 ar_tok_s = Some(row.tok_s);
@@ -156,7 +165,10 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
 
 /// `auto` against the other rows of one budget, on one line.
 fn summarize(rows: &[BudgetRow]) {
-    let Some(auto) = rows.iter().find(|r| r.strategy == arbor_engine::AUTO && r.prompts > 0) else {
+    let Some(auto) = rows
+        .iter()
+        .find(|r| r.strategy == arbor_engine::AUTO && r.prompts > 0)
+    else {
         return;
     };
     let ratios: Vec<String> = rows
@@ -186,7 +198,10 @@ impl PeerJob {
         let config = args.config(device, "autoregressive");
         let quiet = &mut |_: arbor_engine::OpenEvent<'_>| {};
         let target = arbor_engine::resolve_or_fetch(
-            config.target.as_deref().unwrap_or(arbor_engine::DEFAULT_TARGET),
+            config
+                .target
+                .as_deref()
+                .unwrap_or(arbor_engine::DEFAULT_TARGET),
             quiet,
         )?;
         // Only a draft model file can be a peer's draft.
@@ -256,7 +271,11 @@ fn table(rows: &[BudgetRow], args: &BenchSpecArgs) -> String {
             r.provisional_secs,
             r.provisional_accepted,
             r.provisional_tokens,
-            if r.peer { "—".to_string() } else { r.identical.to_string() },
+            if r.peer {
+                "—".to_string()
+            } else {
+                r.identical.to_string()
+            },
             r.prompts,
         );
     }
@@ -386,7 +405,10 @@ fn child(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
     // The KV caches are planned for this benchmark's longest request.
     if config.context.is_none() {
         let target = arbor_engine::resolve_or_fetch(
-            config.target.as_deref().unwrap_or(arbor_engine::DEFAULT_TARGET),
+            config
+                .target
+                .as_deref()
+                .unwrap_or(arbor_engine::DEFAULT_TARGET),
             &mut |_| {},
         )?;
         let texts: Vec<&str> = prompts.iter().map(|p| p.text.as_str()).collect();

@@ -112,7 +112,11 @@ fn tool_row(peer: &Peer, job: &PeerRun<'_>, budget: u64, speculative: bool) -> R
     row.generated = tokens;
     row.decode_secs = secs;
     row.tok_s = tokens as f64 / secs.max(1e-9);
-    eprintln!("  {:.2} tok/s, peak {}", row.tok_s, arbor_engine::format_bytes(row.peak_bytes));
+    eprintln!(
+        "  {:.2} tok/s, peak {}",
+        row.tok_s,
+        arbor_engine::format_bytes(row.peak_bytes)
+    );
     Ok(row)
 }
 
@@ -148,13 +152,21 @@ fn eval(log: &str) -> Option<(usize, f64)> {
         .find(|l| l.contains(" eval time =") && !l.contains("prompt eval"))?;
     let after = line.split("eval time =").nth(1)?;
     let ms: f64 = after.split_whitespace().next()?.parse().ok()?;
-    let runs: usize = after.split('/').nth(1)?.split_whitespace().next()?.parse().ok()?;
+    let runs: usize = after
+        .split('/')
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
     Some((runs, ms / 1e3))
 }
 
 /// `decoded N tokens in X seconds` of llama-speculative.
 fn decoded(log: &str) -> Option<(usize, f64)> {
-    let line = log.lines().find(|l| l.contains("decoded") && l.contains("tokens in"))?;
+    let line = log
+        .lines()
+        .find(|l| l.contains("decoded") && l.contains("tokens in"))?;
     let after = line.split("decoded").nth(1)?;
     let mut words = after.split_whitespace();
     let n: usize = words.next()?.parse().ok()?;
@@ -164,8 +176,16 @@ fn decoded(log: &str) -> Option<(usize, f64)> {
 
 /// `accept = P%` of llama-speculative, as a fraction.
 fn accept_rate(log: &str) -> Option<f64> {
-    let line = log.lines().find(|l| l.contains("accept") && l.contains('%'))?;
-    let p: f64 = line.split('=').nth(1)?.trim().trim_end_matches('%').parse().ok()?;
+    let line = log
+        .lines()
+        .find(|l| l.contains("accept") && l.contains('%'))?;
+    let p: f64 = line
+        .split('=')
+        .nth(1)?
+        .trim()
+        .trim_end_matches('%')
+        .parse()
+        .ok()?;
     Some(p / 100.0)
 }
 

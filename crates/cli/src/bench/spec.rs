@@ -197,11 +197,19 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
     let mut strategies = Vec::new();
     for name in &names {
         let (strategy, draft) = split_entry(name, &args.draft);
-        let key = if strategy == arbor_engine::AUTO { strategy } else { draft };
+        let key = if strategy == arbor_engine::AUTO {
+            strategy
+        } else {
+            draft
+        };
         let at = match runs.iter().position(|(k, _)| k == key) {
             Some(at) => at,
             None => {
-                let opening = if strategy == arbor_engine::AUTO { name } else { "autoregressive" };
+                let opening = if strategy == arbor_engine::AUTO {
+                    name
+                } else {
+                    "autoregressive"
+                };
                 let config = args.config(device, opening);
                 runs.push((key.to_string(), Engine::open(&config, &mut events)?));
                 runs.len() - 1
