@@ -10,7 +10,7 @@ use std::process::Command;
 use anyhow::{Context, Result};
 use arbor_engine::{Engine, RunConfig, Trace, format_bytes, parse_bytes};
 
-use super::cgroup::{Cgroup, join_cgroup};
+use super::cgroup::{Cgroup, ReadLimit, confine};
 use super::peer::{self, Peer, PeerRun};
 use super::spec::BenchSpecArgs;
 use crate::prompts::load_prompts;
@@ -186,6 +186,7 @@ fn summarize(rows: &[BudgetRow]) {
 /// What the peers run: the benchmark's first prompts, chat-templated, with
 /// a context sized to them.
 struct PeerJob {
+    read_limit: Option<u64>,
     target: PathBuf,
     draft: Option<PathBuf>,
     prompts: Vec<String>,
@@ -214,7 +215,11 @@ impl PeerJob {
             .collect::<Result<_, _>>()?;
         let texts: Vec<&str> = prompts.iter().map(String::as_str).collect();
         let longest = Engine::longest_prompt(&target, &texts, false)?;
+        let read_limit = (args.read_limit.as_deref())
+            .map(|l| parse_bytes(l.trim_end_matches("/s")))
+            .transpose()?;
         Ok(Self {
+            read_limit,
             target,
             draft,
             prompts,
@@ -230,6 +235,7 @@ impl PeerJob {
             prompts: &self.prompts,
             tokens: self.tokens,
             context: self.context,
+            read_limit: self.read_limit,
         }
     }
 }
@@ -245,6 +251,9 @@ fn trace_path(plot: &Path, name: &str) -> PathBuf {
 
 fn table(rows: &[BudgetRow], args: &BenchSpecArgs) -> String {
     let mut s = args.title(rows.first().map_or(0, |r| r.prompts));
+    if let Some(l) = &args.read_limit {
+        s += &format!("; disk reads capped at {l} (blkio)");
+    }
     s += "; identical = same tokens as the unlimited target-only run; vs AR = against the \
           budget's autoregressive-pipelined row (peers: llama.cpp on fewer prompts and tokens, \
           mean accepted = its acceptance rate)\n";
@@ -357,14 +366,16 @@ fn spawn(
         (Some(b), true) => Cgroup::new(b),
         _ => None,
     };
-    if let Some(g) = &group {
-        let tasks = std::ffi::CString::new(g.dir.join("tasks").as_os_str().as_encoded_bytes())?;
-        // SAFETY: between fork and exec the child only makes raw system
-        // calls on memory prepared before the fork (no allocation, no locks).
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || join_cgroup(&tasks));
-        }
-    }
+    let reads = match limit {
+        true => read_limit(args)?,
+        false => None,
+    };
+    let dirs: Vec<&Path> = group
+        .iter()
+        .map(|g| g.dir.as_path())
+        .chain(reads.iter().map(|r| r.dir.as_path()))
+        .collect();
+    confine(&mut cmd, &dirs)?;
     let status = cmd.status().context("starting a benchmark process")?;
     let killed = std::os::unix::process::ExitStatusExt::signal(&status).is_some();
     let report = std::fs::read_to_string(&out).ok();
@@ -392,6 +403,19 @@ fn spawn(
         report.row.peak_source = "cgroup".into();
     }
     Ok(report)
+}
+
+/// The blkio group of `--read-limit`, if given (an error when it cannot be
+/// made: a benchmark asked to emulate slower storage must not silently run
+/// on the fast one).
+pub fn read_limit(args: &BenchSpecArgs) -> Result<Option<ReadLimit>> {
+    let Some(limit) = &args.read_limit else {
+        return Ok(None);
+    };
+    let bytes = parse_bytes(limit.trim_end_matches("/s"))?;
+    let group = ReadLimit::new(&arbor_fetch::arbor_home(), bytes)
+        .context("--read-limit needs cgroup v1 blkio control (run as root)")?;
+    Ok(Some(group))
 }
 
 /// The child side: one strategy, every prompt, report to `--report`.

@@ -38,10 +38,68 @@ impl Cgroup {
     }
 }
 
+/// A cgroup v1 blkio group capping read bandwidth from one block device:
+/// emulates a device's storage (a phone's flash, an SD card) on a machine
+/// whose disk is faster or cached below the page cache. Removes itself
+/// when dropped.
+pub struct ReadLimit {
+    pub dir: PathBuf,
+}
+
+impl ReadLimit {
+    /// A group reading at most `bytes_per_sec` from the block device
+    /// holding `file`, or `None` when blkio control is not available.
+    pub fn new(file: &Path, bytes_per_sec: u64) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let root = Path::new("/sys/fs/cgroup/blkio");
+        if !root.join("blkio.throttle.read_bps_device").exists() {
+            return None;
+        }
+        let dev = std::fs::metadata(file).ok()?.dev();
+        // Linux's dev_t: major in bits 8..20 (and 32..), minor in 0..8 and 20..32.
+        let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+        let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+        let dir = root.join(format!("arbor-bench-{}", std::process::id()));
+        let _ = std::fs::remove_dir(&dir);
+        std::fs::create_dir(&dir).ok()?;
+        let group = Self { dir };
+        let rule = format!("{major}:{minor} {bytes_per_sec}");
+        std::fs::write(group.dir.join("blkio.throttle.read_bps_device"), rule).ok()?;
+        Some(group)
+    }
+}
+
+impl Drop for ReadLimit {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
 impl Drop for Cgroup {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir(&self.dir);
     }
+}
+
+/// Makes the child of `cmd` join the groups in `dirs` (their `tasks`
+/// files) before it runs.
+pub fn confine(cmd: &mut std::process::Command, dirs: &[&Path]) -> std::io::Result<()> {
+    let tasks: Vec<std::ffi::CString> = dirs
+        .iter()
+        .map(|d| std::ffi::CString::new(d.join("tasks").as_os_str().as_encoded_bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(std::io::Error::other)?;
+    if tasks.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: between fork and exec the child only makes raw system calls
+    // on memory prepared before the fork (no allocation, no locks).
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, move || {
+            tasks.iter().try_for_each(|t| join_cgroup(t))
+        });
+    }
+    Ok(())
 }
 
 /// Writes the calling process's pid into a cgroup's `tasks` file using only

@@ -12,7 +12,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use super::budget::BudgetRow;
-use super::cgroup::{Cgroup, join_cgroup};
+use super::cgroup::{Cgroup, ReadLimit, confine};
 
 /// A peer engine to run: where its binaries are.
 pub struct Peer {
@@ -47,6 +47,8 @@ pub struct PeerRun<'a> {
     pub tokens: usize,
     /// Context for the longest prompt and the new tokens.
     pub context: usize,
+    /// Read bandwidth cap of `--read-limit`, bytes/s.
+    pub read_limit: Option<u64>,
 }
 
 /// Runs llama.cpp target-only and speculative (when a draft model is
@@ -77,14 +79,16 @@ fn tool_row(peer: &Peer, job: &PeerRun<'_>, budget: u64, speculative: bool) -> R
     for prompt in job.prompts {
         let group = Cgroup::new(budget);
         let mut cmd = command(peer, job, prompt, speculative);
-        if let Some(g) = &group {
-            let tasks = std::ffi::CString::new(g.dir.join("tasks").as_os_str().as_encoded_bytes())?;
-            // SAFETY: between fork and exec the child only makes raw system
-            // calls on memory prepared before the fork.
-            unsafe {
-                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || join_cgroup(&tasks));
-            }
-        }
+        let reads = match job.read_limit {
+            Some(bps) => ReadLimit::new(job.target, bps),
+            None => None,
+        };
+        let dirs: Vec<&Path> = group
+            .iter()
+            .map(|g| g.dir.as_path())
+            .chain(reads.iter().map(|r| r.dir.as_path()))
+            .collect();
+        confine(&mut cmd, &dirs)?;
         let out = cmd.output().with_context(|| format!("running {name}"))?;
         if let Some(g) = &group {
             row.peak_bytes = row.peak_bytes.max(g.peak());

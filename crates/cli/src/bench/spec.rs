@@ -53,6 +53,11 @@ pub struct BenchSpecArgs {
     /// `autoregressive-pipelined`.
     #[arg(long, value_delimiter = ',')]
     pub memory_budget: Vec<String>,
+    /// Cap the block device's read bandwidth for every budgeted process
+    /// (`1GB/s`; cgroup v1 blkio, as root): emulates a device's storage
+    /// where this machine's disk is faster or cached below the page cache.
+    #[arg(long)]
+    pub read_limit: Option<String>,
     /// Other engines to run beside arbor under each memory budget, in the
     /// same cgroup: `llama.cpp=DIR` (DIR holds `llama-completion` and
     /// `llama-speculative`; `benches/build-llama-cpp.sh` builds them).
