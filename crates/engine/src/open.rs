@@ -145,6 +145,7 @@ impl Engine {
         } else {
             vec![(config.draft.clone(), named, None)]
         };
+        crate::release_freed_memory();
         let last = attempts.len() - 1;
         let mut opened = None;
         for (i, (draft_name, named, gamma)) in attempts.into_iter().enumerate() {
