@@ -76,7 +76,7 @@ pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 /// and keep few arenas: streamed layers allocate and free tens of MiB per
 /// forward pass, which glibc would otherwise keep cached and count against
 /// a memory limit.
-fn limit_allocator_caching() {
+pub(crate) fn limit_allocator_caching() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator tunables.
     unsafe {

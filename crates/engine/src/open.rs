@@ -130,6 +130,15 @@ impl Engine {
             false => config.strategy.as_deref().map(str::parse).transpose()?,
         };
         let budget = config.budget_bytes()?;
+        if budget.is_some() {
+            // Before anything allocates on other threads (the planner's
+            // tokenizer, the thread pool): with more malloc arenas than
+            // the two this allows, freed streamed layers linger in each
+            // and the process outgrows its plan (measured: a run planned
+            // after the tokenizer had spread arenas thrashed at the cgroup
+            // limit, 2.0 against 5.5 tok/s at 800 MiB).
+            crate::limit_allocator_caching();
+        }
         let verification = config.tuning.verification()?;
         let target_name = config.target.as_deref().unwrap_or(DEFAULT_TARGET);
         let target = resolve_or_fetch(target_name, progress)?;
