@@ -370,12 +370,7 @@ fn spawn(
         true => read_limit(args)?,
         false => None,
     };
-    let dirs: Vec<&Path> = group
-        .iter()
-        .map(|g| g.dir.as_path())
-        .chain(reads.iter().map(|r| r.dir.as_path()))
-        .collect();
-    confine(&mut cmd, &dirs)?;
+    confine(&mut cmd, group.as_ref(), reads.as_ref())?;
     let status = cmd.status().context("starting a benchmark process")?;
     let killed = std::os::unix::process::ExitStatusExt::signal(&status).is_some();
     let report = std::fs::read_to_string(&out).ok();

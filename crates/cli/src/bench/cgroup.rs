@@ -81,11 +81,18 @@ impl Drop for Cgroup {
     }
 }
 
-/// Makes the child of `cmd` join the groups in `dirs` (their `tasks`
-/// files) before it runs.
-pub fn confine(cmd: &mut std::process::Command, dirs: &[&Path]) -> std::io::Result<()> {
+/// Makes the child of `cmd` join a memory group and a read-limit group
+/// (either may be absent) before it runs.
+pub fn confine(
+    cmd: &mut std::process::Command,
+    memory: Option<&Cgroup>,
+    reads: Option<&ReadLimit>,
+) -> std::io::Result<()> {
+    let dirs = memory
+        .map(|g| &g.dir)
+        .into_iter()
+        .chain(reads.map(|r| &r.dir));
     let tasks: Vec<std::ffi::CString> = dirs
-        .iter()
         .map(|d| std::ffi::CString::new(d.join("tasks").as_os_str().as_encoded_bytes()))
         .collect::<Result<_, _>>()
         .map_err(std::io::Error::other)?;

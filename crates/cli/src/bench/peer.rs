@@ -83,12 +83,7 @@ fn tool_row(peer: &Peer, job: &PeerRun<'_>, budget: u64, speculative: bool) -> R
             Some(bps) => ReadLimit::new(job.target, bps),
             None => None,
         };
-        let dirs: Vec<&Path> = group
-            .iter()
-            .map(|g| g.dir.as_path())
-            .chain(reads.iter().map(|r| r.dir.as_path()))
-            .collect();
-        confine(&mut cmd, &dirs)?;
+        confine(&mut cmd, group.as_ref(), reads.as_ref())?;
         let out = cmd.output().with_context(|| format!("running {name}"))?;
         if let Some(g) = &group {
             row.peak_bytes = row.peak_bytes.max(g.peak());
