@@ -321,6 +321,23 @@ fn draw(rows: &[BudgetRow], names: &[String], args: &BenchSpecArgs) -> Result<()
     Ok(())
 }
 
+/// Reads `file` whole with direct IO. Storage below the page cache (a
+/// hypervisor's cache here) keeps what was read recently, so a row that
+/// streams other layers than the row before it would read colder; every
+/// budgeted row starts after this, from the same storage state.
+pub(super) fn settle_storage(file: &Path) -> Result<()> {
+    let reader = arbor_paging::DirectReader::open(file)?;
+    const CHUNK: usize = 16 << 20;
+    let mut buf = arbor_paging::AlignedBuf::new(CHUNK + 2 * arbor_paging::ALIGN);
+    let mut at = 0u64;
+    while at < reader.len() {
+        let len = CHUNK.min((reader.len() - at) as usize);
+        reader.read_into(at, len, &mut buf)?;
+        at += len as u64;
+    }
+    Ok(())
+}
+
 /// Runs one strategy in a child process (inside a cgroup limited to the
 /// budget when `limit` and possible) and reads its report.
 fn spawn(
@@ -361,6 +378,10 @@ fn spawn(
     }
     if let Some(b) = budget {
         cmd.args(["--memory-budget", &b.to_string()]);
+    }
+    if limit {
+        let target = arbor_engine::resolve_or_fetch(&args.target, &mut |_| {})?;
+        settle_storage(&target)?;
     }
     let group = match (budget, limit) {
         (Some(b), true) => Cgroup::new(b),

@@ -76,6 +76,7 @@ fn tool_row(peer: &Peer, job: &PeerRun<'_>, budget: u64, speculative: bool) -> R
         ..BudgetRow::default()
     };
     let (mut tokens, mut secs) = (0usize, 0f64);
+    super::budget::settle_storage(job.target)?;
     for prompt in job.prompts {
         let group = Cgroup::new(budget);
         let mut cmd = command(peer, job, prompt, speculative);
