@@ -364,6 +364,9 @@ fn cheap_drafts_fit_the_budget_and_keep_the_output() {
     let base = Some(64 << 20);
     let roomy = MemoryOptions {
         base,
+        logit_rows: 33,
+        draft_logit_rows: 1,
+        context: 256,
         ..MemoryOptions::new(8 << 30, true)
     };
     let probe =
@@ -372,11 +375,8 @@ fn cheap_drafts_fit_the_budget_and_keep_the_output() {
     drop(probe);
     let budget = whole.fixed + whole.resident_bytes * 3 / 5;
     let options = MemoryOptions {
-        base,
-        logit_rows: 33,
-        draft_logit_rows: 1,
-        context: 256,
-        ..MemoryOptions::new(budget, true)
+        budget,
+        ..roomy
     };
     let plain = Engine::load_budgeted(&path, None, BackendKind::Candle, &options, &mut |_, _| {})
         .unwrap()
