@@ -225,7 +225,7 @@ fn load_for(
     let strategy = config.tuning.apply(strategy);
     if strategy.needs_draft() && config.draft.is_none() {
         return Err(EngineError::Invalid(format!(
-            "strategy `{strategy}` needs a draft (--draft: a model such as \
+            "strategy `{strategy}` needs a draft model or source (--draft: a model such as \
              qwen2.5-coder-0.5b, `lookup` or `self`)"
         )));
     }
