@@ -374,10 +374,7 @@ fn cheap_drafts_fit_the_budget_and_keep_the_output() {
     let whole = probe.memory().unwrap().plan.clone();
     drop(probe);
     let budget = whole.fixed + whole.resident_bytes * 3 / 5;
-    let options = MemoryOptions {
-        budget,
-        ..roomy
-    };
+    let options = MemoryOptions { budget, ..roomy };
     let plain = Engine::load_budgeted(&path, None, BackendKind::Candle, &options, &mut |_, _| {})
         .unwrap()
         .memory()
