@@ -15,7 +15,7 @@ use arbor_speculative::LatencyProfile;
 use crate::auto::{self, Candidate, Device, Estimate};
 use crate::drafts::DraftSource;
 use crate::profiles::ProfileStore;
-use crate::{BackendKind, MemoryOptions, OpenEvent, Result, RunConfig, backends};
+use crate::{BackendKind, OpenEvent, Result, RunConfig, backends};
 
 /// Acceptance per position of a full draft model of the target's family
 /// (qwen2.5-coder 0.5B drafting for 1.5B, greedy, MT-Bench first turns):
@@ -85,10 +85,10 @@ pub(crate) fn choose(
     // Held while plans are estimated, as it is when the run loads: plans
     // count what the process holds as their base.
     let tokenizer = crate::Tokenizer::from_gguf(file.header())?;
-    let mut options = MemoryOptions::new(budget.unwrap_or(u64::MAX / 4), true);
-    options.context = config.planned_context();
-    options.logit_rows = arbor_speculative::TreeConfig::default().max_nodes + 1;
-    options.draft_logit_rows = 1;
+    // Drafting sources are planned as a tree's rounds (pipelined, its
+    // verification rows); plain decoding's one row is set in `read_for`.
+    let tree: arbor_speculative::Strategy = "tree".parse()?;
+    let options = config.memory_options(budget.unwrap_or(u64::MAX / 4), &tree);
     let threads = rayon::current_num_threads();
     let kernels = backend.kernels();
     let target_bytes = backends::model_bytes(backend, &file)?;
@@ -257,19 +257,11 @@ fn model_candidate(
     // 5% measured for the 0.5B and its slim drafts.
     let bytes = backends::model_bytes(backend, &file)? * 21 / 20;
     let threads = rayon::current_num_threads();
-    let slim = file.header().metadata.contains_key("arbor.slim.token_ids");
+    let slim = (file.header().metadata).contains_key(arbor_drafts::slim::KEY_TOKEN_IDS);
     // A slim draft steps about as fast as its source (its layers are the
     // source's; its head is smaller).
-    let source = file
-        .header()
-        .get_str(arbor_drafts::slim::KEY_SOURCE)
-        .ok()
-        .map(|name| path.with_file_name(name))
-        .map(|p| {
-            arbor_fetch::arbor_home()
-                .join("models")
-                .join(p.file_name().unwrap_or_default())
-        });
+    let source = (file.header().get_str(arbor_drafts::slim::KEY_SOURCE).ok())
+        .map(|name| arbor_fetch::arbor_home().join("models").join(name));
     let cached = |p: &Path| store.cached_latency(p, backend.kernels(), threads);
     let step = match cached(path).or_else(|| source.as_deref().and_then(cached)) {
         Some(r) => r.profile().at(1),

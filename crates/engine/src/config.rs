@@ -130,6 +130,19 @@ impl RunConfig {
         })
     }
 
+    /// What a run of `strategy` under `bytes` plans its memory with: the
+    /// strategy's streaming mode, this config's context, and the logit
+    /// rows the strategy's target and draft passes return.
+    pub fn memory_options(&self, bytes: u64, strategy: &Strategy) -> crate::MemoryOptions {
+        let pipelined = strategy.streaming == arbor_speculative::Streaming::Pipelined;
+        crate::MemoryOptions {
+            context: self.planned_context(),
+            logit_rows: strategy.decoding.max_rows(),
+            draft_logit_rows: strategy.decoding.max_draft_rows(),
+            ..crate::MemoryOptions::new(bytes, pipelined)
+        }
+    }
+
     /// This config for a command that runs the target by itself (bench
     /// decode, perplexity, profile): no draft, no memory budget, plain
     /// autoregressive decoding, whatever the device config says.

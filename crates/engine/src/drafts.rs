@@ -9,7 +9,7 @@
 //!   disk ([`arbor_model::Decoder::self_draft`]); it needs a memory budget
 //!   that streams some layers (otherwise it would be the target itself).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use arbor_speculative::LatencyProfile;
 
@@ -42,23 +42,6 @@ impl DraftSource {
         })
     }
 
-    /// The draft model's file, for a model source.
-    pub fn path(&self) -> Option<&Path> {
-        match self {
-            Self::Model(p) => Some(p),
-            Self::Lookup | Self::SelfLayers => None,
-        }
-    }
-
-    /// The name as `draft` in a run config spells it.
-    pub fn name(&self) -> String {
-        match self {
-            Self::Model(p) => p.display().to_string(),
-            Self::Lookup => Self::LOOKUP.into(),
-            Self::SelfLayers => Self::SELF.into(),
-        }
-    }
-
     /// The latency curve of a source without a file of its own: prompt
     /// lookup costs next to nothing; a self draft costs the target's curve
     /// scaled by the share of layers it runs.
@@ -84,7 +67,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_resolve_to_sources_and_back() {
+    fn names_resolve_to_sources() {
         let none = &mut |_: OpenEvent<'_>| {};
         assert_eq!(
             DraftSource::resolve("lookup", none).unwrap(),
@@ -98,7 +81,6 @@ mod tests {
             DraftSource::resolve("self", none).unwrap(),
             DraftSource::SelfLayers
         );
-        assert_eq!(DraftSource::SelfLayers.name(), "self");
         assert!(DraftSource::resolve("/no/such/model.gguf", none).is_err());
     }
 

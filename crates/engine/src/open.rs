@@ -12,9 +12,7 @@ use arbor_speculative::{Decoding, LatencyProfile, Strategy, Streaming};
 use crate::config::{DEFAULT_TARGET, RunConfig};
 use crate::drafts::DraftSource;
 use crate::profiles::{Drift, ProfileStore};
-use crate::{
-    BackendKind, Engine, EngineError, GenerateOptions, Generation, MemoryOptions, Result, TextEvent,
-};
+use crate::{BackendKind, Engine, EngineError, GenerateOptions, Generation, Result, TextEvent};
 
 /// What opening a run reports as it goes.
 #[derive(Debug)]
@@ -235,11 +233,7 @@ fn load_for(
     };
     let engine = match budget {
         Some(bytes) => {
-            let pipelined = strategy.streaming == Streaming::Pipelined;
-            let mut options = MemoryOptions::new(bytes, pipelined);
-            options.context = config.planned_context();
-            options.logit_rows = strategy.decoding.max_rows();
-            options.draft_logit_rows = strategy.decoding.max_draft_rows();
+            let options = config.memory_options(bytes, &strategy);
             let engine = Engine::load_budgeted(
                 target,
                 draft.as_ref(),
@@ -344,12 +338,11 @@ fn default_strategy(
         return Ok(Strategy::new(Decoding::Autoregressive));
     }
     if let Some(b) = budget
-        && Engine::target_fits(target, backend, &{
-            let mut o = MemoryOptions::new(b, false);
-            o.context = config.planned_context();
-            o.logit_rows = 1;
-            o
-        })?
+        && Engine::target_fits(
+            target,
+            backend,
+            &config.memory_options(b, &Strategy::new(Decoding::Autoregressive)),
+        )?
     {
         progress(OpenEvent::Note(
             "the target fits the memory budget by itself: decoding without the draft \

@@ -298,23 +298,12 @@ fn measure_disk(file: &Path) -> Result<DiskRecord> {
     let reader = arbor_paging::DirectReader::open(file).map_err(io_error)?;
     const CHUNK: usize = 16 << 20;
     let total = reader.len().min(512 << 20);
-    let mut buf = arbor_paging::AlignedBuf::new(CHUNK + 2 * arbor_paging::ALIGN);
     let start = Instant::now();
-    let mut at = 0u64;
-    while at < total {
-        let len = CHUNK.min((total - at) as usize);
-        reader.read_into(at, len, &mut buf).map_err(io_error)?;
-        at += len as u64;
-    }
+    reader.read_through(total, CHUNK).map_err(io_error)?;
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     let again = total / 2;
     let start = Instant::now();
-    at = 0;
-    while at < again {
-        let len = CHUNK.min((again - at) as usize);
-        reader.read_into(at, len, &mut buf).map_err(io_error)?;
-        at += len as u64;
-    }
+    reader.read_through(again, CHUNK).map_err(io_error)?;
     let repeat = again as f64 / start.elapsed().as_secs_f64().max(1e-9);
     let record = DiskRecord {
         file: file.display().to_string(),

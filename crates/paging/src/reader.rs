@@ -117,6 +117,21 @@ impl DirectReader {
         usize::try_from(end - start).unwrap_or(usize::MAX)
     }
 
+    /// Reads the first `len` bytes of the file in requests of `chunk`
+    /// bytes, keeping nothing: what measuring a disk, or bringing storage
+    /// to a known state, needs.
+    pub fn read_through(&self, len: u64, chunk: usize) -> Result<()> {
+        let chunk = chunk.max(1);
+        let mut buf = AlignedBuf::new(chunk + 2 * ALIGN);
+        let mut at = 0u64;
+        while at < len {
+            let n = chunk.min(usize::try_from(len - at).unwrap_or(usize::MAX));
+            self.read_into(at, n, &mut buf)?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+
     /// Reads the `len` bytes at `offset` and returns exactly those bytes,
     /// stored somewhere in `buf`.
     ///

@@ -215,11 +215,8 @@ impl PeerJob {
             .collect::<Result<_, _>>()?;
         let texts: Vec<&str> = prompts.iter().map(String::as_str).collect();
         let longest = Engine::longest_prompt(&target, &texts, false)?;
-        let read_limit = (args.read_limit.as_deref())
-            .map(|l| parse_bytes(l.trim_end_matches("/s")))
-            .transpose()?;
         Ok(Self {
-            read_limit,
+            read_limit: read_limit_bytes(args)?,
             target,
             draft,
             prompts,
@@ -327,14 +324,7 @@ fn draw(rows: &[BudgetRow], names: &[String], args: &BenchSpecArgs) -> Result<()
 /// budgeted row starts after this, from the same storage state.
 pub(super) fn settle_storage(file: &Path) -> Result<()> {
     let reader = arbor_paging::DirectReader::open(file)?;
-    const CHUNK: usize = 16 << 20;
-    let mut buf = arbor_paging::AlignedBuf::new(CHUNK + 2 * arbor_paging::ALIGN);
-    let mut at = 0u64;
-    while at < reader.len() {
-        let len = CHUNK.min((reader.len() - at) as usize);
-        reader.read_into(at, len, &mut buf)?;
-        at += len as u64;
-    }
+    reader.read_through(reader.len(), 16 << 20)?;
     Ok(())
 }
 
@@ -379,17 +369,14 @@ fn spawn(
     if let Some(b) = budget {
         cmd.args(["--memory-budget", &b.to_string()]);
     }
-    if limit {
-        let target = arbor_engine::resolve_or_fetch(&args.target, &mut |_| {})?;
-        settle_storage(&target)?;
-    }
-    let group = match (budget, limit) {
-        (Some(b), true) => Cgroup::new(b),
-        _ => None,
-    };
-    let reads = match limit {
-        true => read_limit(args)?,
-        false => None,
+    let (group, reads) = match limit {
+        true => {
+            let target = arbor_engine::resolve_or_fetch(&args.target, &mut |_| {})?;
+            settle_storage(&target)?;
+            let reads = read_limit_group(&target, read_limit_bytes(args)?)?;
+            (budget.and_then(Cgroup::new), reads)
+        }
+        false => (None, None),
     };
     confine(&mut cmd, group.as_ref(), reads.as_ref())?;
     let status = cmd.status().context("starting a benchmark process")?;
@@ -421,17 +408,28 @@ fn spawn(
     Ok(report)
 }
 
-/// The blkio group of `--read-limit`, if given (an error when it cannot be
-/// made: a benchmark asked to emulate slower storage must not silently run
-/// on the fast one).
-pub fn read_limit(args: &BenchSpecArgs) -> Result<Option<ReadLimit>> {
-    let Some(limit) = &args.read_limit else {
-        return Ok(None);
-    };
-    let bytes = parse_bytes(limit.trim_end_matches("/s"))?;
-    let group = ReadLimit::new(&arbor_fetch::arbor_home(), bytes)
-        .context("--read-limit needs cgroup v1 blkio control (run as root)")?;
-    Ok(Some(group))
+/// `--read-limit` in bytes per second.
+fn read_limit_bytes(args: &BenchSpecArgs) -> Result<Option<u64>> {
+    let limit = args.read_limit.as_deref();
+    Ok(limit
+        .map(|l| parse_bytes(l.trim_end_matches("/s")))
+        .transpose()?)
+}
+
+/// The blkio group capping reads of the device holding `file` at
+/// `bytes_per_sec`, if a cap is asked for (an error when it cannot be
+/// made: a benchmark asked to emulate slower storage must not silently
+/// run on the fast one).
+pub(super) fn read_limit_group(
+    file: &Path,
+    bytes_per_sec: Option<u64>,
+) -> Result<Option<ReadLimit>> {
+    bytes_per_sec
+        .map(|bps| {
+            ReadLimit::new(file, bps)
+                .context("--read-limit needs cgroup v1 blkio control (run as root)")
+        })
+        .transpose()
 }
 
 /// The child side: one strategy, every prompt, report to `--report`.

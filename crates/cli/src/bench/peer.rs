@@ -12,7 +12,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use super::budget::BudgetRow;
-use super::cgroup::{Cgroup, ReadLimit, confine};
+use super::cgroup::{Cgroup, confine};
 
 /// A peer engine to run: where its binaries are.
 pub struct Peer {
@@ -85,10 +85,7 @@ fn tool_row(peer: &Peer, job: &PeerRun<'_>, budget: u64, speculative: bool) -> R
         let _ = std::fs::write("/proc/sys/vm/drop_caches", "1");
         let group = Cgroup::new(budget);
         let mut cmd = command(peer, job, prompt, speculative);
-        let reads = match job.read_limit {
-            Some(bps) => ReadLimit::new(job.target, bps),
-            None => None,
-        };
+        let reads = super::budget::read_limit_group(job.target, job.read_limit)?;
         confine(&mut cmd, group.as_ref(), reads.as_ref())?;
         let out = cmd.output().with_context(|| format!("running {name}"))?;
         if let Some(g) = &group {

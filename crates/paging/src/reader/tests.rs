@@ -240,3 +240,14 @@ fn missing_file_is_an_io_error() {
         other => panic!("expected Io error, got {other:?}"),
     }
 }
+
+#[test]
+fn read_through_covers_a_span_and_stops_at_the_end() {
+    let f = TempFile::with_pattern("through", FILE_LEN);
+    let r = DirectReader::open(&f.0).unwrap();
+    r.read_through(r.len(), 4096 * 3).unwrap();
+    r.read_through(1000, 1 << 20).unwrap();
+    r.read_through(0, 4096).unwrap();
+    let err = r.read_through(r.len() + 1, 4096).unwrap_err();
+    assert!(matches!(err, PagingError::Truncated { .. }), "{err:?}");
+}
