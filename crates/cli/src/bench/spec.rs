@@ -29,8 +29,11 @@ pub struct BenchSpecArgs {
     pub limit: Option<usize>,
     #[arg(long, default_value_t = 128)]
     pub max_tokens: usize,
-    /// Strategies to compare (autoregressive is always run: it is the
-    /// reference for speed and output).
+    /// Strategies to compare, each optionally with its draft after `@`
+    /// (`tree@lookup`), or `auto`. The baseline always runs first:
+    /// autoregressive (the reference for speed and output), or under
+    /// `--memory-budget` autoregressive-pipelined (outputs are then
+    /// compared with an unlimited target-only run).
     #[arg(
         long,
         value_delimiter = ',',
