@@ -65,9 +65,16 @@ pub(crate) struct Choice {
     pub draft: Option<String>,
     /// The strategy name to open with.
     pub strategy: String,
-    /// Draft tokens per round the estimate found best (for `chain`).
-    pub gamma: Option<usize>,
+    /// The tree's branch threshold (a model draft under streaming).
+    pub branch_threshold: Option<f32>,
 }
+
+/// Branch threshold of the trees a model draft grows when layers stream:
+/// a pass costs its reads, so extra rows are nearly free and a branch is
+/// worth opening at a tenth of the draft's probability (slim 0.5B at
+/// 800 MiB, reads capped at 1 GB/s, 2 prompts × 48 tokens: 3.62 tokens per
+/// pass against 2.94 at the default 0.3 and 3.03 for the best chain).
+const STREAMING_BRANCH_THRESHOLD: f32 = 0.05;
 
 /// Estimates every draft source under `config`'s budget (unlimited when
 /// none) and returns those that fit, fastest first, reporting the
@@ -208,10 +215,14 @@ pub(crate) fn choose(
     Ok(estimates
         .iter()
         .filter(|e| e.read_per_pass.is_some())
-        .map(|e| Choice {
-            draft: e.candidate.draft.clone(),
-            strategy: strategy_for(e, streams),
-            gamma: (e.depth > 0).then_some(e.depth),
+        .map(|e| {
+            let strategy = strategy_for(e, streams);
+            Choice {
+                draft: e.candidate.draft.clone(),
+                branch_threshold: (strategy == STREAMING_TREE)
+                    .then_some(STREAMING_BRANCH_THRESHOLD),
+                strategy: strategy.into(),
+            }
         })
         .collect())
 }
@@ -283,19 +294,23 @@ fn model_candidate(
     })
 }
 
+/// The tree a model draft grows under streaming: sized by the IO-aware
+/// pass cost alone, without the fallback threshold α (tuned for resident
+/// passes, where every row costs; it verified after 2.54 tokens per pass
+/// where the tree without it kept 2.94, same run as above).
+const STREAMING_TREE: &str = "tree-no-fallback";
+
 /// The strategy that runs the chosen source: plain decoding (pipelined
-/// when layers stream), a chain as deep as the estimate found best when a
-/// model drafts under streaming (passes cost their reads, so depth is
-/// nearly free, and a chain kept more tokens per pass than the
-/// confidence-paced tree there: 2.86 against 2.38 with a slim 0.5B at
-/// 800 MiB), else the tree strategy.
-fn strategy_for(best: &Estimate, streams: bool) -> String {
+/// when layers stream), a widely branching tree without α when a model
+/// drafts under streaming (passes cost their reads, so rows are nearly
+/// free), else the tree strategy.
+fn strategy_for(best: &Estimate, streams: bool) -> &'static str {
     match best.candidate.draft.as_deref() {
-        None if streams => "autoregressive-pipelined".into(),
-        None => "autoregressive".into(),
-        Some(DraftSource::LOOKUP) => "tree".into(),
-        Some(_) if streams => "chain".into(),
-        Some(_) => "tree".into(),
+        None if streams => "autoregressive-pipelined",
+        None => "autoregressive",
+        Some(DraftSource::LOOKUP) => "tree",
+        Some(_) if streams => STREAMING_TREE,
+        Some(_) => "tree",
     }
 }
 

@@ -143,11 +143,14 @@ impl Engine {
         // What to try, best first: the planner's ranking under `auto` (a
         // source whose memory estimate was short falls through to the
         // next), else the configured draft and strategy.
-        type Attempt = (Option<String>, Option<Strategy>, Option<usize>);
+        type Attempt = (Option<String>, Option<Strategy>, Option<f32>);
         let attempts: Vec<Attempt> = if auto {
             crate::choose::choose(config, &target, budget, backend, &store, progress)?
                 .into_iter()
-                .map(|c| Ok((c.draft, Some(c.strategy.parse::<Strategy>()?), c.gamma)))
+                .map(|c| {
+                    let strategy = c.strategy.parse::<Strategy>()?;
+                    Ok((c.draft, Some(strategy), c.branch_threshold))
+                })
                 .collect::<Result<_>>()?
         } else {
             vec![(config.draft.clone(), named, None)]
@@ -155,13 +158,13 @@ impl Engine {
         crate::release_freed_memory();
         let last = attempts.len() - 1;
         let mut opened = None;
-        for (i, (draft_name, named, gamma)) in attempts.into_iter().enumerate() {
+        for (i, (draft_name, named, branch)) in attempts.into_iter().enumerate() {
             let mut config = RunConfig {
                 draft: draft_name,
                 ..config.clone()
             };
-            // The planner's chain depth, unless the config sets one.
-            config.tuning.gamma = config.tuning.gamma.or(gamma);
+            // The planner's branch threshold, unless the config sets one.
+            config.tuning.branch_threshold = config.tuning.branch_threshold.or(branch);
             match load_for(&config, named, &target, budget, backend, progress) {
                 Ok(loaded) => {
                     opened = Some((config, loaded));
