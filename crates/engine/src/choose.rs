@@ -215,16 +215,18 @@ pub(crate) fn choose(
     Ok(estimates
         .iter()
         .filter(|e| e.read_per_pass.is_some())
-        .map(|e| {
-            let strategy = strategy_for(e, streams);
-            Choice {
-                draft: e.candidate.draft.clone(),
-                branch_threshold: (strategy == STREAMING_TREE)
-                    .then_some(STREAMING_BRANCH_THRESHOLD),
-                strategy: strategy.into(),
-            }
-        })
+        .map(|e| choice_for(e, streams))
         .collect())
+}
+
+/// How the estimate `e` is opened.
+fn choice_for(e: &Estimate, streams: bool) -> Choice {
+    let strategy = strategy_for(e, streams);
+    Choice {
+        draft: e.candidate.draft.clone(),
+        branch_threshold: (strategy == STREAMING_TREE).then_some(STREAMING_BRANCH_THRESHOLD),
+        strategy: strategy.into(),
+    }
 }
 
 /// Slim drafts derived from the draft at `path` (`arbor slim` writes them
@@ -335,6 +337,44 @@ fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn estimate(draft: Option<&str>) -> Estimate {
+        Estimate {
+            candidate: Candidate {
+                draft: draft.map(str::to_string),
+                label: draft.unwrap_or("none").into(),
+                memory: 0,
+                step_secs: 0.01,
+                acceptance: 0.7,
+            },
+            read_per_pass: Some(1 << 20),
+            depth: 4,
+            tok_s: 1.0,
+        }
+    }
+
+    #[test]
+    fn each_source_opens_with_its_strategy() {
+        let cases = [
+            (None, true, "autoregressive-pipelined"),
+            (None, false, "autoregressive"),
+            (Some(DraftSource::LOOKUP), true, "tree"),
+            (Some(DraftSource::SELF), true, STREAMING_TREE),
+            (Some("/m/slim.gguf"), true, STREAMING_TREE),
+            (Some("/m/draft.gguf"), false, "tree"),
+        ];
+        for (draft, streams, want) in cases {
+            let c = choice_for(&estimate(draft), streams);
+            assert_eq!(c.strategy, want, "{draft:?} streams={streams}");
+            assert_eq!(c.draft.as_deref(), draft);
+            // Only the streaming tree branches wider than the default.
+            assert_eq!(
+                c.branch_threshold,
+                (want == STREAMING_TREE).then_some(STREAMING_BRANCH_THRESHOLD)
+            );
+            assert!(c.strategy.parse::<arbor_speculative::Strategy>().is_ok());
+        }
+    }
 
     #[test]
     fn self_acceptance_rises_with_the_layers_kept() {
