@@ -7,7 +7,7 @@
 //! target (greedy, per drafted position; measured, see the constants).
 //! A draft model is loaded only if it is picked.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use arbor_gguf::GgufFile;
 use arbor_speculative::LatencyProfile;
@@ -15,7 +15,7 @@ use arbor_speculative::LatencyProfile;
 use crate::auto::{self, Candidate, Device, Estimate};
 use crate::drafts::DraftSource;
 use crate::profiles::ProfileStore;
-use crate::{BackendKind, OpenEvent, Result, RunConfig, backends};
+use crate::{BackendKind, DEFAULT_DRAFT, DEFAULT_TARGET, OpenEvent, Result, RunConfig, backends};
 
 /// Acceptance per position of a full draft model of the target's family
 /// (qwen2.5-coder 0.5B drafting for 1.5B, greedy, MT-Bench first turns):
@@ -171,14 +171,13 @@ pub(crate) fn choose(
             });
         }
     }
-    if let Some(name) = &config.draft
-        && let DraftSource::Model(path) = DraftSource::resolve(name, progress)?
-    {
+    if let Some(path) = draft_model(config, target, progress)? {
         let slims = slim_drafts_of(&path);
         if slims.is_empty() {
             progress(OpenEvent::Explain(&format!(
-                "  (no slim draft of {} derived yet: `arbor slim --draft {name}` makes one in \
+                "  (no slim draft of {} derived yet: `arbor slim --draft {}` makes one in \
                  seconds, holding about half its memory)",
+                path.display(),
                 path.display()
             )));
         }
@@ -227,6 +226,27 @@ fn choice_for(e: &Estimate, streams: bool) -> Choice {
         branch_threshold: (strategy == STREAMING_TREE).then_some(STREAMING_BRANCH_THRESHOLD),
         strategy: strategy.into(),
     }
+}
+
+/// The draft model `auto` weighs, with the slim drafts derived from it:
+/// the one `draft` names, else — for the default target — the default
+/// draft if it has been fetched (planning never downloads).
+fn draft_model(
+    config: &RunConfig,
+    target: &Path,
+    progress: &mut dyn FnMut(OpenEvent<'_>),
+) -> Result<Option<PathBuf>> {
+    if let Some(name) = &config.draft {
+        return Ok(match DraftSource::resolve(name, progress)? {
+            DraftSource::Model(path) => Some(path),
+            _ => None,
+        });
+    }
+    let cached = |name| arbor_fetch::model_entry(name).map(arbor_fetch::model_path);
+    if cached(DEFAULT_TARGET).as_deref() != Some(target) {
+        return Ok(None);
+    }
+    Ok(cached(DEFAULT_DRAFT).filter(|p| p.exists()))
 }
 
 /// Slim drafts derived from the draft at `path` (`arbor slim` writes them
