@@ -14,7 +14,7 @@ use arbor_tensor::{Backend, Mask, WeightData};
 
 use crate::weights::held_bytes;
 use crate::{
-    Config, LanguageModel, LayerSource, LayerWeights, Layout, Logits, ModelError, Result,
+    Config, LanguageModel, LayerSource, LayerWeights, Layout, Logits, ModelError, Result, Row,
     RowSource, TensorEntry,
 };
 
@@ -240,14 +240,61 @@ impl<B: Backend> Decoder<B> {
         self.head_rows
     }
 
+    /// Token embeddings of `tokens` as host rows, `tokens.len() × hidden`
+    /// (e.g. to start trained embeddings from the embeddings of a text).
+    pub fn embeddings(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.check_tokens(tokens.iter().copied())?;
+        let x = self.embed(tokens)?;
+        Ok(self.backend.to_vec(&x)?)
+    }
+
+    /// The input of a pass over `rows`, `[n, hidden]`: token rows are
+    /// embedded, vectors copied as they are.
+    fn embed_rows(&mut self, rows: &[Row<'_>]) -> Result<B::Tensor> {
+        if let Some(tokens) = Row::all_tokens(rows) {
+            return self.embed(&tokens);
+        }
+        let d = self.config.hidden;
+        let tokens: Vec<u32> = rows
+            .iter()
+            .filter_map(|r| match r {
+                Row::Token(t) => Some(*t),
+                Row::Vector(_) => None,
+            })
+            .collect();
+        let embedded = match tokens.is_empty() {
+            true => Vec::new(),
+            false => self.embeddings(&tokens)?,
+        };
+        let mut from_tokens = embedded.chunks_exact(d);
+        let mut data = Vec::with_capacity(rows.len() * d);
+        for r in rows {
+            match r {
+                Row::Token(_) => data.extend_from_slice(from_tokens.next().expect("one per token")),
+                Row::Vector(v) => data.extend_from_slice(v),
+            }
+        }
+        Ok(self.backend.tensor(&data, rows.len(), d)?)
+    }
+
+    fn check_tokens(&self, mut tokens: impl Iterator<Item = u32>) -> Result<()> {
+        match tokens.find(|&t| t as usize >= self.config.vocab_size) {
+            Some(t) => Err(ModelError::Input(format!(
+                "token {t} is outside the vocabulary of {}",
+                self.config.vocab_size
+            ))),
+            None => Ok(()),
+        }
+    }
+
     fn check_input(
         &self,
-        tokens: &[u32],
+        input: &[Row<'_>],
         positions: &[u32],
         mask: &Mask,
         rows: &[usize],
     ) -> Result<()> {
-        let n = tokens.len();
+        let n = input.len();
         let past = self.cache_len();
         if n == 0 || positions.len() != n {
             return Err(ModelError::Input(format!(
@@ -263,13 +310,18 @@ impl<B: Backend> Decoder<B> {
                 past + n
             )));
         }
-        if let Some(&t) = tokens
-            .iter()
-            .find(|&&t| t as usize >= self.config.vocab_size)
-        {
+        self.check_tokens(input.iter().filter_map(|r| match r {
+            Row::Token(t) => Some(*t),
+            Row::Vector(_) => None,
+        }))?;
+        let d = self.config.hidden;
+        if let Some(v) = input.iter().find_map(|r| match r {
+            Row::Vector(v) if v.len() != d => Some(v),
+            _ => None,
+        }) {
             return Err(ModelError::Input(format!(
-                "token {t} is outside the vocabulary of {}",
-                self.config.vocab_size
+                "an embedding row of {} values for a model of width {d}",
+                v.len()
             )));
         }
         if let Some(&r) = rows.iter().find(|&&r| r >= n) {
@@ -287,8 +339,19 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         mask: &Mask,
         logit_rows: &[usize],
     ) -> Result<Logits> {
-        self.check_input(tokens, positions, mask, logit_rows)?;
-        let mut x = self.embed(tokens)?;
+        let rows: Vec<Row<'_>> = tokens.iter().map(|&t| Row::Token(t)).collect();
+        self.forward_rows(&rows, positions, mask, logit_rows)
+    }
+
+    fn forward_rows(
+        &mut self,
+        rows: &[Row<'_>],
+        positions: &[u32],
+        mask: &Mask,
+        logit_rows: &[usize],
+    ) -> Result<Logits> {
+        self.check_input(rows, positions, mask, logit_rows)?;
+        let mut x = self.embed_rows(rows)?;
         let (b, c) = (&self.backend, &self.config);
         let mut caches = self.cache.iter_mut();
         for (i, block) in self.blocks.iter().enumerate() {

@@ -8,7 +8,8 @@
 //! loaded from; weights fetched from disk later come through those traits.
 //! [`LanguageModel`] is the object-safe face the engine drives: feed tokens
 //! at explicit positions under an explicit mask, read logits for chosen
-//! rows, and edit the KV cache (truncate, keep only some positions).
+//! rows, and edit the KV cache (truncate, keep only some positions). A
+//! row may also be an embedding vector instead of a token ([`Row`]).
 
 pub mod decoder;
 pub mod layout;
@@ -82,6 +83,27 @@ pub enum WeightWait {
     Resumed,
 }
 
+/// One input row of a forward pass: a token, or an embedding vector fed
+/// in its place (`hidden` values; parallel prompt decoding's trained
+/// prompt tokens).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Row<'a> {
+    Token(u32),
+    Vector(&'a [f32]),
+}
+
+impl Row<'_> {
+    /// The rows' tokens, if every row is one.
+    pub fn all_tokens(rows: &[Row<'_>]) -> Option<Vec<u32>> {
+        rows.iter()
+            .map(|r| match r {
+                Row::Token(t) => Some(*t),
+                Row::Vector(_) => None,
+            })
+            .collect()
+    }
+}
+
 /// What the engine needs from a model, whatever its backend.
 pub trait LanguageModel: Send {
     /// Runs `tokens` (at `positions`, attending as `mask` allows over the
@@ -95,6 +117,23 @@ pub trait LanguageModel: Send {
         mask: &Mask,
         logit_rows: &[usize],
     ) -> Result<Logits>;
+
+    /// [`LanguageModel::forward`] over rows that are tokens or embedding
+    /// vectors. Models that only take tokens refuse vectors.
+    fn forward_rows(
+        &mut self,
+        rows: &[Row<'_>],
+        positions: &[u32],
+        mask: &Mask,
+        logit_rows: &[usize],
+    ) -> Result<Logits> {
+        match Row::all_tokens(rows) {
+            Some(tokens) => self.forward(&tokens, positions, mask, logit_rows),
+            None => Err(ModelError::Input(
+                "this model takes tokens only, not embedding vectors".into(),
+            )),
+        }
+    }
 
     /// Number of cached positions.
     fn cache_len(&self) -> usize;
