@@ -56,7 +56,11 @@ fn a_tokens_embedding_as_a_vector_gives_the_tokens_logits() {
         let want = continue_with(&mut m, &tokens);
         // Every row a vector, and vectors mixed with tokens.
         let vectors: Vec<Row<'_>> = emb.chunks_exact(hidden).map(Row::Vector).collect();
-        assert_eq!(bits(&continue_with(&mut m, &vectors)), bits(&want), "{arch}");
+        assert_eq!(
+            bits(&continue_with(&mut m, &vectors)),
+            bits(&want),
+            "{arch}"
+        );
         let mixed = [
             Row::Token(NEXT[0]),
             Row::Vector(&emb[hidden..2 * hidden]),
