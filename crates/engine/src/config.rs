@@ -212,7 +212,7 @@ impl Tuning {
                 c.max_nodes = self.max_tree.unwrap_or(c.max_nodes);
                 c.grow.branch_threshold = self.branch_threshold.unwrap_or(c.grow.branch_threshold);
             }
-            Decoding::Autoregressive | Decoding::StaticTree { .. } => {}
+            Decoding::Autoregressive | Decoding::StaticTree { .. } | Decoding::Ppd(_) => {}
         }
         strategy
     }

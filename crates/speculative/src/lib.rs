@@ -15,6 +15,10 @@
 //!   tree sent to the target is cut to the size that maximises expected
 //!   tokens per second under the measured latency profile `L_fp(n)`.
 //! - [`Decoding::StaticTree`]: a fixed width × depth tree, for comparison.
+//! - [`Decoding::Ppd`]: parallel prompt decoding, no draft model: trained
+//!   prompt-token embeddings after the committed token and after every
+//!   candidate guess the next tokens in the same pass that verifies the
+//!   candidates of the last one (a dynamic sparse tree, [`arbor_ppd`]).
 //! - `tree-provisional` ([`TreeConfig::provisional`]): the tree strategy
 //!   plus LLMCad's provisional generation. While the target's verification
 //!   pass waits for weights read from disk, the draft keeps extending the
@@ -46,6 +50,53 @@ use arbor_sampling::SamplingParams;
 pub use arbor_tree::GrowConfig;
 pub use arbor_verify::Typical;
 
+/// Trained prompt tokens of one target (PPD): `count` embedding vectors
+/// of the target's width, prompt token `i` guessing the token `i + 1`
+/// places past the row it follows, and how well they guess.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptTokens {
+    pub hidden: usize,
+    /// `count × hidden`, prompt token by prompt token.
+    pub vectors: Vec<f32>,
+    /// Top-k accuracy per distance (its distances bound the prompt tokens
+    /// a pass carries).
+    pub accuracy: arbor_ppd::Accuracy,
+}
+
+impl PromptTokens {
+    pub fn count(&self) -> usize {
+        self.vectors.len() / self.hidden.max(1)
+    }
+
+    /// Prompt token `i`'s embedding.
+    pub fn vector(&self, i: usize) -> &[f32] {
+        &self.vectors[i * self.hidden..(i + 1) * self.hidden]
+    }
+}
+
+/// Settings of [`Decoding::Ppd`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PpdConfig {
+    /// The target's prompt tokens (attached by the caller; a run without
+    /// them is refused).
+    pub prompts: Option<std::sync::Arc<PromptTokens>>,
+    /// Most rows one pass carries (candidates and prompt tokens).
+    pub max_rows: usize,
+    /// The target's pass cost by rows; without it every row is free and
+    /// the largest tree that fits is verified.
+    pub profile: Option<LatencyProfile>,
+}
+
+impl Default for PpdConfig {
+    fn default() -> Self {
+        Self {
+            prompts: None,
+            max_rows: 48,
+            profile: None,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
     #[error(transparent)]
@@ -54,6 +105,8 @@ pub enum SpecError {
     Sampling(#[from] arbor_sampling::SamplingError),
     #[error(transparent)]
     Mask(#[from] arbor_mask::MaskError),
+    #[error(transparent)]
+    Ppd(#[from] arbor_ppd::PpdError),
     #[error("{0}")]
     Invalid(String),
 }

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::{MAX_DRAFT_TOKENS, Result, SpecError, TreeConfig};
+use crate::{MAX_DRAFT_TOKENS, PpdConfig, Result, SpecError, TreeConfig};
 
 /// How tokens are produced (the rounds the decoding loop runs).
 #[derive(Debug, Clone, PartialEq)]
@@ -19,6 +19,8 @@ pub enum Decoding {
     Tree(TreeConfig),
     /// A fixed `width` × `depth` tree.
     StaticTree { width: usize, depth: usize },
+    /// Parallel prompt decoding: no draft; prompt tokens guess ahead.
+    Ppd(PpdConfig),
 }
 
 /// How target layers that do not fit a memory budget are read (ignored
@@ -56,7 +58,7 @@ impl Decoding {
     /// the draft one node at a time, a static tree a level at once.
     pub fn max_draft_rows(&self) -> usize {
         match self {
-            Decoding::Autoregressive => 0,
+            Decoding::Autoregressive | Decoding::Ppd(_) => 0,
             Decoding::Chain { .. } | Decoding::Tree(_) => 1,
             Decoding::StaticTree { width, depth } => {
                 width.saturating_pow(*depth as u32).min(MAX_DRAFT_TOKENS)
@@ -67,11 +69,15 @@ impl Decoding {
     /// Most rows of logits one target pass returns: the draft tokens one
     /// verification carries and the root (1 for one-token decoding).
     pub fn max_rows(&self) -> usize {
+        if let Decoding::Ppd(c) = self {
+            return c.max_rows;
+        }
         let draft = match self {
             Decoding::Autoregressive => 0,
             Decoding::Chain { gamma } => *gamma,
             Decoding::Tree(c) => c.max_nodes,
             Decoding::StaticTree { width, depth } => width.saturating_mul(*depth),
+            Decoding::Ppd(_) => 0,
         };
         draft.min(MAX_DRAFT_TOKENS) + 1
     }
@@ -96,6 +102,7 @@ impl Decoding {
             Decoding::Tree(c) if !c.fallback => "tree-no-fallback",
             Decoding::Tree(_) => "tree",
             Decoding::StaticTree { .. } => "static-tree",
+            Decoding::Ppd(_) => "ppd",
         }
     }
 
@@ -134,6 +141,9 @@ impl Decoding {
             }
             Decoding::Tree(c) if c.max_nodes == 0 || c.max_nodes > MAX_DRAFT_TOKENS => {
                 bad("tree max_nodes must be 1..=63")
+            }
+            Decoding::Ppd(c) if c.max_rows == 0 || c.max_rows > MAX_DRAFT_TOKENS + 1 => {
+                bad("ppd rows per pass must be 1..=64")
             }
             Decoding::Tree(c) if !(c.alpha > 0.0 && c.alpha < 1.0) => {
                 bad("alpha must be in (0, 1)")
@@ -176,7 +186,7 @@ impl Strategy {
     }
 
     pub fn needs_draft(&self) -> bool {
-        !matches!(self.decoding, Decoding::Autoregressive)
+        !matches!(self.decoding, Decoding::Autoregressive | Decoding::Ppd(_))
     }
 
     /// Whether the strategy sizes its trees from latency profiles (every

@@ -5,6 +5,7 @@
 
 mod autoregressive;
 mod chain;
+mod ppd;
 mod static_tree;
 mod tree;
 
@@ -28,5 +29,6 @@ pub(crate) fn for_decoding(decoding: &Decoding) -> Box<dyn Round> {
             depth: *depth,
         }),
         Decoding::Tree(cfg) => Box::new(tree::Tree::new(cfg.clone())),
+        Decoding::Ppd(cfg) => Box::new(ppd::Ppd::new(cfg.clone())),
     }
 }

@@ -61,7 +61,7 @@ impl Run<'_, '_> {
 
     /// The verdict on `tree` from the target's logits; the target's cache
     /// keeps the accepted path.
-    pub(super) fn judge(
+    pub(crate) fn judge(
         &mut self,
         tree: &TokenTree,
         logits: &arbor_model::Logits,
@@ -101,7 +101,7 @@ impl Run<'_, '_> {
     }
 
     /// Commits a verdict's tokens and updates the acceptance estimate.
-    pub(super) fn settle(
+    pub(crate) fn settle(
         &mut self,
         tree: &TokenTree,
         verdict: &verify::Verdict,

@@ -1,0 +1,157 @@
+//! Parallel prompt decoding (`ppd`): no draft model. Each pass carries the
+//! last committed token, the candidate tree planned from the prompt
+//! tokens' accuracy table ([`arbor_ppd::plan`]) with its tokens taken from
+//! the last pass's guesses, and after each of those rows the prompt tokens
+//! (embedding rows, each seeing only its own path). The target's rows of
+//! the tree are verified as any draft tree's; the prompt rows after the
+//! deepest accepted node give the next round's guesses; the cache keeps
+//! the accepted path only.
+
+use std::time::Instant;
+
+use arbor_model::{Logits, Row};
+use arbor_ppd::Plan;
+use arbor_tree::TokenTree;
+
+use super::Round;
+use crate::run::Run;
+use crate::{Event, Phase, PpdConfig, PromptTokens, Result, SpecError};
+
+pub(super) struct Ppd {
+    cfg: PpdConfig,
+    plan: Option<Plan>,
+    /// The last pass's guesses, by distance: the tokens of each rank.
+    guesses: Option<Vec<Vec<u32>>>,
+}
+
+impl Ppd {
+    pub(super) fn new(cfg: PpdConfig) -> Self {
+        Self {
+            cfg,
+            plan: None,
+            guesses: None,
+        }
+    }
+
+    fn prompts(&self, run: &mut Run<'_, '_>) -> Result<std::sync::Arc<PromptTokens>> {
+        let p = self.cfg.prompts.clone().ok_or_else(|| {
+            SpecError::Invalid("ppd needs trained prompt tokens for this target".into())
+        })?;
+        let hidden = run.target().config().hidden;
+        if p.hidden != hidden || p.count() == 0 || p.vectors.len() != p.count() * hidden {
+            return Err(SpecError::Invalid(format!(
+                "prompt tokens of width {} ({} values) for a target of width {hidden}",
+                p.hidden,
+                p.vectors.len()
+            )));
+        }
+        if run.sampling_mode {
+            return Err(SpecError::Invalid(
+                "ppd verifies greedily or with typical acceptance; exact verification \
+                 with sampling is not built yet"
+                    .into(),
+            ));
+        }
+        Ok(p)
+    }
+}
+
+impl Round for Ppd {
+    fn round(&mut self, run: &mut Run<'_, '_>, on: &mut dyn FnMut(Event<'_>)) -> Result<()> {
+        let prompts = self.prompts(run)?;
+        let count = prompts.count().min(prompts.accuracy.distances());
+        if self.plan.is_none() {
+            let profile = self.cfg.profile.clone();
+            let cost = |rows: usize| profile.as_ref().map_or(1.0, |p| p.at(rows));
+            self.plan = Some(arbor_ppd::plan(
+                &prompts.accuracy,
+                count,
+                self.cfg.max_rows,
+                cost,
+            )?);
+        }
+        let plan = self.plan.as_ref().expect("planned above");
+        // Rows this pass may append: the context left after the prefix.
+        let rows_left = run.context.saturating_sub(run.seq.len() - 1);
+        if plan.prompts == 0 || rows_left < 1 + count {
+            self.guesses = None;
+            return run.target_step(on);
+        }
+        let t = Instant::now();
+        let mut tree = TokenTree::new(run.root());
+        if let Some(guesses) = &self.guesses {
+            let room = run.room(plan.tree.len());
+            let mut ids: Vec<usize> = Vec::new();
+            for c in plan.tree.nodes() {
+                if ids.len() >= room || (ids.len() + 2) * (1 + count) > rows_left {
+                    break;
+                }
+                let parent = c.parent.map_or(0, |p| ids[p]);
+                ids.push(tree.push(parent, guesses[c.depth - 1][c.rank], c.value as f32));
+            }
+        }
+        // The tree's rows, then `count` prompt rows after each of them.
+        let n = tree.len();
+        let mut parents = tree.parents();
+        let mut rows: Vec<Row<'_>> = tree.tokens().into_iter().map(Row::Token).collect();
+        for node in 0..n {
+            for i in 0..count {
+                let parent = if i == 0 { node } else { parents.len() - 1 };
+                parents.push(Some(parent));
+                rows.push(Row::Vector(prompts.vector(i)));
+            }
+        }
+        let prefix = run.target().cache_len();
+        let mask = arbor_mask::tree_mask(prefix, &parents)?;
+        let all: Vec<usize> = (0..rows.len()).collect();
+        let positions = arbor_mask::positions(prefix, &parents, &all)?;
+        let logits = run.target().forward_rows(&rows, &positions, &mask, &all)?;
+        run.span(Phase::Verify, t, rows.len());
+        let vocab = logits.vocab;
+        let tree_logits = Logits {
+            rows: n,
+            vocab,
+            data: logits.data[..n * vocab].to_vec(),
+        };
+        let verdict = run.judge(&tree, &tree_logits, &vec![None; n])?;
+        run.stats.target_secs += t.elapsed().as_secs_f64();
+        // The deepest accepted node's prompt rows guess past the token the
+        // target adds after it.
+        let last = verdict.accepted.last().copied().unwrap_or(0);
+        let ranks = prompts.accuracy.ranks();
+        self.guesses = Some(
+            (0..count)
+                .map(|i| top_k(logits.row(n + last * count + i), ranks))
+                .collect(),
+        );
+        run.settle(&tree, &verdict, on);
+        Ok(())
+    }
+}
+
+/// The `k` highest-scoring token ids of `row`, best first (ties to the
+/// lower id).
+fn top_k(row: &[f32], k: usize) -> Vec<u32> {
+    let mut ids: Vec<u32> = (0..row.len() as u32).collect();
+    let k = k.min(ids.len());
+    let better = |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
+    if k < ids.len() {
+        ids.select_nth_unstable_by(k, better);
+        ids.truncate(k);
+    }
+    ids.sort_by(better);
+    ids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::top_k;
+
+    #[test]
+    fn top_k_is_best_first_with_ties_to_the_lower_id() {
+        let row = [0.1, 3.0, -1.0, 3.0, 2.0];
+        assert_eq!(top_k(&row, 3), vec![1, 3, 4]);
+        assert_eq!(top_k(&row, 9), vec![1, 3, 4, 0, 2]);
+        assert_eq!(top_k(&row, 0), Vec::<u32>::new());
+    }
+}

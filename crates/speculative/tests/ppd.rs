@@ -1,0 +1,215 @@
+//! Parallel prompt decoding on random tiny models: greedy output equals the
+//! target's own token for token, whatever the prompt tokens (random
+//! vectors, or embeddings of tokens the target writes, which guess often);
+//! candidates do get accepted; bad prompt tokens are typed errors.
+
+use std::sync::Arc;
+
+use arbor_backend_candle::CandleBackend;
+use arbor_gguf::GgufFile;
+use arbor_model::testing::{TinyModel, write_temp};
+use arbor_model::{Config, Decoder, LanguageModel, Logits, Mask, Result, Row};
+use arbor_ppd::Accuracy;
+use arbor_sampling::SamplingParams;
+use arbor_speculative::{
+    DecodeOptions, Decoded, Decoding, LatencyProfile, PpdConfig, PromptTokens, SpecError, Strategy,
+    Verification, decode,
+};
+use proptest::prelude::*;
+
+/// A random qwen2-shaped model made confident (logits × 12), taking
+/// embedding rows.
+struct Confident {
+    inner: Decoder<CandleBackend>,
+}
+
+impl LanguageModel for Confident {
+    fn forward(&mut self, t: &[u32], p: &[u32], m: &Mask, rows: &[usize]) -> Result<Logits> {
+        let rows_in: Vec<Row<'_>> = t.iter().map(|&t| Row::Token(t)).collect();
+        self.forward_rows(&rows_in, p, m, rows)
+    }
+    fn forward_rows(
+        &mut self,
+        r: &[Row<'_>],
+        p: &[u32],
+        m: &Mask,
+        rows: &[usize],
+    ) -> Result<Logits> {
+        let mut l = self.inner.forward_rows(r, p, m, rows)?;
+        l.data.iter_mut().for_each(|v| *v *= 12.0);
+        Ok(l)
+    }
+    fn cache_len(&self) -> usize {
+        self.inner.cache_len()
+    }
+    fn truncate_cache(&mut self, len: usize) -> Result<()> {
+        self.inner.truncate_cache(len)
+    }
+    fn keep_cache(&mut self, positions: &[usize]) -> Result<()> {
+        self.inner.keep_cache(positions)
+    }
+    fn config(&self) -> &Config {
+        self.inner.config()
+    }
+    fn backend_name(&self) -> &'static str {
+        "confident"
+    }
+}
+
+const VOCAB: usize = 300;
+
+fn target() -> Confident {
+    static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tiny = TinyModel {
+        arch: "qwen2",
+        vocab: VOCAB,
+        seed: 7,
+        ..TinyModel::default()
+    };
+    let path = write_temp(&tiny.writer(), &format!("ppd-target-{n}"));
+    let file = GgufFile::open(&path).unwrap();
+    let inner = Decoder::load(CandleBackend::new(), &file, &mut |_, _| {}).unwrap();
+    std::fs::remove_file(path).ok();
+    Confident { inner }
+}
+
+fn accuracy() -> Accuracy {
+    Accuracy::new(vec![
+        vec![0.5, 0.6, 0.7],
+        vec![0.3, 0.4, 0.45],
+        vec![0.2, 0.25, 0.3],
+    ])
+    .unwrap()
+}
+
+fn opts(decoding: Decoding, max_tokens: usize, stop: Vec<u32>) -> DecodeOptions {
+    DecodeOptions {
+        max_tokens,
+        sampling: SamplingParams::default(),
+        stop_tokens: stop,
+        strategy: Strategy::new(decoding),
+        verification: Verification::Exact,
+    }
+}
+
+fn ppd(prompts: PromptTokens, max_rows: usize, profile: Option<LatencyProfile>) -> Decoding {
+    Decoding::Ppd(PpdConfig {
+        prompts: Some(Arc::new(prompts)),
+        max_rows,
+        profile,
+    })
+}
+
+/// Prompt tokens that are the target's embeddings of `tokens`.
+fn embeddings_of(t: &mut Confident, tokens: &[u32]) -> PromptTokens {
+    PromptTokens {
+        hidden: t.config().hidden,
+        vectors: t.inner.embeddings(tokens).unwrap(),
+        accuracy: accuracy(),
+    }
+}
+
+fn run(
+    t: &mut Confident,
+    prompt: &[u32],
+    o: &DecodeOptions,
+) -> std::result::Result<Decoded, SpecError> {
+    decode(t, None, prompt, o, &mut |_| {})
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn greedy_ppd_equals_target_only_decoding(
+        prompt in prop::collection::vec(0u32..300, 1..20),
+        max_tokens in 0usize..40,
+        stop in prop::collection::vec(0u32..300, 0..2),
+        count in 1usize..4,
+        max_rows in 1usize..=64,
+        seed in any::<u64>(),
+        from_tokens in any::<bool>(),
+        profile in 0u8..3,
+    ) {
+        let mut t = target();
+        let plain = run(&mut t, &prompt, &opts(Decoding::Autoregressive, max_tokens, stop.clone())).unwrap();
+        let hidden = t.config().hidden;
+        let prompts = if from_tokens && !plain.tokens.is_empty() {
+            // Embeddings of the answer's own tokens: some guesses land.
+            let toks: Vec<u32> = (0..count).map(|i| plain.tokens[i % plain.tokens.len()]).collect();
+            embeddings_of(&mut t, &toks)
+        } else {
+            let mut rng = arbor_sampling::Rng::new(seed);
+            PromptTokens {
+                hidden,
+                vectors: (0..count * hidden).map(|_| rng.next_f64() as f32 - 0.5).collect(),
+                accuracy: accuracy(),
+            }
+        };
+        // No profile (every row free), a flat one (a streamed pass), one
+        // where rows cost (may fall back to plain passes).
+        let profile = match profile {
+            0 => None,
+            1 => Some(LatencyProfile { points: vec![(1, 1.0), (64, 1.0)] }),
+            _ => Some(LatencyProfile { points: vec![(1, 0.03), (8, 0.1), (64, 0.8)] }),
+        };
+        let got = run(&mut t, &prompt, &opts(ppd(prompts, max_rows, profile), max_tokens, stop)).unwrap();
+        prop_assert_eq!(&got.tokens, &plain.tokens);
+        prop_assert_eq!(got.stats.stop, plain.stats.stop);
+    }
+}
+
+#[test]
+fn prompt_tokens_that_guess_get_candidates_accepted() {
+    let mut t = target();
+    let mut accepted = 0;
+    let mut passes = 0;
+    let mut generated = 0;
+    for start in [3u32, 50, 111, 222, 290] {
+        let prompt = [start, start + 1, start / 2];
+        let plain = run(&mut t, &prompt, &opts(Decoding::Autoregressive, 32, vec![])).unwrap();
+        // A confident random model settles into short loops: the
+        // embeddings of its last tokens guess what follows them.
+        let tail: Vec<u32> = plain.tokens[plain.tokens.len() - 3..].to_vec();
+        let prompts = embeddings_of(&mut t, &tail);
+        let got = run(&mut t, &prompt, &opts(ppd(prompts, 48, None), 32, vec![])).unwrap();
+        assert_eq!(got.tokens, plain.tokens);
+        accepted += got.stats.accepted_draft_tokens;
+        passes += got.stats.verifications;
+        generated += got.tokens.len();
+    }
+    assert!(accepted > 0, "no candidate was ever accepted");
+    assert!(passes < generated, "{passes} passes for {generated} tokens");
+}
+
+#[test]
+fn bad_prompt_tokens_are_refused() {
+    let mut t = target();
+    let hidden = t.config().hidden;
+    let prompt = [1u32, 2, 3];
+    let none = Decoding::Ppd(PpdConfig::default());
+    let narrow = ppd(
+        PromptTokens {
+            hidden: hidden - 1,
+            vectors: vec![0.0; 2 * (hidden - 1)],
+            accuracy: accuracy(),
+        },
+        48,
+        None,
+    );
+    let ok = embeddings_of(&mut t, &[5, 6]);
+    let too_many_rows = ppd(ok.clone(), 65, None);
+    for d in [none, narrow, too_many_rows] {
+        assert!(matches!(
+            run(&mut t, &prompt, &opts(d, 8, vec![])),
+            Err(SpecError::Invalid(_))
+        ));
+    }
+    let mut sampled = opts(ppd(ok, 48, None), 8, vec![]);
+    sampled.sampling.temperature = 0.8;
+    assert!(matches!(
+        run(&mut t, &prompt, &sampled),
+        Err(SpecError::Invalid(_))
+    ));
+}
