@@ -36,6 +36,38 @@ impl BurnTensor {
     pub fn inner(&self) -> &Tensor<2> {
         &self.0
     }
+
+    /// Wraps a burn tensor (`[rows, cols]`, `f32`).
+    pub fn from_inner(t: Tensor<2>) -> Self {
+        Self(t)
+    }
+}
+
+#[cfg(feature = "train")]
+impl BurnBackend {
+    /// A `[rows, cols]` tensor whose gradient a later `backward` keeps:
+    /// what a pass computes from it is tracked, weights and caches stay
+    /// constants.
+    pub fn leaf(&self, data: &[f32], rows: usize, cols: usize) -> Result<BurnTensor> {
+        let t = arbor_tensor::Backend::tensor(self, data, rows, cols)?;
+        Ok(BurnTensor(t.0.autodiff().require_grad()))
+    }
+
+    /// The gradient of the single value in `loss` (`[1, 1]`) with respect
+    /// to `leaf`, as host values (`None` when `loss` does not depend on it).
+    pub fn gradient(&self, loss: &BurnTensor, leaf: &BurnTensor) -> Result<Option<Vec<f32>>> {
+        if loss.0.dims() != [1, 1] {
+            return Err(shape_err(
+                "gradient",
+                format!("a loss of {:?}", loss.0.dims()),
+            ));
+        }
+        let grads = loss.0.backward();
+        match leaf.0.grad(&grads) {
+            Some(g) => Ok(Some(g.try_to_vec_as::<f32>().map_err(|e| self.err(e))?)),
+            None => Ok(None),
+        }
+    }
 }
 
 /// A weight matrix `[out, in]`, dequantized to `f32` and stored transposed
@@ -385,8 +417,13 @@ impl arbor_tensor::Backend for BurnBackend {
                 format!("to {len} of {} positions", kv.len),
             ));
         }
-        // Positions past `len` stay in the buffer as spare capacity.
+        // Positions past `len` stay in the buffer as spare capacity. A
+        // truncated cache keeps no gradient graph: training appends tracked
+        // rows and truncates them after each step, and a later pass must
+        // not reach the consumed steps through the buffer.
         kv.len = len;
+        kv.k = kv.k.take().map(Tensor::without_autodiff);
+        kv.v = kv.v.take().map(Tensor::without_autodiff);
         Ok(())
     }
 

@@ -250,7 +250,7 @@ impl<B: Backend> Decoder<B> {
 
     /// The input of a pass over `rows`, `[n, hidden]`: token rows are
     /// embedded, vectors copied as they are.
-    fn embed_rows(&mut self, rows: &[Row<'_>]) -> Result<B::Tensor> {
+    pub fn embed_rows(&mut self, rows: &[Row<'_>]) -> Result<B::Tensor> {
         if let Some(tokens) = Row::all_tokens(rows) {
             return self.embed(&tokens);
         }
@@ -275,6 +275,94 @@ impl<B: Backend> Decoder<B> {
             }
         }
         Ok(self.backend.tensor(&data, rows.len(), d)?)
+    }
+
+    /// The final hidden states, `[n, hidden]`, of a pass over the input
+    /// rows `x` (as [`Decoder::embed_rows`] makes them, or any tensor of
+    /// that shape: a training loop's tracked leaf) at `positions` under
+    /// `mask`, appending their keys and values to the cache. The tensor
+    /// face of [`LanguageModel::forward`]; [`Decoder::head`] gives logits.
+    pub fn forward_hidden(
+        &mut self,
+        x: B::Tensor,
+        positions: &[u32],
+        mask: &Mask,
+    ) -> Result<B::Tensor> {
+        let (n, d) = self.backend.shape(&x);
+        let past = self.cache_len();
+        if d != self.config.hidden
+            || n == 0
+            || positions.len() != n
+            || mask.rows != n
+            || mask.cols != past + n
+        {
+            return Err(ModelError::Input(format!(
+                "a pass of [{n}, {d}] rows with {} positions and a {}x{} mask after {past} cached",
+                positions.len(),
+                mask.rows,
+                mask.cols
+            )));
+        }
+        self.layers(x, positions, mask)
+    }
+
+    fn layers(&mut self, mut x: B::Tensor, positions: &[u32], mask: &Mask) -> Result<B::Tensor> {
+        let (b, c) = (&self.backend, &self.config);
+        let mut caches = self.cache.iter_mut();
+        for (i, block) in self.blocks.iter().enumerate() {
+            let lease;
+            let block = match block {
+                Block::Skipped => continue,
+                Block::Resident(block) => block.as_ref(),
+                Block::Streamed => {
+                    let source = self.source.as_mut().ok_or_else(|| {
+                        ModelError::Input(format!("layer {i} is not resident and has no source"))
+                    })?;
+                    lease = source.layer(i)?;
+                    &lease.weights
+                }
+            };
+            let kv = caches
+                .next()
+                .ok_or_else(|| ModelError::Invalid(format!("layer {i} has no KV cache")))?;
+            // Attention
+            let h = b.rms_norm(&x, &block.attn_norm, c.rms_eps)?;
+            let a = &block.attn;
+            let q = biased(b, b.matmul(&h, &a.q)?, &a.q_bias)?;
+            let k = biased(b, b.matmul(&h, &a.k)?, &a.k_bias)?;
+            let v = biased(b, b.matmul(&h, &a.v)?, &a.v_bias)?;
+            let q = b.rope(&q, positions, &c.rope)?;
+            let k = b.rope(&k, positions, &c.rope)?;
+            b.kv_append(kv, &k, &v)?;
+            let att = b.attention(&q, kv, mask, &c.heads)?;
+            x = b.add(&x, &b.matmul(&att, &a.o)?)?;
+            // MLP
+            let h = b.rms_norm(&x, &block.ffn_norm, c.rms_eps)?;
+            let m = &block.mlp;
+            let act = b.swiglu(&b.matmul(&h, &m.gate)?, &b.matmul(&h, &m.up)?)?;
+            x = b.add(&x, &b.matmul(&act, &m.down)?)?;
+        }
+        Ok(x)
+    }
+
+    /// Logits `[rows.len(), head rows]` of the listed rows of final hidden
+    /// states `x`, left on the device. Only these rows go through the
+    /// head: with a 150k vocabulary it costs more than a layer.
+    pub fn head(&self, x: &B::Tensor, rows: &[usize]) -> Result<B::Tensor> {
+        let b = &self.backend;
+        let (n, _) = b.shape(x);
+        if let Some(&r) = rows.iter().find(|&&r| r >= n) {
+            return Err(ModelError::Input(format!("logit row {r} of {n} rows")));
+        }
+        let x = b.select_rows(x, rows)?;
+        let x = b.rms_norm(&x, &self.norm, self.config.rms_eps)?;
+        let head = match (&self.output, &self.embed) {
+            (Some(w), _) | (None, Embedding::Table(w)) => w.as_ref(),
+            (None, Embedding::Rows { .. }) => {
+                return Err(ModelError::Invalid("no output head".into()));
+            }
+        };
+        Ok(b.matmul(&x, head)?)
     }
 
     fn check_tokens(&self, mut tokens: impl Iterator<Item = u32>) -> Result<()> {
@@ -351,57 +439,13 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         logit_rows: &[usize],
     ) -> Result<Logits> {
         self.check_input(rows, positions, mask, logit_rows)?;
-        let mut x = self.embed_rows(rows)?;
-        let (b, c) = (&self.backend, &self.config);
-        let mut caches = self.cache.iter_mut();
-        for (i, block) in self.blocks.iter().enumerate() {
-            let lease;
-            let block = match block {
-                Block::Skipped => continue,
-                Block::Resident(block) => block.as_ref(),
-                Block::Streamed => {
-                    let source = self.source.as_mut().ok_or_else(|| {
-                        ModelError::Input(format!("layer {i} is not resident and has no source"))
-                    })?;
-                    lease = source.layer(i)?;
-                    &lease.weights
-                }
-            };
-            let kv = caches
-                .next()
-                .ok_or_else(|| ModelError::Invalid(format!("layer {i} has no KV cache")))?;
-            // Attention
-            let h = b.rms_norm(&x, &block.attn_norm, c.rms_eps)?;
-            let a = &block.attn;
-            let q = biased(b, b.matmul(&h, &a.q)?, &a.q_bias)?;
-            let k = biased(b, b.matmul(&h, &a.k)?, &a.k_bias)?;
-            let v = biased(b, b.matmul(&h, &a.v)?, &a.v_bias)?;
-            let q = b.rope(&q, positions, &c.rope)?;
-            let k = b.rope(&k, positions, &c.rope)?;
-            b.kv_append(kv, &k, &v)?;
-            let att = b.attention(&q, kv, mask, &c.heads)?;
-            x = b.add(&x, &b.matmul(&att, &a.o)?)?;
-            // MLP
-            let h = b.rms_norm(&x, &block.ffn_norm, c.rms_eps)?;
-            let m = &block.mlp;
-            let act = b.swiglu(&b.matmul(&h, &m.gate)?, &b.matmul(&h, &m.up)?)?;
-            x = b.add(&x, &b.matmul(&act, &m.down)?)?;
-        }
-        // Only the rows whose logits are wanted go through the head: with a
-        // 150k vocabulary it costs more than a layer.
-        let x = b.select_rows(&x, logit_rows)?;
-        let x = b.rms_norm(&x, &self.norm, c.rms_eps)?;
-        let head = match (&self.output, &self.embed) {
-            (Some(w), _) | (None, Embedding::Table(w)) => w.as_ref(),
-            (None, Embedding::Rows { .. }) => {
-                return Err(ModelError::Invalid("no output head".into()));
-            }
-        };
-        let logits = b.matmul(&x, head)?;
+        let x = self.embed_rows(rows)?;
+        let x = self.layers(x, positions, mask)?;
+        let logits = self.head(&x, logit_rows)?;
         Ok(Logits {
             rows: logit_rows.len(),
             vocab: self.head_rows,
-            data: b.take_vec(logits)?,
+            data: self.backend.take_vec(logits)?,
         })
     }
 

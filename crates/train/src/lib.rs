@@ -1,0 +1,24 @@
+//! Training with gradients, on burn's autodiff over the model's
+//! dequantized, frozen weights (the `train` feature of the burn backend).
+//!
+//! [`ppd`]: parallel prompt decoding's prompt tokens learn to guess the
+//! tokens after the text by distillation from the model's own
+//! distributions. Only the prompt-token rows are tracked: the real tokens
+//! run first, as constants in the cache, and the prompt rows of many
+//! insertion points attend to them in one pass.
+
+pub mod ppd;
+
+pub use ppd::{Batch, ppd_loss, teacher_log_probs};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error(transparent)]
+    Model(#[from] arbor_model::ModelError),
+    #[error(transparent)]
+    Tensor(#[from] arbor_tensor::Error),
+    #[error("bad training input: {0}")]
+    Input(String),
+}
+
+pub type Result<T, E = TrainError> = std::result::Result<T, E>;

@@ -1,0 +1,175 @@
+//! The distillation loss of PPD prompt tokens.
+//!
+//! A sequence's real tokens run first and stay in the cache as constants.
+//! At each insertion point `p` the prompt tokens follow the first `p` real
+//! tokens: prompt token `i` (0-based) sits at position `p + i`, sees cache
+//! slots `0..p` and the earlier prompt tokens of its own insertion, and
+//! should predict the token at `p + i + 1`. Its teacher is the model's own
+//! distribution there given the true text (the logits of real token
+//! `p + i`). The loss is `Σ_i α^i · KL(teacher ‖ student)`, averaged over
+//! the insertion points; every insertion point of a sequence trains in one
+//! pass through the mask.
+
+use arbor_backend_burn::{BurnBackend, BurnTensor};
+use arbor_model::{Decoder, LanguageModel, Mask};
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Int, Tensor, TensorData};
+
+use crate::{Result, TrainError};
+
+/// One sequence's insertion points and the teacher's answers for them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    /// Real tokens in the model's cache.
+    pub len: usize,
+    /// Prompt tokens are inserted after the first `p` real tokens, for
+    /// each `p` here (`1 ≤ p`, `p + count ≤ len`).
+    pub points: Vec<usize>,
+    /// Prompt tokens per insertion.
+    pub count: usize,
+    /// The model's log-probabilities of the token at `p + i + 1`, for each
+    /// point and each `i < count`: `[points × count, vocab]`, row-major.
+    pub teacher: Vec<f32>,
+    pub vocab: usize,
+}
+
+/// Runs `tokens` through `model` (its cache reset and left holding them)
+/// and keeps the teacher rows for prompt tokens inserted at `points`.
+pub fn teacher_log_probs(
+    model: &mut Decoder<BurnBackend>,
+    tokens: &[u32],
+    points: &[usize],
+    count: usize,
+) -> Result<Batch> {
+    let len = tokens.len();
+    if count == 0 || points.is_empty() {
+        return Err(TrainError::Input(
+            "no prompt tokens or no insertion points".into(),
+        ));
+    }
+    if let Some(p) = points.iter().find(|&&p| p == 0 || p + count > len) {
+        return Err(TrainError::Input(format!(
+            "insertion point {p} with {count} prompt tokens in a sequence of {len}"
+        )));
+    }
+    model.truncate_cache(0)?;
+    let positions: Vec<u32> = (0..len as u32).collect();
+    let rows: Vec<usize> = points
+        .iter()
+        .flat_map(|&p| (0..count).map(move |i| p + i))
+        .collect();
+    let logits = model.forward(tokens, &positions, &Mask::causal(0, len), &rows)?;
+    let mut teacher = logits.data;
+    for row in teacher.chunks_exact_mut(logits.vocab) {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f32 = row.iter().map(|&x| (x - max).exp()).sum();
+        let log_z = max + sum.ln();
+        row.iter_mut().for_each(|x| *x -= log_z);
+    }
+    Ok(Batch {
+        len,
+        points: points.to_vec(),
+        count,
+        teacher,
+        vocab: logits.vocab,
+    })
+}
+
+/// The mask of the prompt rows: row `(b, i)` sees real slots `0..p_b` and
+/// the rows `(b, i')` with `i' ≤ i`.
+fn insertion_mask(len: usize, points: &[usize], count: usize) -> Mask {
+    let rows = points.len() * count;
+    let cols = len + rows;
+    let mut allowed = vec![false; rows * cols];
+    for (b, &p) in points.iter().enumerate() {
+        for i in 0..count {
+            let r = b * count + i;
+            let line = &mut allowed[r * cols..(r + 1) * cols];
+            line[..p].iter_mut().for_each(|a| *a = true);
+            for j in 0..=i {
+                line[len + b * count + j] = true;
+            }
+        }
+    }
+    Mask {
+        rows,
+        cols,
+        allowed,
+    }
+}
+
+/// The loss of `prompts` (`[count, hidden]`, a tracked leaf to train it)
+/// on `batch`, weighting prompt token `i` by `alpha^i`; `[1, 1]`. The
+/// model's cache must hold the batch's real tokens; the pass appends the
+/// prompt rows, which the caller truncates after the backward pass.
+pub fn ppd_loss(
+    model: &mut Decoder<BurnBackend>,
+    prompts: &BurnTensor,
+    batch: &Batch,
+    alpha: f32,
+) -> Result<BurnTensor> {
+    let [count, hidden] = prompts.inner().dims();
+    if count != batch.count || hidden != model.config().hidden {
+        return Err(TrainError::Input(format!(
+            "prompt tokens [{count}, {hidden}] for batches of {} and a model of width {}",
+            batch.count,
+            model.config().hidden
+        )));
+    }
+    if model.cache_len() != batch.len {
+        return Err(TrainError::Input(format!(
+            "the cache holds {} tokens, the batch {}",
+            model.cache_len(),
+            batch.len
+        )));
+    }
+    let rows = batch.points.len() * count;
+    if batch.teacher.len() != rows * batch.vocab {
+        return Err(TrainError::Input(
+            "teacher rows do not match the batch".into(),
+        ));
+    }
+    let device = model.backend().device().clone();
+    let picks: Vec<i64> = (0..rows).map(|r| (r % count) as i64).collect();
+    let picks = Tensor::<1, Int>::from_data(TensorData::new(picks, [rows]), &device);
+    let x = prompts.inner().clone().select(0, picks);
+    let positions: Vec<u32> = batch
+        .points
+        .iter()
+        .flat_map(|&p| (0..count).map(move |i| (p + i) as u32))
+        .collect();
+    let mask = insertion_mask(batch.len, &batch.points, count);
+    let h = model.forward_hidden(BurnTensor::from_inner(x), &positions, &mask)?;
+    let all: Vec<usize> = (0..rows).collect();
+    let logits = model.head(&h, &all)?;
+    let student = log_softmax(logits.inner().clone(), 1);
+    let teacher = Tensor::<2>::from_data(
+        TensorData::new(batch.teacher.clone(), [rows, batch.vocab]),
+        &device,
+    );
+    let kl = (teacher.clone().exp() * (teacher - student)).sum_dim(1);
+    let n = batch.points.len() as f32;
+    let weights: Vec<f32> = (0..rows)
+        .map(|r| alpha.powi((r % count) as i32) / n)
+        .collect();
+    let weights = Tensor::<2>::from_data(TensorData::new(weights, [rows, 1]), &device);
+    let loss = (kl * weights).sum().reshape([1, 1]);
+    Ok(BurnTensor::from_inner(loss))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::insertion_mask;
+
+    #[test]
+    fn each_prompt_row_sees_its_prefix_and_its_own_chain() {
+        let m = insertion_mask(4, &[1, 3], 2);
+        assert_eq!((m.rows, m.cols), (4, 8));
+        let row = |r: usize| -> Vec<bool> { m.allowed[r * 8..(r + 1) * 8].to_vec() };
+        let (t, f) = (true, false);
+        assert_eq!(row(0), [t, f, f, f, t, f, f, f]);
+        assert_eq!(row(1), [t, f, f, f, t, t, f, f]);
+        assert_eq!(row(2), [t, t, t, f, f, f, t, f]);
+        assert_eq!(row(3), [t, t, t, f, f, f, t, t]);
+    }
+}
