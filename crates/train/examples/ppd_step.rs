@@ -15,13 +15,18 @@ use arbor_train::{ppd_loss, teacher_log_probs};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let path = args.first().ok_or("usage: ppd_step MODEL.gguf [TOKENS] [POINTS] [COUNT]")?;
+    let path = args
+        .first()
+        .ok_or("usage: ppd_step MODEL.gguf [TOKENS] [POINTS] [COUNT]")?;
     let arg = |i: usize, default: usize| args.get(i).map_or(Ok(default), |s| s.parse());
     let (len, points, count) = (arg(1, 256)?, arg(2, 16)?, arg(3, 3)?);
     let t = Instant::now();
     let file = GgufFile::open(path)?;
     let mut m = Decoder::load(BurnBackend::flex(), &file, &mut |_, _| {})?;
-    println!("load (dequantized to f32): {:.1} s", t.elapsed().as_secs_f64());
+    println!(
+        "load (dequantized to f32): {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
     let vocab = m.config().vocab_size as u64;
     let tokens: Vec<u32> = (0..len as u64)
         .map(|i| ((i * 2_654_435_761 + 12_345) % vocab.min(30_000)) as u32)

@@ -5,10 +5,13 @@
 //! tokens after the text by distillation from the model's own
 //! distributions. Only the prompt-token rows are tracked: the real tokens
 //! run first, as constants in the cache, and the prompt rows of many
-//! insertion points attend to them in one pass.
+//! insertion points attend to them in one pass. [`optim`]: AdamW and the
+//! cosine schedule that update them on the host.
 
+pub mod optim;
 pub mod ppd;
 
+pub use optim::{AdamState, AdamW, cosine_lr};
 pub use ppd::{Batch, ppd_loss, teacher_log_probs};
 
 #[derive(Debug, thiserror::Error)]
