@@ -157,6 +157,7 @@ proptest! {
         let got = run(&mut t, &prompt, &opts(ppd(prompts, max_rows, profile), max_tokens, stop)).unwrap();
         prop_assert_eq!(&got.tokens, &plain.tokens);
         prop_assert_eq!(got.stats.stop, plain.stats.stop);
+        prop_assert!(got.stats.accepted_draft_tokens <= got.stats.draft_tokens);
     }
 }
 

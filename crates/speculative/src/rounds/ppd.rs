@@ -90,8 +90,10 @@ impl Round for Ppd {
                 ids.push(tree.push(parent, guesses[c.depth - 1][c.rank], c.value as f32));
             }
         }
-        // The tree's rows, then `count` prompt rows after each of them.
+        // The candidates count as drafted tokens (guessed in the last pass).
         let n = tree.len();
+        run.stats.draft_tokens += n - 1;
+        // The tree's rows, then `count` prompt rows after each of them.
         let mut parents = tree.parents();
         let mut rows: Vec<Row<'_>> = tree.tokens().into_iter().map(Row::Token).collect();
         for node in 0..n {
