@@ -54,13 +54,17 @@ impl BurnBackend {
     }
 
     /// The gradient of the single value in `loss` (`[1, 1]`) with respect
-    /// to `leaf`, as host values (`None` when `loss` does not depend on it).
+    /// to `leaf`, as host values (`None` when `loss` does not depend on
+    /// it). The backward pass consumes `loss`'s graph: one call per loss.
     pub fn gradient(&self, loss: &BurnTensor, leaf: &BurnTensor) -> Result<Option<Vec<f32>>> {
         if loss.0.dims() != [1, 1] {
             return Err(shape_err(
                 "gradient",
                 format!("a loss of {:?}", loss.0.dims()),
             ));
+        }
+        if !loss.0.is_tracked() {
+            return Err(self.err("the loss was computed from no tracked leaf"));
         }
         let grads = loss.0.backward();
         match leaf.0.grad(&grads) {

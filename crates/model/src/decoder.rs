@@ -249,7 +249,8 @@ impl<B: Backend> Decoder<B> {
     }
 
     /// The input of a pass over `rows`, `[n, hidden]`: token rows are
-    /// embedded, vectors copied as they are.
+    /// embedded, vectors copied as they are (unchecked here: bad ids or
+    /// widths come back as the backend's shape errors).
     pub fn embed_rows(&mut self, rows: &[Row<'_>]) -> Result<B::Tensor> {
         if let Some(tokens) = Row::all_tokens(rows) {
             return self.embed(&tokens);

@@ -119,7 +119,9 @@ pub trait LanguageModel: Send {
     ) -> Result<Logits>;
 
     /// [`LanguageModel::forward`] over rows that are tokens or embedding
-    /// vectors. Models that only take tokens refuse vectors.
+    /// vectors. Models that only take tokens refuse vectors. (The default
+    /// calls `forward`: a model whose `forward` calls `forward_rows` must
+    /// implement both.)
     fn forward_rows(
         &mut self,
         rows: &[Row<'_>],

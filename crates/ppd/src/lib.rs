@@ -27,9 +27,10 @@ pub enum PpdError {
 pub type Result<T, E = PpdError> = std::result::Result<T, E>;
 
 /// Top-k accuracies of prompt tokens by distance: `topk[d][k]` is the
-/// share of positions where the target's token `d + 1` places past the
-/// prompt token's input is among the prompt token's `k + 1` most likely
-/// tokens (the form of the PPD thesis' accuracy tables).
+/// share of positions where prompt token `d` (0-based) has among its
+/// `k + 1` most likely tokens the target's token `d + 1` places past the
+/// token the target commits itself (the form of the PPD thesis' accuracy
+/// tables; distance `d + 1` is a candidate's depth in the tree).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Accuracy {
     topk: Vec<Vec<f64>>,

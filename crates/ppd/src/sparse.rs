@@ -1,7 +1,9 @@
 //! Dynamic sparse candidate trees (PPD thesis, chapter 5).
 //!
-//! A candidate at depth `d` under a path of earlier candidates is the
-//! guess of rank `r` that the path's last node's prompt token `d` makes.
+//! A candidate at depth `d` is the rank-`r` guess of prompt token `d`
+//! (all from the prompt tokens after the last pass's deepest accepted
+//! node); the tree decides which combinations of guesses along a path are
+//! verified.
 //! With the accuracy table read as independent per-distance chances, the
 //! target accepts the candidate (and its whole path) with the product of
 //! `Accuracy::at(depth, rank)` along the path: its *value*. The expected

@@ -51,8 +51,10 @@ pub use arbor_tree::GrowConfig;
 pub use arbor_verify::Typical;
 
 /// Trained prompt tokens of one target (PPD): `count` embedding vectors
-/// of the target's width, prompt token `i` guessing the token `i + 1`
-/// places past the row it follows, and how well they guess.
+/// of the target's width, and how well they guess. Appended after a row
+/// at position `P`, prompt token `i` (0-based) sits at `P + 1 + i` and
+/// guesses the token at `P + 2 + i`: `i + 1` places past the token the
+/// target itself commits after that row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PromptTokens {
     pub hidden: usize,

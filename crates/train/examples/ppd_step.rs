@@ -20,6 +20,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("usage: ppd_step MODEL.gguf [TOKENS] [POINTS] [COUNT]")?;
     let arg = |i: usize, default: usize| args.get(i).map_or(Ok(default), |s| s.parse());
     let (len, points, count) = (arg(1, 256)?, arg(2, 16)?, arg(3, 3)?);
+    if count == 0 || points == 0 || len < 16 + count + points {
+        return Err("need COUNT >= 1, POINTS >= 1 and TOKENS >= 16 + COUNT + POINTS".into());
+    }
     let t = Instant::now();
     let file = GgufFile::open(path)?;
     let mut m = Decoder::load(BurnBackend::flex(), &file, &mut |_, _| {})?;

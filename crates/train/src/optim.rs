@@ -2,6 +2,8 @@
 //! prompt tokens are a few thousand values, so their update runs on the
 //! host; the state is plain vectors a checkpoint can hold).
 
+use crate::{Result, TrainError};
+
 /// AdamW's settings (the thesis' recipe: no weight decay, gradients
 /// clipped to norm 1).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -35,9 +37,26 @@ pub struct AdamState {
 }
 
 impl AdamW {
-    /// One update of `params` by `grad` at learning rate `lr`.
-    pub fn step(&self, params: &mut [f32], grad: &[f32], lr: f32, state: &mut AdamState) {
-        assert_eq!(params.len(), grad.len(), "a gradient for every parameter");
+    /// One update of `params` by `grad` at learning rate `lr`. A gradient
+    /// of another length, or with a value that is not finite, is refused
+    /// and changes nothing.
+    pub fn step(
+        &self,
+        params: &mut [f32],
+        grad: &[f32],
+        lr: f32,
+        state: &mut AdamState,
+    ) -> Result<()> {
+        if params.len() != grad.len() {
+            return Err(TrainError::Input(format!(
+                "a gradient of {} values for {} parameters",
+                grad.len(),
+                params.len()
+            )));
+        }
+        if grad.iter().any(|g| !g.is_finite()) {
+            return Err(TrainError::Input("a gradient that is not finite".into()));
+        }
         if state.m.len() != params.len() {
             state.m = vec![0.0; params.len()];
             state.v = vec![0.0; params.len()];
@@ -59,6 +78,7 @@ impl AdamW {
             let update = (state.m[i] / c1) / ((state.v[i] / c2).sqrt() + self.eps);
             params[i] -= lr * (update + self.weight_decay * params[i]);
         }
+        Ok(())
     }
 }
 
@@ -89,7 +109,9 @@ mod tests {
         // Adam's first step is lr · sign(g) (bias-corrected moments).
         let mut p = vec![1.0, -2.0, 0.5];
         let mut s = AdamState::default();
-        AdamW::default().step(&mut p, &[0.3, -0.2, 0.0], 0.1, &mut s);
+        AdamW::default()
+            .step(&mut p, &[0.3, -0.2, 0.0], 0.1, &mut s)
+            .unwrap();
         assert!((p[0] - 0.9).abs() < 1e-5 && (p[1] + 1.9).abs() < 1e-5);
         assert_eq!(p[2], 0.5);
         assert_eq!(s.step, 1);
@@ -104,7 +126,8 @@ mod tests {
         let opt = AdamW::default();
         for step in 0..400 {
             let g: Vec<f32> = x.iter().zip(&c).map(|(x, c)| 2.0 * (x - c)).collect();
-            opt.step(&mut x, &g, cosine_lr(0.1, step, 400), &mut s);
+            opt.step(&mut x, &g, cosine_lr(0.1, step, 400), &mut s)
+                .unwrap();
         }
         for (x, c) in x.iter().zip(&c) {
             assert!((x - c).abs() < 0.02, "{x} against {c}");
@@ -112,9 +135,14 @@ mod tests {
         // A huge gradient moves the first step no further than a small one.
         let (mut a, mut b) = (vec![0.0f32], vec![0.0f32]);
         let (mut sa, mut sb) = (AdamState::default(), AdamState::default());
-        opt.step(&mut a, &[1e6], 0.1, &mut sa);
-        opt.step(&mut b, &[0.5], 0.1, &mut sb);
+        opt.step(&mut a, &[1e6], 0.1, &mut sa).unwrap();
+        opt.step(&mut b, &[0.5], 0.1, &mut sb).unwrap();
         assert!((a[0] - b[0]).abs() < 1e-5);
         assert!(sa.m[0] <= 0.1 + 1e-6, "clipped before the moments");
+        // Bad gradients change nothing.
+        let before = (a.clone(), sa.clone());
+        assert!(opt.step(&mut a, &[f32::NAN], 0.1, &mut sa).is_err());
+        assert!(opt.step(&mut a, &[1.0, 2.0], 0.1, &mut sa).is_err());
+        assert_eq!((a, sa), before);
     }
 }

@@ -42,16 +42,7 @@ pub fn teacher_log_probs(
     count: usize,
 ) -> Result<Batch> {
     let len = tokens.len();
-    if count == 0 || points.is_empty() {
-        return Err(TrainError::Input(
-            "no prompt tokens or no insertion points".into(),
-        ));
-    }
-    if let Some(p) = points.iter().find(|&&p| p == 0 || p + count > len) {
-        return Err(TrainError::Input(format!(
-            "insertion point {p} with {count} prompt tokens in a sequence of {len}"
-        )));
-    }
+    check_points(points, count, len)?;
     model.truncate_cache(0)?;
     let positions: Vec<u32> = (0..len as u32).collect();
     let rows: Vec<usize> = points
@@ -73,6 +64,22 @@ pub fn teacher_log_probs(
         teacher,
         vocab: logits.vocab,
     })
+}
+
+/// Insertion points must leave a real token before them and a teacher
+/// row for every prompt token after them.
+fn check_points(points: &[usize], count: usize, len: usize) -> Result<()> {
+    if count == 0 || points.is_empty() {
+        return Err(TrainError::Input(
+            "no prompt tokens or no insertion points".into(),
+        ));
+    }
+    match points.iter().find(|&&p| p == 0 || p + count > len) {
+        Some(p) => Err(TrainError::Input(format!(
+            "insertion point {p} with {count} prompt tokens in a sequence of {len}"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The mask of the prompt rows: row `(b, i)` sees real slots `0..p_b` and
@@ -124,11 +131,14 @@ pub fn ppd_loss(
         )));
     }
     let rows = batch.points.len() * count;
-    if batch.teacher.len() != rows * batch.vocab {
-        return Err(TrainError::Input(
-            "teacher rows do not match the batch".into(),
-        ));
+    if batch.teacher.len() != rows * batch.vocab || batch.vocab != model.head_rows() {
+        return Err(TrainError::Input(format!(
+            "teacher rows of {} tokens for a head of {}",
+            batch.vocab,
+            model.head_rows()
+        )));
     }
+    check_points(&batch.points, count, batch.len)?;
     let device = model.backend().device().clone();
     let picks: Vec<i64> = (0..rows).map(|r| (r % count) as i64).collect();
     let picks = Tensor::<1, Int>::from_data(TensorData::new(picks, [rows]), &device);

@@ -123,4 +123,15 @@ fn bad_batches_are_refused() {
         ppd_loss(&mut m, &right, &batch, 0.8).is_err(),
         "cache shorter than the batch"
     );
+    // A loss computed from no tracked leaf has no gradient to give.
+    let batch = teacher_log_probs(&mut m, &TOKENS, &[4], 2).unwrap();
+    let loss = ppd_loss(&mut m, &right, &batch, 0.8).unwrap();
+    let leaf = m.backend().leaf(&vec![0.0; 2 * hidden], 2, hidden).unwrap();
+    assert!(m.backend().gradient(&loss, &leaf).is_err());
+    m.truncate_cache(batch.len).unwrap();
+    // Teacher rows of another vocabulary are refused.
+    let mut other = batch.clone();
+    other.vocab += 1;
+    other.teacher.extend(std::iter::repeat_n(0.0, 2));
+    assert!(ppd_loss(&mut m, &right, &other, 0.8).is_err());
 }

@@ -86,8 +86,12 @@ impl Round for Ppd {
                 if ids.len() >= room || (ids.len() + 2) * (1 + count) > rows_left {
                     break;
                 }
+                // (A head narrower than the table's ranks guesses fewer.)
+                let Some(&token) = guesses[c.depth - 1].get(c.rank) else {
+                    break;
+                };
                 let parent = c.parent.map_or(0, |p| ids[p]);
-                ids.push(tree.push(parent, guesses[c.depth - 1][c.rank], c.value as f32));
+                ids.push(tree.push(parent, token, c.value as f32));
             }
         }
         // The candidates count as drafted tokens (guessed in the last pass).
