@@ -256,13 +256,7 @@ impl<B: Backend> Decoder<B> {
             return self.embed(&tokens);
         }
         let d = self.config.hidden;
-        let tokens: Vec<u32> = rows
-            .iter()
-            .filter_map(|r| match r {
-                Row::Token(t) => Some(*t),
-                Row::Vector(_) => None,
-            })
-            .collect();
+        let tokens: Vec<u32> = rows.iter().filter_map(Row::token).collect();
         let embedded = match tokens.is_empty() {
             true => Vec::new(),
             false => self.embeddings(&tokens)?,
@@ -399,10 +393,7 @@ impl<B: Backend> Decoder<B> {
                 past + n
             )));
         }
-        self.check_tokens(input.iter().filter_map(|r| match r {
-            Row::Token(t) => Some(*t),
-            Row::Vector(_) => None,
-        }))?;
+        self.check_tokens(input.iter().filter_map(Row::token))?;
         let d = self.config.hidden;
         if let Some(v) = input.iter().find_map(|r| match r {
             Row::Vector(v) if v.len() != d => Some(v),

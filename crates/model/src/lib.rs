@@ -93,14 +93,17 @@ pub enum Row<'a> {
 }
 
 impl Row<'_> {
+    /// The token, if this row is one.
+    pub fn token(&self) -> Option<u32> {
+        match self {
+            Row::Token(t) => Some(*t),
+            Row::Vector(_) => None,
+        }
+    }
+
     /// The rows' tokens, if every row is one.
     pub fn all_tokens(rows: &[Row<'_>]) -> Option<Vec<u32>> {
-        rows.iter()
-            .map(|r| match r {
-                Row::Token(t) => Some(*t),
-                Row::Vector(_) => None,
-            })
-            .collect()
+        rows.iter().map(Row::token).collect()
     }
 }
 
