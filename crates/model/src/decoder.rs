@@ -284,20 +284,13 @@ impl<B: Backend> Decoder<B> {
         mask: &Mask,
     ) -> Result<B::Tensor> {
         let (n, d) = self.backend.shape(&x);
-        let past = self.cache_len();
-        if d != self.config.hidden
-            || n == 0
-            || positions.len() != n
-            || mask.rows != n
-            || mask.cols != past + n
-        {
+        if d != self.config.hidden {
             return Err(ModelError::Input(format!(
-                "a pass of [{n}, {d}] rows with {} positions and a {}x{} mask after {past} cached",
-                positions.len(),
-                mask.rows,
-                mask.cols
+                "input rows of width {d} for a model of width {}",
+                self.config.hidden
             )));
         }
+        self.check_pass(n, positions, mask, &[])?;
         self.layers(x, positions, mask)
     }
 
@@ -345,10 +338,7 @@ impl<B: Backend> Decoder<B> {
     /// head: with a 150k vocabulary it costs more than a layer.
     pub fn head(&self, x: &B::Tensor, rows: &[usize]) -> Result<B::Tensor> {
         let b = &self.backend;
-        let (n, _) = b.shape(x);
-        if let Some(&r) = rows.iter().find(|&&r| r >= n) {
-            return Err(ModelError::Input(format!("logit row {r} of {n} rows")));
-        }
+        check_logit_rows(rows, b.shape(x).0)?;
         let x = b.select_rows(x, rows)?;
         let x = b.rms_norm(&x, &self.norm, self.config.rms_eps)?;
         let head = match (&self.output, &self.embed) {
@@ -370,14 +360,33 @@ impl<B: Backend> Decoder<B> {
         }
     }
 
-    fn check_input(
-        &self,
-        input: &[Row<'_>],
+    /// The checked pass over input rows `x`: logits of `logit_rows` on
+    /// the host.
+    fn logits(
+        &mut self,
+        x: B::Tensor,
         positions: &[u32],
         mask: &Mask,
-        rows: &[usize],
+        logit_rows: &[usize],
+    ) -> Result<Logits> {
+        let x = self.layers(x, positions, mask)?;
+        let logits = self.head(&x, logit_rows)?;
+        Ok(Logits {
+            rows: logit_rows.len(),
+            vocab: self.head_rows,
+            data: self.backend.take_vec(logits)?,
+        })
+    }
+
+    /// A pass of `n` rows after the cache: a position per row, an
+    /// `n × (cache + n)` mask, logit rows below `n`.
+    fn check_pass(
+        &self,
+        n: usize,
+        positions: &[u32],
+        mask: &Mask,
+        logit_rows: &[usize],
     ) -> Result<()> {
-        let n = input.len();
         let past = self.cache_len();
         if n == 0 || positions.len() != n {
             return Err(ModelError::Input(format!(
@@ -393,21 +402,32 @@ impl<B: Backend> Decoder<B> {
                 past + n
             )));
         }
+        check_logit_rows(logit_rows, n)
+    }
+
+    /// Every row is a token of the vocabulary or a vector of the model's
+    /// width.
+    fn check_rows(&self, input: &[Row<'_>]) -> Result<()> {
         self.check_tokens(input.iter().filter_map(Row::token))?;
         let d = self.config.hidden;
-        if let Some(v) = input.iter().find_map(|r| match r {
+        match input.iter().find_map(|r| match r {
             Row::Vector(v) if v.len() != d => Some(v),
             _ => None,
         }) {
-            return Err(ModelError::Input(format!(
+            Some(v) => Err(ModelError::Input(format!(
                 "an embedding row of {} values for a model of width {d}",
                 v.len()
-            )));
+            ))),
+            None => Ok(()),
         }
-        if let Some(&r) = rows.iter().find(|&&r| r >= n) {
-            return Err(ModelError::Input(format!("logit row {r} of {n} tokens")));
-        }
-        Ok(())
+    }
+}
+
+/// Logit rows must be rows of the pass.
+fn check_logit_rows(rows: &[usize], n: usize) -> Result<()> {
+    match rows.iter().find(|&&r| r >= n) {
+        Some(r) => Err(ModelError::Input(format!("logit row {r} of {n} tokens"))),
+        None => Ok(()),
     }
 }
 
@@ -419,8 +439,10 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         mask: &Mask,
         logit_rows: &[usize],
     ) -> Result<Logits> {
-        let rows: Vec<Row<'_>> = tokens.iter().map(|&t| Row::Token(t)).collect();
-        self.forward_rows(&rows, positions, mask, logit_rows)
+        self.check_pass(tokens.len(), positions, mask, logit_rows)?;
+        self.check_tokens(tokens.iter().copied())?;
+        let x = self.embed(tokens)?;
+        self.logits(x, positions, mask, logit_rows)
     }
 
     fn forward_rows(
@@ -430,15 +452,10 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         mask: &Mask,
         logit_rows: &[usize],
     ) -> Result<Logits> {
-        self.check_input(rows, positions, mask, logit_rows)?;
+        self.check_pass(rows.len(), positions, mask, logit_rows)?;
+        self.check_rows(rows)?;
         let x = self.embed_rows(rows)?;
-        let x = self.layers(x, positions, mask)?;
-        let logits = self.head(&x, logit_rows)?;
-        Ok(Logits {
-            rows: logit_rows.len(),
-            vocab: self.head_rows,
-            data: self.backend.take_vec(logits)?,
-        })
+        self.logits(x, positions, mask, logit_rows)
     }
 
     fn cache_len(&self) -> usize {
