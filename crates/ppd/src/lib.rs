@@ -14,7 +14,7 @@
 
 pub mod sparse;
 
-pub use sparse::{Candidate, CandidateTree, Plan, optimal_tree, plan};
+pub use sparse::{Candidate, CandidateTree, Plan, optimal_tree, pass_rows, plan};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PpdError {

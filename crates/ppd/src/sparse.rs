@@ -82,7 +82,7 @@ impl CandidateTree {
     /// Rows of a pass that verifies this tree and carries `prompts` prompt
     /// tokens after the committed token and after every candidate.
     pub fn rows(&self, prompts: usize) -> usize {
-        (1 + self.len()) * (1 + prompts)
+        pass_rows(self.len(), prompts)
     }
 
     /// The first `n` candidates (the best tree of `n`).
@@ -91,6 +91,12 @@ impl CandidateTree {
             nodes: self.nodes[..n.min(self.len())].to_vec(),
         }
     }
+}
+
+/// Rows of a pass verifying `candidates` candidates, with `prompts`
+/// prompt tokens after the committed token and after each candidate.
+pub fn pass_rows(candidates: usize, prompts: usize) -> usize {
+    (1 + candidates) * (1 + prompts)
 }
 
 /// A frontier entry: a candidate not yet taken.
@@ -219,7 +225,7 @@ pub fn plan(
     let mut tokens = 1.0;
     for n in 1..=all.len() {
         tokens += all.nodes()[n - 1].value;
-        let rows = (1 + n) * (1 + prompts);
+        let rows = pass_rows(n, prompts);
         let r = rate(tokens, rows);
         if r > best.tokens_per_sec {
             best = Plan {

@@ -69,15 +69,13 @@ impl Decoding {
     /// Most rows of logits one target pass returns: the draft tokens one
     /// verification carries and the root (1 for one-token decoding).
     pub fn max_rows(&self) -> usize {
-        if let Decoding::Ppd(c) = self {
-            return c.max_rows;
-        }
         let draft = match self {
             Decoding::Autoregressive => 0,
             Decoding::Chain { gamma } => *gamma,
             Decoding::Tree(c) => c.max_nodes,
             Decoding::StaticTree { width, depth } => width.saturating_mul(*depth),
-            Decoding::Ppd(_) => 0,
+            // Its rows include the prompt tokens, root counted.
+            Decoding::Ppd(c) => return c.max_rows,
         };
         draft.min(MAX_DRAFT_TOKENS) + 1
     }

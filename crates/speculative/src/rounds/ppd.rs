@@ -9,12 +9,12 @@
 
 use std::time::Instant;
 
-use arbor_model::{Logits, Row};
+use arbor_model::Row;
 use arbor_ppd::Plan;
 use arbor_tree::TokenTree;
 
 use super::Round;
-use crate::run::Run;
+use crate::run::{Run, top_logits};
 use crate::{Event, Phase, PpdConfig, PromptTokens, Result, SpecError};
 
 pub(super) struct Ppd {
@@ -73,7 +73,7 @@ impl Round for Ppd {
         let plan = self.plan.as_ref().expect("planned above");
         // Rows this pass may append: the context left after the prefix.
         let rows_left = run.context.saturating_sub(run.seq.len() - 1);
-        if plan.prompts == 0 || rows_left < 1 + count {
+        if plan.prompts == 0 || rows_left < arbor_ppd::pass_rows(0, count) {
             self.guesses = None;
             return run.target_step(on);
         }
@@ -83,7 +83,7 @@ impl Round for Ppd {
             let room = run.room(plan.tree.len());
             let mut ids: Vec<usize> = Vec::new();
             for c in plan.tree.nodes() {
-                if ids.len() >= room || (ids.len() + 2) * (1 + count) > rows_left {
+                if ids.len() >= room || arbor_ppd::pass_rows(ids.len() + 1, count) > rows_left {
                     break;
                 }
                 // (A head narrower than the table's ranks guesses fewer.)
@@ -113,13 +113,8 @@ impl Round for Ppd {
         let positions = arbor_mask::positions(prefix, &parents, &all)?;
         let logits = run.target().forward_rows(&rows, &positions, &mask, &all)?;
         run.span(Phase::Verify, t, rows.len());
-        let vocab = logits.vocab;
-        let tree_logits = Logits {
-            rows: n,
-            vocab,
-            data: logits.data[..n * vocab].to_vec(),
-        };
-        let verdict = run.judge(&tree, &tree_logits, &vec![None; n])?;
+        // The tree's rows come first; the verdict reads no others.
+        let verdict = run.judge(&tree, &logits, &vec![None; n])?;
         run.stats.target_secs += t.elapsed().as_secs_f64();
         // The deepest accepted node's prompt rows guess past the token the
         // target adds after it.
@@ -127,37 +122,13 @@ impl Round for Ppd {
         let ranks = prompts.accuracy.ranks();
         self.guesses = Some(
             (0..count)
-                .map(|i| top_k(logits.row(n + last * count + i), ranks))
+                .map(|i| {
+                    let row = logits.row(n + last * count + i);
+                    top_logits(row, ranks).into_iter().map(|(t, _)| t).collect()
+                })
                 .collect(),
         );
         run.settle(&tree, &verdict, on);
         Ok(())
-    }
-}
-
-/// The `k` highest-scoring token ids of `row`, best first (ties to the
-/// lower id).
-fn top_k(row: &[f32], k: usize) -> Vec<u32> {
-    let mut ids: Vec<u32> = (0..row.len() as u32).collect();
-    let k = k.min(ids.len());
-    let better = |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
-    if k < ids.len() {
-        ids.select_nth_unstable_by(k, better);
-        ids.truncate(k);
-    }
-    ids.sort_by(better);
-    ids
-}
-
-#[cfg(test)]
-mod tests {
-    use super::top_k;
-
-    #[test]
-    fn top_k_is_best_first_with_ties_to_the_lower_id() {
-        let row = [0.1, 3.0, -1.0, 3.0, 2.0];
-        assert_eq!(top_k(&row, 3), vec![1, 3, 4]);
-        assert_eq!(top_k(&row, 9), vec![1, 3, 4, 0, 2]);
-        assert_eq!(top_k(&row, 0), Vec::<u32>::new());
     }
 }

@@ -138,22 +138,33 @@ impl Run<'_, '_> {
     }
 }
 
-/// The `k` most probable tokens with their softmax probabilities, most
-/// probable first (ties: lower id first).
-fn top_probs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+/// The `k` highest logits with their token ids, highest first (ties:
+/// lower id first; NaN never chosen).
+pub(crate) fn top_logits(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
     let mut top: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
-    let mut max = f32::NEG_INFINITY;
+    if k == 0 {
+        return top;
+    }
     for (i, &l) in logits.iter().enumerate() {
         if l.is_nan() {
             continue;
         }
-        max = max.max(l);
         if top.len() < k || l > top[top.len() - 1].1 {
             let at = top.partition_point(|&(_, v)| v >= l);
             top.insert(at, (i as u32, l));
             top.truncate(k);
         }
     }
+    top
+}
+
+/// The `k` most probable tokens with their softmax probabilities, most
+/// probable first (ties: lower id first).
+fn top_probs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let top = top_logits(logits, k);
+    let Some(&(_, max)) = top.first() else {
+        return top;
+    };
     let sum: f32 = logits
         .iter()
         .filter(|l| !l.is_nan())
@@ -162,4 +173,18 @@ fn top_probs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
     top.into_iter()
         .map(|(t, l)| (t, (l - max).exp() / sum))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::top_logits;
+
+    #[test]
+    fn top_logits_are_best_first_with_ties_to_the_lower_id() {
+        let ids = |row: &[f32], k| -> Vec<u32> { top_logits(row, k).iter().map(|t| t.0).collect() };
+        let row = [0.1, 3.0, -1.0, 3.0, 2.0];
+        assert_eq!(ids(&row, 3), vec![1, 3, 4]);
+        assert_eq!(ids(&row, 9), vec![1, 3, 4, 0, 2]);
+        assert_eq!(ids(&row, 0), Vec::<u32>::new());
+    }
 }

@@ -59,8 +59,9 @@ impl Run<'_, '_> {
         })
     }
 
-    /// The verdict on `tree` from the target's logits; the target's cache
-    /// keeps the accepted path.
+    /// The verdict on `tree` from the target's logits (row `i` for node
+    /// `i`; rows past the tree's are not read); the target's cache keeps
+    /// the accepted path.
     pub(crate) fn judge(
         &mut self,
         tree: &TokenTree,
