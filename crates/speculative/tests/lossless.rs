@@ -2,6 +2,9 @@
 //! target's own, token for token, whatever the draft (perfect, poor,
 //! adversarial); sampled outputs follow the target's distribution.
 
+#[macro_use]
+mod common;
+
 use arbor_backend_candle::CandleBackend;
 use arbor_gguf::GgufFile;
 use arbor_model::testing::{TinyModel, write_temp};
@@ -27,24 +30,6 @@ fn tiny(model: &TinyModel, tag: &str) -> Box<dyn LanguageModel> {
     let model = Decoder::load(CandleBackend::new(), &file, &mut |_, _| {}).unwrap();
     std::fs::remove_file(path).ok();
     Box::new(model)
-}
-
-/// The cache and config methods of a test wrapper around `self.inner`.
-macro_rules! delegate_to_inner {
-    () => {
-        fn cache_len(&self) -> usize {
-            self.inner.cache_len()
-        }
-        fn truncate_cache(&mut self, len: usize) -> Result<()> {
-            self.inner.truncate_cache(len)
-        }
-        fn keep_cache(&mut self, positions: &[usize]) -> Result<()> {
-            self.inner.keep_cache(positions)
-        }
-        fn config(&self) -> &Config {
-            self.inner.config()
-        }
-    };
 }
 
 /// Rewrites a model's logits: `scale · logits` (a sharper or flatter

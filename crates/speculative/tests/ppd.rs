@@ -3,6 +3,9 @@
 //! vectors, or embeddings of tokens the target writes, which guess often);
 //! candidates do get accepted; bad prompt tokens are typed errors.
 
+#[macro_use]
+mod common;
+
 use std::sync::Arc;
 
 use arbor_backend_candle::CandleBackend;
@@ -39,18 +42,7 @@ impl LanguageModel for Confident {
         l.data.iter_mut().for_each(|v| *v *= 12.0);
         Ok(l)
     }
-    fn cache_len(&self) -> usize {
-        self.inner.cache_len()
-    }
-    fn truncate_cache(&mut self, len: usize) -> Result<()> {
-        self.inner.truncate_cache(len)
-    }
-    fn keep_cache(&mut self, positions: &[usize]) -> Result<()> {
-        self.inner.keep_cache(positions)
-    }
-    fn config(&self) -> &Config {
-        self.inner.config()
-    }
+    delegate_to_inner!();
     fn backend_name(&self) -> &'static str {
         "confident"
     }

@@ -1,0 +1,19 @@
+//! What the test files share.
+
+/// The cache and config methods of a test wrapper around `self.inner`.
+macro_rules! delegate_to_inner {
+    () => {
+        fn cache_len(&self) -> usize {
+            self.inner.cache_len()
+        }
+        fn truncate_cache(&mut self, len: usize) -> Result<()> {
+            self.inner.truncate_cache(len)
+        }
+        fn keep_cache(&mut self, positions: &[usize]) -> Result<()> {
+            self.inner.keep_cache(positions)
+        }
+        fn config(&self) -> &Config {
+            self.inner.config()
+        }
+    };
+}
