@@ -146,6 +146,40 @@ pub fn branches_mask(prefix_len: usize, lens: &[usize]) -> (Mask, Vec<u32>) {
     (mask, pos)
 }
 
+/// The mask and positions of prompt-token chains inserted into a cached
+/// sequence of `len` tokens (parallel prompt decoding's training and
+/// accuracy passes): for each insertion point `p` a chain of `count` rows
+/// at positions `p, p + 1, …`, each seeing cache slots `0..p` and the
+/// earlier rows of its own chain, as if the chain replaced the tokens from
+/// `p` on.
+pub fn insertion_mask(len: usize, points: &[usize], count: usize) -> (Mask, Vec<u32>) {
+    let rows = points.len() * count;
+    let cols = len + rows;
+    let mut allowed = vec![false; rows * cols];
+    for (b, &p) in points.iter().enumerate() {
+        for i in 0..count {
+            let r = b * count + i;
+            let line = &mut allowed[r * cols..(r + 1) * cols];
+            line[..p.min(len)].iter_mut().for_each(|a| *a = true);
+            line[len + b * count..=len + b * count + i]
+                .iter_mut()
+                .for_each(|a| *a = true);
+        }
+    }
+    let positions = points
+        .iter()
+        .flat_map(|&p| (0..count).map(move |i| (p + i) as u32))
+        .collect();
+    (
+        Mask {
+            rows,
+            cols,
+            allowed,
+        },
+        positions,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +193,13 @@ mod tests {
                     .collect()
             })
             .collect()
+    }
+
+    #[test]
+    fn each_inserted_chain_sees_its_prefix_and_itself() {
+        let (m, pos) = insertion_mask(4, &[1, 3], 2);
+        assert_eq!(rows(&m), ["1...1...", "1...11..", "111...1.", "111...11"]);
+        assert_eq!(pos, [1, 2, 3, 4]);
     }
 
     #[test]

@@ -6,13 +6,16 @@
 //! distributions. Only the prompt-token rows are tracked: the real tokens
 //! run first, as constants in the cache, and the prompt rows of many
 //! insertion points attend to them in one pass. [`optim`]: AdamW and the
-//! cosine schedule that update them on the host.
+//! cosine schedule that update them on the host. [`run`]: a training run
+//! with its budget, validation and checkpoint.
 
 pub mod optim;
 pub mod ppd;
+pub mod run;
 
-pub use optim::{AdamState, AdamW, cosine_lr};
-pub use ppd::{Batch, ppd_loss, teacher_log_probs};
+pub use optim::{AdamState, AdamW, cosine_at, cosine_lr};
+pub use ppd::{Batch, ppd_loss, student_logits, teacher_log_probs};
+pub use run::{Example, Run, Settings, Validation, choose_points};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {

@@ -84,10 +84,19 @@ impl AdamW {
 
 /// Cosine decay from `peak` at step 0 to 0 at `total` steps, no warm-up.
 pub fn cosine_lr(peak: f32, step: u64, total: u64) -> f32 {
-    if total == 0 || step >= total {
+    if total == 0 {
         return 0.0;
     }
-    let x = step as f64 / total as f64;
+    cosine_at(peak, step as f64 / total as f64)
+}
+
+/// Cosine decay from `peak` at `fraction` 0 of the run to 0 at 1 (a run
+/// budgeted in time as well as in steps).
+pub fn cosine_at(peak: f32, fraction: f64) -> f32 {
+    if !(fraction < 1.0) {
+        return 0.0;
+    }
+    let x = fraction.max(0.0);
     (peak as f64 * 0.5 * (1.0 + (std::f64::consts::PI * x).cos())) as f32
 }
 

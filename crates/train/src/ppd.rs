@@ -11,6 +11,7 @@
 //! pass through the mask.
 
 use arbor_backend_burn::{BurnBackend, BurnTensor};
+use arbor_mask::insertion_mask;
 use arbor_model::{Decoder, LanguageModel, Mask};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Int, Tensor, TensorData};
@@ -82,29 +83,6 @@ fn check_points(points: &[usize], count: usize, len: usize) -> Result<()> {
     }
 }
 
-/// The mask of the prompt rows: row `(b, i)` sees real slots `0..p_b` and
-/// the rows `(b, i')` with `i' ≤ i`.
-fn insertion_mask(len: usize, points: &[usize], count: usize) -> Mask {
-    let rows = points.len() * count;
-    let cols = len + rows;
-    let mut allowed = vec![false; rows * cols];
-    for (b, &p) in points.iter().enumerate() {
-        for i in 0..count {
-            let r = b * count + i;
-            let line = &mut allowed[r * cols..(r + 1) * cols];
-            line[..p].iter_mut().for_each(|a| *a = true);
-            for j in 0..=i {
-                line[len + b * count + j] = true;
-            }
-        }
-    }
-    Mask {
-        rows,
-        cols,
-        allowed,
-    }
-}
-
 /// The loss of `prompts` (`[count, hidden]`, a tracked leaf to train it)
 /// on `batch`, weighting prompt token `i` by `alpha^i`; `[1, 1]`. The
 /// model's cache must hold the batch's real tokens; the pass appends the
@@ -114,6 +92,17 @@ pub fn ppd_loss(
     prompts: &BurnTensor,
     batch: &Batch,
     alpha: f32,
+) -> Result<BurnTensor> {
+    let logits = student_logits(model, prompts, batch)?;
+    distill_loss(&logits, batch, alpha, model.backend().device())
+}
+
+/// The prompt rows' logits at every insertion point of `batch`,
+/// `[points × count, vocab]` (see [`ppd_loss`] for the cache).
+pub fn student_logits(
+    model: &mut Decoder<BurnBackend>,
+    prompts: &BurnTensor,
+    batch: &Batch,
 ) -> Result<BurnTensor> {
     let [count, hidden] = prompts.inner().dims();
     if count != batch.count || hidden != model.config().hidden {
@@ -143,43 +132,32 @@ pub fn ppd_loss(
     let picks: Vec<i64> = (0..rows).map(|r| (r % count) as i64).collect();
     let picks = Tensor::<1, Int>::from_data(TensorData::new(picks, [rows]), &device);
     let x = prompts.inner().clone().select(0, picks);
-    let positions: Vec<u32> = batch
-        .points
-        .iter()
-        .flat_map(|&p| (0..count).map(move |i| (p + i) as u32))
-        .collect();
-    let mask = insertion_mask(batch.len, &batch.points, count);
+    let (mask, positions) = insertion_mask(batch.len, &batch.points, count);
     let h = model.forward_hidden(BurnTensor::from_inner(x), &positions, &mask)?;
     let all: Vec<usize> = (0..rows).collect();
-    let logits = model.head(&h, &all)?;
+    Ok(model.head(&h, &all)?)
+}
+
+/// `Σ_i alpha^i · KL(teacher ‖ student)` of the prompt rows' `logits`,
+/// averaged over the insertion points; `[1, 1]`.
+pub(crate) fn distill_loss(
+    logits: &BurnTensor,
+    batch: &Batch,
+    alpha: f32,
+    device: &burn::tensor::Device,
+) -> Result<BurnTensor> {
+    let (rows, count) = (batch.points.len() * batch.count, batch.count);
     let student = log_softmax(logits.inner().clone(), 1);
     let teacher = Tensor::<2>::from_data(
         TensorData::new(batch.teacher.clone(), [rows, batch.vocab]),
-        &device,
+        device,
     );
     let kl = (teacher.clone().exp() * (teacher - student)).sum_dim(1);
     let n = batch.points.len() as f32;
     let weights: Vec<f32> = (0..rows)
         .map(|r| alpha.powi((r % count) as i32) / n)
         .collect();
-    let weights = Tensor::<2>::from_data(TensorData::new(weights, [rows, 1]), &device);
+    let weights = Tensor::<2>::from_data(TensorData::new(weights, [rows, 1]), device);
     let loss = (kl * weights).sum().reshape([1, 1]);
     Ok(BurnTensor::from_inner(loss))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::insertion_mask;
-
-    #[test]
-    fn each_prompt_row_sees_its_prefix_and_its_own_chain() {
-        let m = insertion_mask(4, &[1, 3], 2);
-        assert_eq!((m.rows, m.cols), (4, 8));
-        let row = |r: usize| -> Vec<bool> { m.allowed[r * 8..(r + 1) * 8].to_vec() };
-        let (t, f) = (true, false);
-        assert_eq!(row(0), [t, f, f, f, t, f, f, f]);
-        assert_eq!(row(1), [t, f, f, f, t, t, f, f]);
-        assert_eq!(row(2), [t, t, t, f, f, f, t, f]);
-        assert_eq!(row(3), [t, t, t, f, f, f, t, t]);
-    }
 }

@@ -1,0 +1,215 @@
+//! Prompt-token files: the trained embeddings of one model's prompt tokens,
+//! the accuracy table measured for them and free-form provenance, in a
+//! safetensors file. Training checkpoints use the same format with the
+//! optimizer's state as extra vectors.
+//!
+//! Tensors: `prompts` (`[count, hidden]`, f32), `accuracy`
+//! (`[distances, ranks]`, f64, optional) and any extra 1-D f32 vectors;
+//! the provenance is the file's string metadata.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+
+use crate::{Accuracy, PpdError, Result};
+
+const PROMPTS: &str = "prompts";
+const ACCURACY: &str = "accuracy";
+
+/// One model's prompt tokens as stored on disk.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PromptFile {
+    /// The model's width: each prompt token is a vector of this length.
+    pub hidden: usize,
+    /// `count × hidden`, prompt token by prompt token.
+    pub vectors: Vec<f32>,
+    pub accuracy: Option<Accuracy>,
+    /// Other named vectors (a checkpoint's optimizer moments).
+    pub extra: BTreeMap<String, Vec<f32>>,
+    /// Provenance: the model, the command, steps, seconds, loss.
+    pub meta: BTreeMap<String, String>,
+}
+
+fn bad(m: impl Into<String>) -> PpdError {
+    PpdError::File(m.into())
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+impl PromptFile {
+    /// Prompt tokens in the file.
+    pub fn count(&self) -> usize {
+        self.vectors.len() / self.hidden.max(1)
+    }
+
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        if self.hidden == 0 || self.vectors.is_empty() || self.vectors.len() % self.hidden != 0 {
+            return Err(bad(format!(
+                "{} values are not whole prompt tokens of width {}",
+                self.vectors.len(),
+                self.hidden
+            )));
+        }
+        if self.extra.contains_key(PROMPTS) || self.extra.contains_key(ACCURACY) {
+            return Err(bad("an extra vector takes a reserved name"));
+        }
+        let mut owned: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = vec![(
+            PROMPTS.into(),
+            Dtype::F32,
+            vec![self.count(), self.hidden],
+            f32_bytes(&self.vectors),
+        )];
+        if let Some(a) = &self.accuracy {
+            let bytes = (1..=a.distances())
+                .flat_map(|d| (1..=a.ranks()).map(move |k| a.top(d, k)))
+                .flat_map(|x| x.to_le_bytes())
+                .collect();
+            owned.push((
+                ACCURACY.into(),
+                Dtype::F64,
+                vec![a.distances(), a.ranks()],
+                bytes,
+            ));
+        }
+        for (name, v) in &self.extra {
+            owned.push((name.clone(), Dtype::F32, vec![v.len()], f32_bytes(v)));
+        }
+        let views = owned
+            .iter()
+            .map(|(name, dtype, shape, bytes)| {
+                TensorView::new(*dtype, shape.clone(), bytes).map(|v| (name.as_str(), v))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| bad(e.to_string()))?;
+        let meta: HashMap<String, String> = self.meta.clone().into_iter().collect();
+        safetensors::serialize(views, Some(meta)).map_err(|e| bad(e.to_string()))
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| bad(e.to_string()))?;
+        let st = SafeTensors::deserialize(bytes).map_err(|e| bad(e.to_string()))?;
+        let read = |name: &str, dtype: Dtype| -> Result<(Vec<usize>, &[u8])> {
+            let t = st.tensor(name).map_err(|e| bad(format!("{name}: {e}")))?;
+            if t.dtype() != dtype {
+                return Err(bad(format!("{name} is {:?}, not {dtype:?}", t.dtype())));
+            }
+            Ok((t.shape().to_vec(), t.data()))
+        };
+        let f32s = |b: &[u8]| -> Vec<f32> {
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        };
+        let (shape, data) = read(PROMPTS, Dtype::F32)?;
+        let [count, hidden] = shape[..] else {
+            return Err(bad(format!(
+                "prompts has shape {shape:?}, not [count, hidden]"
+            )));
+        };
+        if count == 0 || hidden == 0 {
+            return Err(bad("no prompt tokens"));
+        }
+        let vectors = f32s(data);
+        if vectors.iter().any(|x| !x.is_finite()) {
+            return Err(bad("a prompt-token value is not finite"));
+        }
+        let mut accuracy = None;
+        let mut extra = BTreeMap::new();
+        for name in st.names() {
+            match name {
+                PROMPTS => {}
+                ACCURACY => {
+                    let (shape, data) = read(ACCURACY, Dtype::F64)?;
+                    let [_, ranks] = shape[..] else {
+                        return Err(bad(format!("accuracy has shape {shape:?}")));
+                    };
+                    let values: Vec<f64> = data
+                        .chunks_exact(8)
+                        .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+                        .collect();
+                    let rows = values.chunks(ranks.max(1)).map(<[f64]>::to_vec).collect();
+                    accuracy = Some(Accuracy::new(rows)?);
+                }
+                other => {
+                    let (_, data) = read(other, Dtype::F32)?;
+                    extra.insert(other.to_string(), f32s(data));
+                }
+            }
+        }
+        let meta = header
+            .metadata()
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        Ok(Self {
+            hidden,
+            vectors,
+            accuracy,
+            extra,
+            meta,
+        })
+    }
+
+    /// Writes the file whole (through a temporary file beside it, so an
+    /// interrupted save leaves the old file).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let bytes = self.to_bytes()?;
+        let io = |e: std::io::Error| bad(format!("{}: {e}", path.display()));
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, bytes).map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    }
+
+    pub fn load(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+        Self::from_bytes(&bytes).map_err(|e| bad(format!("{}: {e}", path.display())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> PromptFile {
+        PromptFile {
+            hidden: 3,
+            vectors: vec![0.5, -1.0, 2.0, 3.0, 4.0, -5.5],
+            accuracy: Some(Accuracy::new(vec![vec![0.4, 0.7], vec![0.2, 0.5]]).unwrap()),
+            extra: [("adam.m".to_string(), vec![1.0, 2.0])].into(),
+            meta: [("model".to_string(), "tiny".to_string())].into(),
+        }
+    }
+
+    #[test]
+    fn a_file_reads_back_as_written() {
+        let f = sample();
+        let back = PromptFile::from_bytes(&f.to_bytes().unwrap()).unwrap();
+        assert_eq!(back, f);
+        assert_eq!(back.count(), 2);
+    }
+
+    #[test]
+    fn bad_files_are_typed_errors() {
+        assert!(PromptFile::from_bytes(b"not a safetensors file").is_err());
+        let mut bytes = sample().to_bytes().unwrap();
+        bytes.truncate(bytes.len() - 4);
+        assert!(PromptFile::from_bytes(&bytes).is_err());
+        let ragged = PromptFile {
+            vectors: vec![1.0; 4],
+            ..sample()
+        };
+        assert!(ragged.to_bytes().is_err());
+        let reserved = PromptFile {
+            extra: [("prompts".to_string(), vec![0.0])].into(),
+            ..sample()
+        };
+        assert!(reserved.to_bytes().is_err());
+    }
+}
