@@ -13,6 +13,7 @@ mod report;
 mod slim;
 mod sys;
 mod trace;
+mod train;
 
 use std::path::PathBuf;
 
@@ -78,6 +79,11 @@ enum Command {
     /// Derive a slim draft from a draft model: its output head restricted
     /// to the K most frequent tokens of a corpus, layers requantized.
     Slim(slim::SlimArgs),
+    /// Train what a model's decoding learns (PPD prompt tokens).
+    Train {
+        #[command(subcommand)]
+        which: train::TrainCommand,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -133,6 +139,7 @@ fn run() -> Result<()> {
         }
         Command::Profile(args) => profile::run(&args, device),
         Command::Slim(args) => slim::run(&args),
+        Command::Train { which } => train::run(which),
         Command::Bench { which } => bench::run(which, device),
     }
 }

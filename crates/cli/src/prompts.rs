@@ -104,20 +104,29 @@ pub fn spread(prompts: Vec<Prompt>, n: usize) -> Vec<Prompt> {
     out
 }
 
-/// First human turns of a ShareGPT dump, read conversation by
-/// conversation so a file cut off mid-way still yields everything before
-/// the cut.
-pub fn sharegpt_prompts(text: &str, limit: usize) -> Vec<Prompt> {
-    let mut out = Vec::new();
+/// ShareGPT conversations one by one, so a file cut off mid-way still
+/// yields everything before the cut; `f` returns false to stop.
+fn sharegpt_conversations(text: &str, mut f: impl FnMut(&[serde_json::Value]) -> bool) {
     let mut rest = text.trim_start().strip_prefix('[').unwrap_or("");
-    while out.len() < limit {
+    loop {
         rest = rest.trim_start().trim_start_matches(',').trim_start();
         let mut it = serde_json::Deserializer::from_str(rest).into_iter::<serde_json::Value>();
         let Some(Ok(v)) = it.next() else { break };
         rest = &rest[it.byte_offset()..];
-        let first = v["conversations"]
-            .as_array()
-            .and_then(|c| c.iter().find(|t| t["from"] == "human"))
+        let turns = v["conversations"].as_array().map_or(&[][..], Vec::as_slice);
+        if !f(turns) {
+            break;
+        }
+    }
+}
+
+/// First human turns of a ShareGPT dump.
+pub fn sharegpt_prompts(text: &str, limit: usize) -> Vec<Prompt> {
+    let mut out = Vec::new();
+    sharegpt_conversations(text, |turns| {
+        let first = turns
+            .iter()
+            .find(|t| t["from"] == "human")
             .and_then(|t| t["value"].as_str());
         if let Some(s) = first.filter(|s| !s.trim().is_empty()) {
             out.push(Prompt {
@@ -125,7 +134,27 @@ pub fn sharegpt_prompts(text: &str, limit: usize) -> Vec<Prompt> {
                 category: "sharegpt".into(),
             });
         }
-    }
+        out.len() < limit
+    });
+    out
+}
+
+/// The first exchange (a human turn and the reply right after it) of up to
+/// `limit` ShareGPT conversations that have one, both non-empty.
+pub fn sharegpt_exchanges(text: &str, limit: usize) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    sharegpt_conversations(text, |turns| {
+        fn text(t: &serde_json::Value) -> Option<&str> {
+            t["value"].as_str().filter(|s| !s.trim().is_empty())
+        }
+        if let Some(i) = turns.iter().position(|t| t["from"] == "human")
+            && let Some(reply) = turns.get(i + 1).filter(|t| t["from"] == "gpt")
+            && let (Some(q), Some(a)) = (text(&turns[i]), text(reply))
+        {
+            out.push((q.to_string(), a.to_string()));
+        }
+        out.len() < limit
+    });
     out
 }
 
@@ -143,6 +172,8 @@ mod tests {
         assert_eq!(texts, ["hi", "second"]);
         assert_eq!(sharegpt_prompts(text, 1).len(), 1);
         assert!(sharegpt_prompts("garbage", 5).is_empty());
+        let x = sharegpt_exchanges(text, 10);
+        assert_eq!(x, [("hi".to_string(), "yo".to_string())]);
     }
 
     #[test]

@@ -28,3 +28,16 @@ pub enum TrainError {
 }
 
 pub type Result<T, E = TrainError> = std::result::Result<T, E>;
+
+/// Loads the model at `file` for training: weights dequantized to f32 on
+/// burn's flex device (CPU); `progress(done, total)` counts tensors.
+pub fn load_model(
+    file: &arbor_gguf::GgufFile,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<arbor_model::Decoder<arbor_backend_burn::BurnBackend>> {
+    Ok(arbor_model::Decoder::load(
+        arbor_backend_burn::BurnBackend::flex(),
+        file,
+        progress,
+    )?)
+}

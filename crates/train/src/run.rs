@@ -13,7 +13,7 @@ use std::ops::Range;
 
 use arbor_backend_burn::BurnBackend;
 use arbor_model::{Decoder, LanguageModel};
-use arbor_ppd::{AccuracyTally, PromptFile, rank_of};
+use arbor_ppd::{Accuracy, AccuracyTally, PromptFile, rank_of};
 use arbor_tensor::Backend;
 
 use crate::optim::{AdamState, AdamW, cosine_at};
@@ -206,14 +206,16 @@ impl Run {
     }
 
     /// The loss and top-k accuracies on held-out sequences (insertion
-    /// points from a fixed seed, so validations compare).
+    /// points from a fixed seed, so validations compare), with the table
+    /// of top-1 to top-10 accuracies by distance. A prompt token's guess is
+    /// right when it is the model's own greedy token given the true text.
     pub fn validate(
         &self,
         model: &mut Decoder<BurnBackend>,
         examples: &[Example],
-    ) -> Result<Validation> {
+    ) -> Result<(Validation, Accuracy)> {
         let count = self.settings.count;
-        let mut tally = AccuracyTally::new(count, 5);
+        let mut tally = AccuracyTally::new(count, 10);
         let (mut loss, mut n) = (0.0f32, 0usize);
         for (i, ex) in examples.iter().enumerate() {
             let points = choose_points(ex, count, self.settings.points, mix(i as u64));
@@ -236,7 +238,7 @@ impl Run {
                 .enumerate()
             {
                 let truth = argmax(teacher);
-                tally.add(r % count + 1, rank_of(student, truth, 5));
+                tally.add(r % count + 1, rank_of(student, truth, 10));
             }
         }
         if n == 0 {
@@ -247,12 +249,13 @@ impl Run {
         let acc = tally
             .accuracy()
             .map_err(|e| TrainError::Input(e.to_string()))?;
-        Ok(Validation {
+        let v = Validation {
             seconds: self.seconds,
             loss: loss / n as f32,
             top1: (1..=count).map(|d| acc.top(d, 1)).collect(),
             top5: (1..=count).map(|d| acc.top(d, 5)).collect(),
-        })
+        };
+        Ok((v, acc))
     }
 
     /// The run as a checkpoint file.
@@ -293,6 +296,20 @@ impl Run {
             extra,
             meta,
         }
+    }
+
+    /// The trained prompt tokens as the file inference loads: `accuracy`
+    /// measured for them, the provenance in `meta` plus the run's figures.
+    pub fn to_prompts_file(
+        &self,
+        accuracy: Accuracy,
+        meta: &BTreeMap<String, String>,
+    ) -> PromptFile {
+        let mut file = self.to_file(meta);
+        file.extra.clear();
+        file.meta.remove("adam_step");
+        file.accuracy = Some(accuracy);
+        file
     }
 
     /// A run from its checkpoint file.

@@ -55,7 +55,8 @@ fn steps_lower_the_held_out_loss_and_a_resumed_run_matches() {
     let (train, held_out) = (examples(4, 0), examples(2, 5));
 
     let mut run = Run::new(settings(), hidden, init.clone()).unwrap();
-    let before = run.validate(&mut m, &held_out).unwrap();
+    let (before, table) = run.validate(&mut m, &held_out).unwrap();
+    assert_eq!((table.distances(), table.ranks()), (3, 10));
     assert_eq!(before.top1.len(), 3);
     assert!(before.top1.iter().zip(&before.top5).all(|(a, b)| a <= b));
     while !run.done() {
@@ -64,7 +65,7 @@ fn steps_lower_the_held_out_loss_and_a_resumed_run_matches() {
     }
     assert_eq!(run.step, 12);
     assert_eq!(run.adam.step, 12);
-    let after = run.validate(&mut m, &held_out).unwrap();
+    let (after, _) = run.validate(&mut m, &held_out).unwrap();
     assert!(
         after.loss < before.loss,
         "{} -> {}",
