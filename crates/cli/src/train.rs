@@ -5,6 +5,7 @@
 //! tokens, their accuracy table, a loss plot and an accuracy plot.
 
 use std::collections::BTreeMap;
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -75,8 +76,8 @@ const MIN_REPLY: usize = 16;
 /// the reply), shuffled by `seed`; replies cut to fit `max_len`.
 fn examples(tok: &Tokenizer, max_len: usize, want: usize, seed: u64) -> Result<Vec<Example>> {
     let path = arbor_fetch::fetch_dataset("sharegpt", &mut progress::fetch_bar())?;
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let mut pairs = sharegpt_exchanges(&text, want * 3);
     // Fisher-Yates with a splitmix stream, so the order is the seed's.
     let mut z = seed;
@@ -130,7 +131,10 @@ fn ppd(args: &PpdArgs) -> Result<()> {
         bail!("--minutes and --steps must be positive");
     }
     if args.max_len < MIN_REPLY + 8 || args.validate == 0 || args.prompt_tokens == 0 {
-        bail!("need --max-len ≥ {}, --validate ≥ 1 and --prompt-tokens ≥ 1", MIN_REPLY + 8);
+        bail!(
+            "need --max-len ≥ {}, --validate ≥ 1 and --prompt-tokens ≥ 1",
+            MIN_REPLY + 8
+        );
     }
     let model_path = arbor_fetch::resolve_model(&args.model)?;
     let out = args.out.clone().unwrap_or_else(|| default_out(&model_path));
@@ -185,14 +189,24 @@ fn ppd(args: &PpdArgs) -> Result<()> {
     let mut meta = BTreeMap::new();
     meta.insert("model".to_string(), model_path.display().to_string());
     meta.insert("command".to_string(), command_line());
-    meta.insert("data".to_string(), "sharegpt first exchanges, chat template".into());
+    meta.insert(
+        "data".to_string(),
+        "sharegpt first exchanges, chat template".into(),
+    );
     meta.insert("max_len".to_string(), args.max_len.to_string());
-    meta.insert("threads".to_string(), rayon::current_num_threads().to_string());
+    meta.insert(
+        "threads".to_string(),
+        rayon::current_num_threads().to_string(),
+    );
 
     if run.validations.is_empty() {
         let t = Instant::now();
         let (v, _) = run.validate(&mut model, held_out)?;
-        eprintln!("{} ({:.0} s)", validation_line(&v), t.elapsed().as_secs_f64());
+        eprintln!(
+            "{} ({:.0} s)",
+            validation_line(&v),
+            t.elapsed().as_secs_f64()
+        );
         run.validations.push(v);
     }
     let bar = ProgressBar::new(1000).with_style(
@@ -200,6 +214,8 @@ fn ppd(args: &PpdArgs) -> Result<()> {
             .expect("valid template")
             .progress_chars("=> "),
     );
+    // Without a terminal the bar is hidden: a line every 20 steps instead.
+    let tty = std::io::stderr().is_terminal();
     let (mut saved, mut validated) = (Instant::now(), run.seconds);
     let session = Instant::now();
     while !run.done() {
@@ -208,18 +224,26 @@ fn ppd(args: &PpdArgs) -> Result<()> {
         let loss = run.step(&mut model, ex)?;
         let secs = t.elapsed().as_secs_f64();
         run.seconds += secs;
-        bar.set_position((run.fraction() * 1000.0) as u64);
-        bar.set_message(format!(
+        run.step_seconds += secs;
+        let status = format!(
             "step {} loss {loss:.3} lr {:.4} {secs:.1} s/step",
             run.step,
             run.lr()
-        ));
+        );
+        bar.set_position((run.fraction() * 1000.0) as u64);
+        bar.set_message(status.clone());
+        if !tty && run.step % 20 == 0 {
+            eprintln!("{:.1} min: {status}", run.seconds / 60.0);
+        }
         if run.seconds - validated >= args.validate_every * 60.0 {
             let t = Instant::now();
             let (v, _) = run.validate(&mut model, held_out)?;
             run.seconds += t.elapsed().as_secs_f64();
             validated = run.seconds;
-            bar.println(validation_line(&v));
+            match tty {
+                true => bar.println(validation_line(&v)),
+                false => eprintln!("{}", validation_line(&v)),
+            }
             run.validations.push(v);
         }
         if saved.elapsed().as_secs() >= 60 {
@@ -230,7 +254,11 @@ fn ppd(args: &PpdArgs) -> Result<()> {
     bar.finish_and_clear();
     let t = Instant::now();
     let (v, table) = run.validate(&mut model, held_out)?;
-    if run.validations.last().is_none_or(|last| last.seconds < run.seconds) {
+    if run
+        .validations
+        .last()
+        .is_none_or(|last| last.seconds < run.seconds)
+    {
         run.seconds += t.elapsed().as_secs_f64();
         run.validations.push(v.clone());
     }
@@ -258,12 +286,9 @@ fn command_line() -> String {
     format!("arbor {}", args.join(" "))
 }
 
-/// Mean seconds between logged steps.
+/// Mean seconds of a step (validation not counted).
 fn mean_step_seconds(run: &Run) -> f64 {
-    match (run.losses.first(), run.losses.last()) {
-        (Some(a), Some(b)) if run.losses.len() > 1 => (b.0 - a.0) / (run.losses.len() - 1) as f64,
-        _ => run.seconds,
-    }
+    run.step_seconds / run.step.max(1) as f64
 }
 
 fn validation_line(v: &Validation) -> String {
@@ -295,7 +320,10 @@ fn plots(run: &Run, out: &Path) -> Result<()> {
         .map(|i| {
             let lo = i.saturating_sub(window - 1);
             let w = &raw[lo..=i];
-            (raw[i].0, w.iter().map(|p| p.1).sum::<f64>() / w.len() as f64)
+            (
+                raw[i].0,
+                w.iter().map(|p| p.1).sum::<f64>() / w.len() as f64,
+            )
         })
         .collect();
     line_chart(

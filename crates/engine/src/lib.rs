@@ -15,6 +15,7 @@ mod generate;
 mod memory;
 mod open;
 mod perplexity;
+pub mod ppd;
 pub mod profiles;
 mod trace;
 

@@ -505,13 +505,32 @@ impl Run {
         mut strategy: Strategy,
         progress: &mut dyn FnMut(OpenEvent<'_>),
     ) -> Result<Strategy> {
+        if let Decoding::Ppd(c) = &mut strategy.decoding
+            && c.prompts.is_none()
+        {
+            let hidden = self.engine.model().config().hidden;
+            let (prompts, source) = crate::ppd::prompt_tokens_for(self.engine.path(), hidden)?;
+            progress(OpenEvent::Note(&format!(
+                "ppd: prompt tokens from {source}"
+            )));
+            c.prompts = Some(prompts);
+        }
         if strategy.sized_by_profile() && self.config.tuning.profiled() {
-            if self.profiles.as_ref().is_none_or(|p| p.draft.is_none()) {
+            let wants_draft = strategy.needs_draft();
+            if self
+                .profiles
+                .as_ref()
+                .is_none_or(|p| wants_draft && p.draft.is_none())
+            {
                 self.profiles = Some(self.measure_profiles(progress)?);
             }
-            if let (Decoding::Tree(c), Some(p)) = (&mut strategy.decoding, &self.profiles) {
-                c.profile = Some(p.target_under_budget());
-                c.draft_profile = p.draft.clone();
+            match (&mut strategy.decoding, &self.profiles) {
+                (Decoding::Tree(c), Some(p)) => {
+                    c.profile = Some(p.target_under_budget());
+                    c.draft_profile = p.draft.clone();
+                }
+                (Decoding::Ppd(c), Some(p)) => c.profile = Some(p.target_under_budget()),
+                _ => {}
             }
         }
         Ok(strategy)

@@ -127,6 +127,14 @@ impl AccuracyTally {
         }
     }
 
+    pub fn distances(&self) -> usize {
+        self.seen.len()
+    }
+
+    pub fn ranks(&self) -> usize {
+        self.hits.first().map_or(0, Vec::len)
+    }
+
     /// Guesses counted at `distance` (1-based).
     pub fn seen(&self, distance: usize) -> u64 {
         self.seen[distance - 1]

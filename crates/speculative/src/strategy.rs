@@ -121,6 +121,7 @@ impl Decoding {
                 ..TreeConfig::default()
             }),
             "static-tree" => Decoding::StaticTree { width: 2, depth: 4 },
+            "ppd" => Decoding::Ppd(crate::PpdConfig::default()),
             _ => return None,
         })
     }
@@ -166,6 +167,7 @@ impl Strategy {
         "tree-provisional",
         "tree-no-fallback",
         "static-tree",
+        "ppd",
     ];
 
     /// The names for help and error messages: "a, b, … or z".
@@ -188,9 +190,9 @@ impl Strategy {
     }
 
     /// Whether the strategy sizes its trees from latency profiles (every
-    /// tree variant).
+    /// tree variant, and PPD's candidate trees).
     pub fn sized_by_profile(&self) -> bool {
-        matches!(self.decoding, Decoding::Tree(_))
+        matches!(self.decoding, Decoding::Tree(_) | Decoding::Ppd(_))
     }
 
     /// The canonical name: the decoding's base name, followed by

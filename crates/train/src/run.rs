@@ -82,6 +82,8 @@ pub struct Run {
     pub step: u64,
     /// Seconds spent in steps and validation so far, over every session.
     pub seconds: f64,
+    /// Seconds spent in steps alone.
+    pub step_seconds: f64,
     /// `(seconds, loss)` of every step.
     pub losses: Vec<(f64, f32)>,
     pub validations: Vec<Validation>,
@@ -150,6 +152,7 @@ impl Run {
             adam: AdamState::default(),
             step: 0,
             seconds: 0.0,
+            step_seconds: 0.0,
             losses: Vec::new(),
             validations: Vec::new(),
         })
@@ -178,7 +181,7 @@ impl Run {
     }
 
     /// One AdamW step on `example`; returns the loss before the update.
-    /// The caller adds the step's time to `seconds`.
+    /// The caller adds the step's time to `seconds` and `step_seconds`.
     pub fn step(&mut self, model: &mut Decoder<BurnBackend>, example: &Example) -> Result<f32> {
         let count = self.settings.count;
         let seed = mix(self.settings.seed ^ mix(self.step));
@@ -273,6 +276,7 @@ impl Run {
             ("budget_seconds", num(s.seconds)),
             ("step", self.step.to_string()),
             ("seconds", self.seconds.to_string()),
+            ("step_seconds", self.step_seconds.to_string()),
             ("adam_step", self.adam.step.to_string()),
         ] {
             meta.insert(k.into(), v);
@@ -353,6 +357,11 @@ impl Run {
         };
         run.step = parse("step", get("step")?)?;
         run.seconds = parse("seconds", get("seconds")?)?;
+        // Checkpoints from before step times were kept count all time.
+        run.step_seconds = match file.meta.get("step_seconds") {
+            Some(v) => parse("step_seconds", v)?,
+            None => run.seconds,
+        };
         run.losses = secs.iter().map(|&s| s as f64).zip(values).collect();
         run.validations = parse_validations(get("validations")?).map_err(bad)?;
         Ok(run)
@@ -452,6 +461,7 @@ mod tests {
         let mut run = Run::new(Settings::default(), 2, vec![0.5; 6]).unwrap();
         run.step = 7;
         run.seconds = 12.5;
+        run.step_seconds = 10.0;
         run.adam = AdamState {
             m: vec![0.1; 6],
             v: vec![0.2; 6],

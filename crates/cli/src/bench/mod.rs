@@ -1,12 +1,14 @@
 //! `arbor bench`: speed measurements. `decode` times one model's prefill
 //! and decode; `spec` compares decoding strategies on a prompt set, on one
 //! loaded pair ([`spec`]) or, under memory budgets, one process per
-//! strategy inside a cgroup limit ([`budget`]).
+//! strategy inside a cgroup limit ([`budget`]); `ppd` measures prompt
+//! tokens ([`ppd`]).
 
 mod budget;
 mod cgroup;
 mod decode;
 mod peer;
+mod ppd;
 mod spec;
 
 use anyhow::{Result, bail};
@@ -32,6 +34,9 @@ pub enum BenchCommand {
     /// Speculative strategies against autoregressive decoding on a prompt
     /// set: a table (or JSON lines) and a bar chart.
     Spec(Box<spec::BenchSpecArgs>),
+    /// PPD prompt tokens: top-k accuracy by distance on a model's own
+    /// greedy text, then `ppd` decoding's tokens per pass and speed.
+    Ppd(ppd::BenchPpdArgs),
 }
 
 pub fn run(which: BenchCommand, device: RunConfig) -> Result<()> {
@@ -59,5 +64,6 @@ pub fn run(which: BenchCommand, device: RunConfig) -> Result<()> {
             budget::run(&args, &device)
         }
         BenchCommand::Spec(args) => spec::run(&args, &device),
+        BenchCommand::Ppd(args) => ppd::run(&args, &device),
     }
 }
