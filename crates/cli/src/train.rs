@@ -127,7 +127,7 @@ fn default_out(model: &Path) -> PathBuf {
 }
 
 fn ppd(args: &PpdArgs) -> Result<()> {
-    if args.minutes.is_some_and(|m| !(m > 0.0)) || args.steps == Some(0) {
+    if args.minutes.is_some_and(|m| m.is_nan() || m <= 0.0) || args.steps == Some(0) {
         bail!("--minutes and --steps must be positive");
     }
     if args.max_len < MIN_REPLY + 8 || args.validate == 0 || args.prompt_tokens == 0 {

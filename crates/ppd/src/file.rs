@@ -46,7 +46,10 @@ impl PromptFile {
     }
 
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        if self.hidden == 0 || self.vectors.is_empty() || self.vectors.len() % self.hidden != 0 {
+        if self.hidden == 0
+            || self.vectors.is_empty()
+            || !self.vectors.len().is_multiple_of(self.hidden)
+        {
             return Err(bad(format!(
                 "{} values are not whole prompt tokens of width {}",
                 self.vectors.len(),

@@ -93,7 +93,7 @@ pub fn cosine_lr(peak: f32, step: u64, total: u64) -> f32 {
 /// Cosine decay from `peak` at `fraction` 0 of the run to 0 at 1 (a run
 /// budgeted in time as well as in steps).
 pub fn cosine_at(peak: f32, fraction: f64) -> f32 {
-    if !(fraction < 1.0) {
+    if fraction.is_nan() || fraction >= 1.0 {
         return 0.0;
     }
     let x = fraction.max(0.0);

@@ -132,7 +132,7 @@ impl Run {
                 "a run needs a budget in steps or seconds".into(),
             ));
         }
-        if !(settings.lr > 0.0) || !(0.0..=1.0).contains(&settings.alpha) {
+        if settings.lr.is_nan() || settings.lr <= 0.0 || !(0.0..=1.0).contains(&settings.alpha) {
             return Err(TrainError::Input(format!(
                 "learning rate {} and alpha {} (need lr > 0 and alpha in [0, 1])",
                 settings.lr, settings.alpha
