@@ -301,9 +301,13 @@ mod tests {
             "tree-provisional",
             "tree-no-fallback",
             "static-tree",
+            "ppd",
+            "ppd-on-demand",
         ] {
             assert_eq!(name.parse::<Strategy>().unwrap().name(), name);
         }
+        let ppd: Strategy = "ppd".parse().unwrap();
+        assert!(!ppd.needs_draft() && ppd.sized_by_profile());
         let tree: Strategy = "tree-provisional".parse().unwrap();
         assert!(tree.needs_draft() && tree.sized_by_profile());
         assert!(matches!(&tree.decoding, Decoding::Tree(c) if c.provisional && c.fallback));
@@ -323,7 +327,7 @@ mod tests {
         assert_eq!(
             help,
             "autoregressive, autoregressive-pipelined, chain, tree, tree-provisional, \
-             tree-no-fallback or static-tree"
+             tree-no-fallback, static-tree or ppd"
         );
         for bad in [
             "beam",
