@@ -79,15 +79,7 @@ fn examples(tok: &Tokenizer, max_len: usize, want: usize, seed: u64) -> Result<V
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let mut pairs = sharegpt_exchanges(&text, want * 3);
-    // Fisher-Yates with a splitmix stream, so the order is the seed's.
-    let mut z = seed;
-    for i in (1..pairs.len()).rev() {
-        z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut x = z;
-        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        pairs.swap(i, ((x ^ (x >> 31)) % (i as u64 + 1)) as usize);
-    }
+    arbor_train::shuffle(&mut pairs, seed);
     let mut out = Vec::new();
     let mut bar = progress::count_bar("tokenizing exchanges");
     for (i, (q, a)) in pairs.iter().enumerate() {
@@ -117,15 +109,6 @@ fn examples(tok: &Tokenizer, max_len: usize, want: usize, seed: u64) -> Result<V
     Ok(out)
 }
 
-fn default_out(model: &Path) -> PathBuf {
-    let stem = model
-        .file_stem()
-        .map_or("model".into(), |s| s.to_string_lossy().into_owned());
-    arbor_fetch::arbor_home()
-        .join("ppd")
-        .join(format!("{stem}.ppd.safetensors"))
-}
-
 fn ppd(args: &PpdArgs) -> Result<()> {
     if args.minutes.is_some_and(|m| m.is_nan() || m <= 0.0) || args.steps == Some(0) {
         bail!("--minutes and --steps must be positive");
@@ -137,7 +120,7 @@ fn ppd(args: &PpdArgs) -> Result<()> {
         );
     }
     let model_path = arbor_fetch::resolve_model(&args.model)?;
-    let out = args.out.clone().unwrap_or_else(|| default_out(&model_path));
+    let out = (args.out.clone()).unwrap_or_else(|| arbor_engine::ppd::trained_path(&model_path));
     let ckpt = out.with_extension("ckpt.safetensors");
     let settings = Settings {
         count: args.prompt_tokens,

@@ -15,7 +15,7 @@ pub mod run;
 
 pub use optim::{AdamState, AdamW, cosine_at, cosine_lr};
 pub use ppd::{Batch, ppd_loss, student_logits, teacher_log_probs};
-pub use run::{Example, Run, Settings, Validation, choose_points};
+pub use run::{Example, Run, Settings, Validation, choose_points, shuffle};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {

@@ -97,6 +97,15 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Shuffles `items` in the order `seed` gives (Fisher-Yates on splitmix64).
+pub fn shuffle<T>(items: &mut [T], seed: u64) {
+    let mut state = seed;
+    for i in (1..items.len()).rev() {
+        state = mix(state);
+        items.swap(i, (state % (i as u64 + 1)) as usize);
+    }
+}
+
 /// Up to `n` distinct insertion points in `span` (each leaving `count`
 /// teacher rows before the end and a real token before it), sorted.
 pub fn choose_points(example: &Example, count: usize, n: usize, seed: u64) -> Vec<usize> {

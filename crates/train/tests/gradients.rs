@@ -3,28 +3,12 @@
 //! the prompt tokens step against it; the cache is reusable after a step.
 
 use arbor_backend_burn::BurnBackend;
-use arbor_gguf::GgufFile;
-use arbor_model::testing::{TinyModel, write_temp};
 use arbor_model::{Decoder, LanguageModel};
 use arbor_tensor::Backend;
 use arbor_train::{Batch, ppd_loss, teacher_log_probs};
 
-fn model(tag: &str) -> Decoder<BurnBackend> {
-    let tiny = TinyModel {
-        arch: "qwen2",
-        vocab: 64,
-        hidden: 32,
-        heads: 4,
-        kv_heads: 2,
-        ffn: 48,
-        layers: 2,
-        seed: 5,
-        ..TinyModel::default()
-    };
-    let path = write_temp(&tiny.writer(), tag);
-    let file = GgufFile::open(&path).unwrap();
-    Decoder::load(BurnBackend::flex(), &file, &mut |_, _| {}).unwrap()
-}
+mod common;
+use common::model;
 
 const TOKENS: [u32; 12] = [3, 17, 42, 8, 8, 51, 2, 33, 19, 60, 7, 1];
 

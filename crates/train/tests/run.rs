@@ -3,27 +3,14 @@
 //! goes on exactly as one that never stopped.
 
 use arbor_backend_burn::BurnBackend;
-use arbor_gguf::GgufFile;
-use arbor_model::testing::{TinyModel, write_temp};
 use arbor_model::{Decoder, LanguageModel};
 use arbor_ppd::PromptFile;
 use arbor_train::{Example, Run, Settings};
 
+mod common;
+
 fn model(tag: &str) -> Decoder<BurnBackend> {
-    let tiny = TinyModel {
-        arch: "qwen2",
-        vocab: 64,
-        hidden: 32,
-        heads: 4,
-        kv_heads: 2,
-        ffn: 48,
-        layers: 2,
-        seed: 9,
-        ..TinyModel::default()
-    };
-    let path = write_temp(&tiny.writer(), tag);
-    let file = GgufFile::open(&path).unwrap();
-    Decoder::load(BurnBackend::flex(), &file, &mut |_, _| {}).unwrap()
+    common::tiny(tag, 9)
 }
 
 fn examples(n: usize, salt: u32) -> Vec<Example> {
