@@ -12,8 +12,12 @@ use arbor_speculative::PromptTokens;
 
 use crate::{EngineError, Result};
 
-/// Prompt tokens shipped for catalog models, by short name.
-const SHIPPED: &[(&str, &[u8])] = &[];
+/// Prompt tokens shipped for catalog models, by short name (how each was
+/// trained: `assets/ppd/README.md`).
+const SHIPPED: &[(&str, &[u8])] = &[(
+    "qwen2.5-coder-0.5b",
+    include_bytes!("../../../assets/ppd/qwen2.5-coder-0.5b.ppd.safetensors"),
+)];
 
 /// The file `arbor train ppd` writes for the model at `target`.
 pub fn trained_path(target: &Path) -> PathBuf {
