@@ -1,7 +1,8 @@
 //! Parallel prompt decoding on random tiny models: greedy output equals the
 //! target's own token for token, whatever the prompt tokens (random
 //! vectors, or embeddings of tokens the target writes, which guess often);
-//! candidates do get accepted; bad prompt tokens are typed errors.
+//! candidates do get accepted; sampled ppd equals plain sampling at the
+//! same seed; bad prompt tokens are typed errors.
 
 #[macro_use]
 mod common;
@@ -199,10 +200,33 @@ fn bad_prompt_tokens_are_refused() {
             Err(SpecError::Invalid(_))
         ));
     }
-    let mut sampled = opts(ppd(ok, 48, None), 8, vec![]);
-    sampled.sampling.temperature = 0.8;
-    assert!(matches!(
-        run(&mut t, &prompt, &sampled),
-        Err(SpecError::Invalid(_))
-    ));
+}
+
+/// Sampled `ppd` draws once per committed token from the target, as plain
+/// sampling does: with the same seed the outputs are the same, token for
+/// token (and candidates still get accepted).
+#[test]
+fn sampled_ppd_equals_target_only_sampling_at_the_same_seed() {
+    let mut t = target();
+    let (mut accepted, mut generated) = (0, 0);
+    for (i, start) in [3u32, 50, 111, 222, 290].into_iter().enumerate() {
+        let prompt = [start, start + 1, start / 2];
+        let sampled = |decoding: Decoding| {
+            let mut o = opts(decoding, 32, vec![]);
+            o.sampling.temperature = 0.7;
+            o.sampling.seed = 40 + i as u64;
+            o
+        };
+        let plain = run(&mut t, &prompt, &sampled(Decoding::Autoregressive)).unwrap();
+        let tail: Vec<u32> = plain.tokens[plain.tokens.len() - 3..].to_vec();
+        let prompts = embeddings_of(&mut t, &tail);
+        let got = run(&mut t, &prompt, &sampled(ppd(prompts, 48, None))).unwrap();
+        assert_eq!(got.tokens, plain.tokens, "start {start}");
+        accepted += got.stats.accepted_draft_tokens;
+        generated += got.tokens.len();
+    }
+    assert!(
+        accepted > 0,
+        "no candidate accepted in {generated} sampled tokens"
+    );
 }

@@ -11,6 +11,8 @@
 //! - [`sampling`]: recursive rejection sampling over each node's children,
 //!   drawn without replacement from the draft; the kept path and the added
 //!   token follow the target's sampling distribution exactly.
+//! - [`matching`]: exact sampling for candidates proposed without a
+//!   distribution (point masses, such as PPD's top-k guesses).
 
 use arbor_sampling::{Rng, argmax};
 use arbor_tree::TokenTree;
@@ -180,6 +182,32 @@ pub fn draw_without_replacement(q: &[f32], k: usize, rng: &mut Rng) -> Vec<u32> 
         out.push(x);
     }
     out
+}
+
+/// Lossless sampling verification of candidates that are point masses
+/// (deterministic guesses, no draft distribution): at each node the next
+/// token is drawn from the target (`sample(i)`, node `i`'s row); the walk
+/// follows the child holding it, or stops with it. Trying point-mass
+/// children in turn with sequential residuals accepts child `x` with
+/// probability `p(x)`, which is what this does in one draw; each committed
+/// token costs exactly one draw, as in plain sampling, so with the same
+/// sampler the output equals target-only sampling token for token.
+pub fn matching<E>(
+    tree: &TokenTree,
+    sample: &mut dyn FnMut(usize) -> Result<u32, E>,
+) -> Result<Verdict, E> {
+    let mut accepted = Vec::new();
+    let mut cur = 0;
+    loop {
+        let x = sample(cur)?;
+        match tree.child_with_token(cur, x) {
+            Some(child) => {
+                accepted.push(child);
+                cur = child;
+            }
+            None => return Ok(Verdict { accepted, next: x }),
+        }
+    }
 }
 
 /// Lossless speculative sampling on a tree (recursive rejection sampling

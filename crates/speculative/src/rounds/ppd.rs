@@ -45,13 +45,6 @@ impl Ppd {
                 p.vectors.len()
             )));
         }
-        if run.sampling_mode {
-            return Err(SpecError::Invalid(
-                "ppd verifies greedily or with typical acceptance; exact verification \
-                 with sampling is not built yet"
-                    .into(),
-            ));
-        }
         Ok(p)
     }
 }

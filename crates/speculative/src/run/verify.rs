@@ -77,6 +77,15 @@ impl Run<'_, '_> {
                 };
                 verify::typical(tree, &logits.data, vocab, &policy, &mut self.rng)
             }
+            // Candidates without a proposal distribution (ppd's guesses)
+            // are point masses: draw from the target, follow the match.
+            Verification::Exact if self.sampling_mode && dists.iter().all(Option::is_none) => {
+                let sampler = &mut self.sampler;
+                let data = &logits.data;
+                verify::matching(tree, &mut |i| {
+                    sampler.sample(&data[i * vocab..(i + 1) * vocab])
+                })?
+            }
             Verification::Exact if self.sampling_mode => {
                 let params = self.opts.sampling;
                 let data = &logits.data;
