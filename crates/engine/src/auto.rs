@@ -15,7 +15,7 @@
 //! the estimate assumes: the estimate ranks sources, the tree strategy
 //! sizes each round from what it observes.
 
-use arbor_speculative::LatencyProfile;
+use arbor_speculative::{LatencyProfile, PPD_ROWS};
 
 /// A draft source the planner may pick.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +31,9 @@ pub struct Candidate {
     /// Probability that the target accepts a drafted token (greedy,
     /// per position).
     pub acceptance: f64,
+    /// PPD: the target guesses with these prompt tokens (no draft; the
+    /// accuracy table, not `acceptance`, gives its tokens per pass).
+    pub ppd: Option<std::sync::Arc<arbor_speculative::PromptTokens>>,
 }
 
 /// What a pass under the budget costs when the target streams `read`
@@ -81,10 +84,20 @@ impl Device {
     }
 
     /// The best depth and rate of `c` when the target streams `read` bytes
-    /// per pass.
+    /// per pass (for PPD, the depth is the candidate tree's size).
     pub fn rate(&self, c: &Candidate, read: u64) -> (usize, f64) {
         let plain = 1.0 / self.pass_secs(1, read);
         let mut best = (0, plain);
+        if let Some(p) = &c.ppd {
+            let count = p.count().min(p.accuracy.distances());
+            let cost = |rows: usize| self.pass_secs(rows, read) + ROUND_OVERHEAD;
+            return match arbor_ppd::plan(&p.accuracy, count, PPD_ROWS, cost) {
+                Ok(plan) if plan.prompts > 0 && plan.tokens_per_sec > plain => {
+                    (plan.tree.len(), plan.tokens_per_sec)
+                }
+                _ => best,
+            };
+        }
         if c.draft.is_none() {
             return best;
         }
@@ -176,6 +189,7 @@ mod tests {
             memory,
             step_secs: step,
             acceptance: a,
+            ppd: None,
         }
     }
 
@@ -230,6 +244,44 @@ mod tests {
         );
         assert_eq!(est[0].candidate.label, "light");
         assert!(est[1].tok_s < est[0].tok_s);
+    }
+
+    fn ppd(top1: f64) -> Candidate {
+        let topk = (0..3)
+            .map(|d| {
+                (1..=10)
+                    .map(|k| (top1 * (1.0 + 0.05 * k as f64) / (1 + d) as f64).min(1.0))
+                    .collect()
+            })
+            .collect();
+        let accuracy = arbor_ppd::Accuracy::new(topk).unwrap();
+        Candidate {
+            label: "ppd".into(),
+            ppd: Some(std::sync::Arc::new(arbor_speculative::PromptTokens {
+                hidden: 1,
+                vectors: vec![0.0; 3],
+                accuracy,
+            })),
+            ..cand("none", 0, 0.0, 0.0)
+        }
+    }
+
+    #[test]
+    fn ppd_pays_when_passes_cost_their_reads() {
+        let d = device();
+        // Streaming: rows hide under the reads, the guesses are free.
+        let est = estimate(&d, vec![cand("none", 0, 0.0, 0.0), ppd(0.45)], &mut |_| {
+            Some(400 << 20)
+        });
+        assert_eq!(est[0].candidate.label, "ppd");
+        assert!(est[0].depth >= 1 && est[0].tok_s > est[1].tok_s * 1.3);
+        // Resident, with guesses that rarely land: every row costs 25 ms,
+        // so plain passes are best and ppd's estimate is plain's.
+        let est = estimate(&d, vec![cand("none", 0, 0.0, 0.0), ppd(0.02)], &mut |_| {
+            Some(0)
+        });
+        assert_eq!(est[0].tok_s, est[1].tok_s);
+        assert!(est.iter().all(|e| e.depth == 0));
     }
 
     #[test]

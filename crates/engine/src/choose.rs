@@ -148,6 +148,7 @@ pub(crate) fn choose(
         memory: 0,
         step_secs: 0.0,
         acceptance: 0.0,
+        ppd: None,
     }];
     candidates.push(Candidate {
         draft: Some(DraftSource::LOOKUP.into()),
@@ -155,7 +156,19 @@ pub(crate) fn choose(
         memory: 0,
         step_secs: 20e-6,
         acceptance: LOOKUP_ACCEPTANCE,
+        ppd: None,
     });
+    // The target's own guesses, when it has trained prompt tokens.
+    if let Ok((prompts, _)) = crate::ppd::prompt_tokens_for(target, c.hidden) {
+        candidates.push(Candidate {
+            draft: None,
+            label: "ppd".into(),
+            memory: 0,
+            step_secs: 0.0,
+            acceptance: 0.0,
+            ppd: Some(prompts),
+        });
+    }
     if streams {
         let memory = draft_overhead(c);
         if let Some(plan) = backends::plan_with(backend, &file, None, memory, &options)? {
@@ -169,6 +182,7 @@ pub(crate) fn choose(
                 memory,
                 step_secs: curve.at(1) * share.min(1.0),
                 acceptance: self_acceptance(running),
+                ppd: None,
             });
         }
     }
@@ -193,11 +207,13 @@ pub(crate) fn choose(
             )?);
         }
     }
-    // Plain decoding returns one row of logits; drafting rounds up to a
-    // verification's worth.
+    // Plain decoding returns one row of logits, ppd a pass's rows,
+    // drafting rounds up to a verification's worth.
     let mut read_for = |c: &Candidate| -> Option<u64> {
         let mut options = options;
-        if c.draft.is_none() {
+        if c.ppd.is_some() {
+            options.logit_rows = arbor_speculative::PPD_ROWS;
+        } else if c.draft.is_none() {
             options.logit_rows = 1;
         }
         backends::plan_with(backend, &file, None, c.memory, &options)
@@ -314,6 +330,7 @@ fn model_candidate(
         } else {
             MODEL_ACCEPTANCE
         },
+        ppd: None,
     })
 }
 
@@ -323,11 +340,14 @@ fn model_candidate(
 /// where the tree without it kept 2.94, same run as above).
 const STREAMING_TREE: &str = "tree-no-fallback";
 
-/// The strategy that runs the chosen source: plain decoding (pipelined
-/// when layers stream), a widely branching tree without α when a model
+/// The strategy that runs the chosen source: `ppd` for the target's own
+/// guesses, plain decoding (pipelined when layers stream), a widely branching tree without α when a model
 /// drafts under streaming (passes cost their reads, so rows are nearly
 /// free), else the tree strategy.
 fn strategy_for(best: &Estimate, streams: bool) -> &'static str {
+    if best.candidate.ppd.is_some() {
+        return "ppd";
+    }
     match best.candidate.draft.as_deref() {
         None if streams => "autoregressive-pipelined",
         None => "autoregressive",
@@ -367,6 +387,7 @@ mod tests {
                 memory: 0,
                 step_secs: 0.01,
                 acceptance: 0.7,
+                ppd: None,
             },
             read_per_pass: Some(1 << 20),
             depth: 4,
@@ -394,6 +415,17 @@ mod tests {
                 (want == STREAMING_TREE).then_some(STREAMING_BRANCH_THRESHOLD)
             );
             assert!(c.strategy.parse::<arbor_speculative::Strategy>().is_ok());
+        }
+        // The target's own guesses open as `ppd`, streaming or not.
+        let mut e = estimate(None);
+        e.candidate.ppd = Some(std::sync::Arc::new(arbor_speculative::PromptTokens {
+            hidden: 1,
+            vectors: vec![0.0],
+            accuracy: arbor_ppd::Accuracy::new(vec![vec![0.5]]).unwrap(),
+        }));
+        for streams in [true, false] {
+            let c = choice_for(&e, streams);
+            assert_eq!((c.strategy.as_str(), c.draft), ("ppd", None));
         }
     }
 

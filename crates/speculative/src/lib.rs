@@ -76,6 +76,9 @@ impl PromptTokens {
     }
 }
 
+/// Rows of a `ppd` pass by default (candidates and prompt tokens).
+pub const PPD_ROWS: usize = 48;
+
 /// Settings of [`Decoding::Ppd`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct PpdConfig {
@@ -93,7 +96,7 @@ impl Default for PpdConfig {
     fn default() -> Self {
         Self {
             prompts: None,
-            max_rows: 48,
+            max_rows: PPD_ROWS,
             profile: None,
         }
     }
