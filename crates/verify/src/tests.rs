@@ -123,6 +123,26 @@ fn chi_square(counts: &[u64], expected: &[f64]) -> f64 {
         .sum()
 }
 
+/// The cell (`first × vocab + second`) of the first two tokens a verdict
+/// commits; when it commits one, the next round would draw the second from
+/// the target.
+fn first_two(t: &TokenTree, v: &Verdict, p1: &[Vec<f32>], rng: &mut Rng) -> usize {
+    let mut seq: Vec<u32> = v.accepted.iter().map(|&i| t.node(i).token).collect();
+    seq.push(v.next);
+    if seq.len() == 1 {
+        seq.push(draw(&p1[seq[0] as usize], rng));
+    }
+    seq[0] as usize * p1.len() + seq[1] as usize
+}
+
+/// χ² of 36 cells against the expected pairs, and the proposals were used.
+fn check_pairs(counts: &[u64], expected: &[f64], used: usize, what: &str) {
+    let chi2 = chi_square(counts, expected);
+    // 35 degrees of freedom: P(χ² > 66.6) = 0.001.
+    assert!(chi2 < 66.6, "{what}: χ² = {chi2:.1} over 36 cells");
+    assert!(used > 1000, "{what}: no proposal was accepted");
+}
+
 /// The tree sampler must produce the target's distribution over the first
 /// two tokens, whatever the draft: χ² over the 36 pairs of a 6-token
 /// vocabulary, 40,000 rounds, two drafts (a poor one and a good one), two
@@ -185,19 +205,10 @@ fn tree_sampling_follows_the_target_distribution() {
                 }
             };
             let v = sampling(&t, &mut target, &draft, &mut rng);
-            let mut seq: Vec<u32> = v.accepted.iter().map(|&i| t.node(i).token).collect();
-            seq.push(v.next);
-            if seq.len() == 1 {
-                // The next round would draw the second token from the target.
-                seq.push(draw(&p1[seq[0] as usize], &mut rng));
-            }
             accepted_any += usize::from(!v.accepted.is_empty());
-            counts[seq[0] as usize * vocab + seq[1] as usize] += 1;
+            counts[first_two(&t, &v, &p1, &mut rng)] += 1;
         }
-        let chi2 = chi_square(&counts, &expected);
-        // 35 degrees of freedom: P(χ² > 66.6) = 0.001.
-        assert!(chi2 < 66.6, "draft {d}: χ² = {chi2:.1} over 36 cells");
-        assert!(accepted_any > 1000, "draft {d}: the draft was never used");
+        check_pairs(&counts, &expected, accepted_any, &format!("draft {d}"));
     }
 }
 
@@ -279,17 +290,9 @@ fn matching_follows_the_target_distribution() {
                 Ok(draw(p, &mut rng))
             };
             let v = matching(&t, &mut sample).unwrap();
-            let mut seq: Vec<u32> = v.accepted.iter().map(|&i| t.node(i).token).collect();
-            seq.push(v.next);
-            if seq.len() == 1 {
-                seq.push(draw(&p1[seq[0] as usize], &mut rng));
-            }
             used += usize::from(!v.accepted.is_empty());
-            counts[seq[0] as usize * vocab + seq[1] as usize] += 1;
+            counts[first_two(&t, &v, &p1, &mut rng)] += 1;
         }
-        let chi2 = chi_square(&counts, &expected);
-        // 35 degrees of freedom: P(χ² > 66.6) = 0.001.
-        assert!(chi2 < 66.6, "guesses {d}: χ² = {chi2:.1} over 36 cells");
-        assert!(used > 1000, "guesses {d}: no candidate accepted");
+        check_pairs(&counts, &expected, used, &format!("guesses {d}"));
     }
 }
