@@ -14,7 +14,9 @@ pub struct TuningArgs {
     /// Initial verification threshold α of `tree` [default: 0.01].
     #[arg(long)]
     pub alpha: Option<f32>,
-    /// Most draft tokens one `tree` verification may carry [default: 32].
+    /// Most draft tokens one `tree` verification may carry [default: 32];
+    /// for `ppd`, the most rows of a pass, candidates and prompt tokens
+    /// [default: 48].
     #[arg(long)]
     pub max_tree: Option<usize>,
     /// Draft probability above which a candidate opens a branch (`tree`)

@@ -56,7 +56,8 @@ pub struct Tuning {
     pub gamma: Option<usize>,
     /// Initial verification threshold α (`tree`).
     pub alpha: Option<f32>,
-    /// Most draft tokens one tree verification carries.
+    /// Most draft tokens one tree verification carries (`ppd`: most rows
+    /// of a pass).
     pub max_tree: Option<usize>,
     /// Draft probability above which a candidate opens a branch.
     pub branch_threshold: Option<f32>,
@@ -212,7 +213,8 @@ impl Tuning {
                 c.max_nodes = self.max_tree.unwrap_or(c.max_nodes);
                 c.grow.branch_threshold = self.branch_threshold.unwrap_or(c.grow.branch_threshold);
             }
-            Decoding::Autoregressive | Decoding::StaticTree { .. } | Decoding::Ppd(_) => {}
+            Decoding::Ppd(c) => c.max_rows = self.max_tree.unwrap_or(c.max_rows),
+            Decoding::Autoregressive | Decoding::StaticTree { .. } => {}
         }
         strategy
     }
@@ -284,6 +286,10 @@ mod tests {
         };
         assert_eq!(c.max_nodes, 9);
         assert!(c.provisional);
+        let Decoding::Ppd(p) = t.apply("ppd".parse().unwrap()).decoding else {
+            panic!("ppd")
+        };
+        assert_eq!(p.max_rows, 9);
         assert!(
             Tuning {
                 verify: Some("maybe".into()),
