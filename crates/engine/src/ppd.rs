@@ -14,10 +14,16 @@ use crate::{EngineError, Result};
 
 /// Prompt tokens shipped for catalog models, by short name (how each was
 /// trained: `assets/ppd/README.md`).
-const SHIPPED: &[(&str, &[u8])] = &[(
-    "qwen2.5-coder-0.5b",
-    include_bytes!("../../../assets/ppd/qwen2.5-coder-0.5b.ppd.safetensors"),
-)];
+const SHIPPED: &[(&str, &[u8])] = &[
+    (
+        "qwen2.5-coder-0.5b",
+        include_bytes!("../../../assets/ppd/qwen2.5-coder-0.5b.ppd.safetensors"),
+    ),
+    (
+        "qwen2.5-coder-1.5b",
+        include_bytes!("../../../assets/ppd/qwen2.5-coder-1.5b.ppd.safetensors"),
+    ),
+];
 
 /// The file `arbor train ppd` writes for the model at `target`.
 pub fn trained_path(target: &Path) -> PathBuf {
