@@ -13,7 +13,9 @@
 //! tokens. A draft's memory comes out of the target's resident layers, so
 //! every source has its own `io`. Trees do at least as well as the chain
 //! the estimate assumes: the estimate ranks sources, the tree strategy
-//! sizes each round from what it observes.
+//! sizes each round from what it observes. PPD (the target guessing with
+//! trained prompt tokens) is costed from its accuracy table's planned tree,
+//! its passes paying reads and compute in full.
 
 use arbor_speculative::{LatencyProfile, PPD_ROWS};
 
@@ -89,8 +91,11 @@ impl Device {
         let plain = 1.0 / self.pass_secs(1, read);
         let mut best = (0, plain);
         if let Some(p) = &c.ppd {
+            // Costed as the run sizes it: reads added to compute, none
+            // hidden (see `Profiles::target_serial`).
             let count = p.count().min(p.accuracy.distances());
-            let cost = |rows: usize| self.pass_secs(rows, read) + ROUND_OVERHEAD;
+            let io = read as f64 / (self.bandwidth)(read).max(1.0);
+            let cost = |rows: usize| self.target.at(rows) + io + ROUND_OVERHEAD;
             return match arbor_ppd::plan(&p.accuracy, count, PPD_ROWS, cost) {
                 Ok(plan) if plan.prompts > 0 && plan.tokens_per_sec > plain => {
                     (plan.tree.len(), plan.tokens_per_sec)
@@ -268,18 +273,25 @@ mod tests {
 
     #[test]
     fn ppd_pays_when_passes_cost_their_reads() {
-        let d = device();
-        // Streaming: rows hide under the reads, the guesses are free.
+        // The 1.5B's curve: rows are cheap next to a streamed pass's reads.
+        let d = Device {
+            target: LatencyProfile {
+                points: vec![(1, 0.027), (8, 0.097), (64, 0.77)],
+            },
+            ..device()
+        };
         let est = estimate(&d, vec![cand("none", 0, 0.0, 0.0), ppd(0.45)], &mut |_| {
             Some(400 << 20)
         });
         assert_eq!(est[0].candidate.label, "ppd");
-        assert!(est[0].depth >= 1 && est[0].tok_s > est[1].tok_s * 1.3);
-        // Resident, with guesses that rarely land: every row costs 25 ms,
-        // so plain passes are best and ppd's estimate is plain's.
-        let est = estimate(&d, vec![cand("none", 0, 0.0, 0.0), ppd(0.02)], &mut |_| {
-            Some(0)
-        });
+        assert!(est[0].depth >= 1 && est[0].tok_s > est[1].tok_s * 1.1);
+        // Resident, with guesses that rarely land: rows cost, plain passes
+        // are best and ppd's estimate is plain's.
+        let est = estimate(
+            &device(),
+            vec![cand("none", 0, 0.0, 0.0), ppd(0.02)],
+            &mut |_| Some(0),
+        );
         assert_eq!(est[0].tok_s, est[1].tok_s);
         assert!(est.iter().all(|e| e.depth == 0));
     }
