@@ -91,8 +91,13 @@ impl Device {
         let plain = 1.0 / self.pass_secs(1, read);
         let mut best = (0, plain);
         if let Some(p) = &c.ppd {
-            // Costed as the run sizes it: reads added to compute, none
-            // hidden (see `Profiles::target_serial`).
+            // Reads added to compute, none hidden: the overlap the draft
+            // estimates assume over-predicted PPD's row-heavy passes
+            // (1.5B at 800 MiB, 1 GB/s: 6.3 tok/s expected, 2.9 measured;
+            // this cost expects 2.3). The run itself sizes the tree with
+            // the overlap cost, which measured better (2.93 tok/s with
+            // 44-row passes against 2.74 with the 12-row ones this cost
+            // picks).
             let count = p.count().min(p.accuracy.distances());
             let io = read as f64 / (self.bandwidth)(read).max(1.0);
             let cost = |rows: usize| self.target.at(rows) + io + ROUND_OVERHEAD;

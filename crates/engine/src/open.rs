@@ -67,19 +67,6 @@ impl Profiles {
                 .collect(),
         }
     }
-
-    /// The target's curve with a pass's reads added to its compute, none
-    /// hidden: what `ppd` sizes its trees with under a budget. Its prompt
-    /// rows make every layer's compute heavy, and the overlap the other
-    /// curve assumes did not happen (1.5B at 800 MiB, 1 GB/s: 44-row passes
-    /// computed 0.34 s and still waited 0.25 s of their 0.49 s of reads).
-    pub fn target_serial(&self) -> LatencyProfile {
-        LatencyProfile {
-            points: (self.target.points.iter())
-                .map(|&(n, s)| (n, s + self.io_per_pass))
-                .collect(),
-        }
-    }
 }
 
 /// An open run: the engine with its models, the strategy and generation
@@ -542,7 +529,7 @@ impl Run {
                     c.profile = Some(p.target_under_budget());
                     c.draft_profile = p.draft.clone();
                 }
-                (Decoding::Ppd(c), Some(p)) => c.profile = Some(p.target_serial()),
+                (Decoding::Ppd(c), Some(p)) => c.profile = Some(p.target_under_budget()),
                 _ => {}
             }
         }
