@@ -143,12 +143,10 @@ fn check_pairs(counts: &[u64], expected: &[f64], used: usize, what: &str) {
     assert!(used > 1000, "{what}: no proposal was accepted");
 }
 
-/// The tree sampler must produce the target's distribution over the first
-/// two tokens, whatever the draft: χ² over the 36 pairs of a 6-token
-/// vocabulary, 40,000 rounds, two drafts (a poor one and a good one), two
-/// children per node drawn without replacement, depth 2.
-#[test]
-fn tree_sampling_follows_the_target_distribution() {
+/// A 6-token target for the sampling tests: its first-token distribution,
+/// its second-token distribution after each first token, and the expected
+/// share of each pair (`first × vocab + second`).
+fn target_pairs() -> (usize, Vec<f32>, Vec<Vec<f32>>, Vec<f64>) {
     let vocab = 6;
     let p0 = normalise(&[0.30, 0.25, 0.20, 0.15, 0.07, 0.03]);
     // The target's second-token distribution depends on the first token.
@@ -161,6 +159,22 @@ fn tree_sampling_follows_the_target_distribution() {
             )
         })
         .collect();
+    let mut expected = vec![0f64; vocab * vocab];
+    for a in 0..vocab {
+        for b in 0..vocab {
+            expected[a * vocab + b] = p0[a] as f64 * p1[a][b] as f64;
+        }
+    }
+    (vocab, p0, p1, expected)
+}
+
+/// The tree sampler must produce the target's distribution over the first
+/// two tokens, whatever the draft: χ² over the 36 pairs of a 6-token
+/// vocabulary, 40,000 rounds, two drafts (a poor one and a good one), two
+/// children per node drawn without replacement, depth 2.
+#[test]
+fn tree_sampling_follows_the_target_distribution() {
+    let (vocab, p0, p1, expected) = target_pairs();
     let drafts = [
         // Poor: mass on what the target dislikes.
         (
@@ -173,12 +187,6 @@ fn tree_sampling_follows_the_target_distribution() {
             normalise(&[0.2, 0.2, 0.2, 0.15, 0.15, 0.1]),
         ),
     ];
-    let mut expected = vec![0f64; vocab * vocab];
-    for a in 0..vocab {
-        for b in 0..vocab {
-            expected[a * vocab + b] = p0[a] as f64 * p1[a][b] as f64;
-        }
-    }
     for (d, (q0, q1)) in drafts.iter().enumerate() {
         let mut rng = Rng::new(0xC0FFEE + d as u64);
         let mut counts = vec![0u64; vocab * vocab];
@@ -248,23 +256,7 @@ fn drawing_without_replacement_never_repeats() {
 /// does not; the candidates are used.
 #[test]
 fn matching_follows_the_target_distribution() {
-    let vocab = 6;
-    let p0 = normalise(&[0.30, 0.25, 0.20, 0.15, 0.07, 0.03]);
-    let p1: Vec<Vec<f32>> = (0..vocab)
-        .map(|a| {
-            normalise(
-                &(0..vocab)
-                    .map(|b| 1.0 + ((a * 5 + b) % 4) as f32)
-                    .collect::<Vec<_>>(),
-            )
-        })
-        .collect();
-    let mut expected = vec![0f64; vocab * vocab];
-    for a in 0..vocab {
-        for b in 0..vocab {
-            expected[a * vocab + b] = p0[a] as f64 * p1[a][b] as f64;
-        }
-    }
+    let (vocab, p0, p1, expected) = target_pairs();
     // Candidate trees: root children with grandchildren, as PPD's top-k.
     for (d, guesses) in [([0u32, 1], [2u32, 0]), ([5, 4], [5, 3])]
         .into_iter()
