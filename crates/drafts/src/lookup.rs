@@ -139,22 +139,10 @@ impl PromptLookup {
         rows: &[usize],
     ) -> Result<()> {
         let n = tokens.len();
-        if n == 0 || positions.len() != n {
-            return Err(ModelError::Input(format!(
-                "{n} tokens with {} positions",
-                positions.len()
-            )));
-        }
-        mask.validate(n, self.tokens.len() + n)?;
-        let vocab = self.config.vocab_size;
-        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= vocab) {
-            return Err(ModelError::Input(format!(
-                "token {t} is outside the vocabulary of {vocab}"
-            )));
-        }
-        if let Some(&r) = rows.iter().find(|&&r| r >= n) {
-            return Err(ModelError::Input(format!("logit row {r} of {n} tokens")));
-        }
+        let past = self.tokens.len();
+        arbor_model::check_pass(n, past, positions, mask, rows)?;
+        mask.validate(n, past + n)?;
+        arbor_model::check_tokens(tokens.iter().copied(), self.config.vocab_size)?;
         Ok(())
     }
 }

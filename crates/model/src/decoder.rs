@@ -17,6 +17,7 @@ use crate::{
     Config, LanguageModel, LayerSource, LayerWeights, Layout, Logits, ModelError, Result, Row,
     RowSource, TensorEntry,
 };
+use crate::{check_logit_rows, check_pass, check_tokens};
 
 /// The token embedding: a resident table (shared with self drafts), or rows
 /// fetched from a [`RowSource`] as tokens need them.
@@ -243,7 +244,7 @@ impl<B: Backend> Decoder<B> {
     /// Token embeddings of `tokens` as host rows, `tokens.len() × hidden`
     /// (e.g. to start trained embeddings from the embeddings of a text).
     pub fn embeddings(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        self.check_tokens(tokens.iter().copied())?;
+        check_tokens(tokens.iter().copied(), self.config.vocab_size)?;
         let x = self.embed(tokens)?;
         Ok(self.backend.to_vec(&x)?)
     }
@@ -290,7 +291,7 @@ impl<B: Backend> Decoder<B> {
                 self.config.hidden
             )));
         }
-        self.check_pass(n, positions, mask, &[])?;
+        check_pass(n, self.cache_len(), positions, mask, &[])?;
         self.layers(x, positions, mask)
     }
 
@@ -350,16 +351,6 @@ impl<B: Backend> Decoder<B> {
         Ok(b.matmul(&x, head)?)
     }
 
-    fn check_tokens(&self, mut tokens: impl Iterator<Item = u32>) -> Result<()> {
-        match tokens.find(|&t| t as usize >= self.config.vocab_size) {
-            Some(t) => Err(ModelError::Input(format!(
-                "token {t} is outside the vocabulary of {}",
-                self.config.vocab_size
-            ))),
-            None => Ok(()),
-        }
-    }
-
     /// The checked pass over input rows `x`: logits of `logit_rows` on
     /// the host.
     fn logits(
@@ -378,37 +369,10 @@ impl<B: Backend> Decoder<B> {
         })
     }
 
-    /// A pass of `n` rows after the cache: a position per row, an
-    /// `n × (cache + n)` mask, logit rows below `n`.
-    fn check_pass(
-        &self,
-        n: usize,
-        positions: &[u32],
-        mask: &Mask,
-        logit_rows: &[usize],
-    ) -> Result<()> {
-        let past = self.cache_len();
-        if n == 0 || positions.len() != n {
-            return Err(ModelError::Input(format!(
-                "{n} tokens with {} positions",
-                positions.len()
-            )));
-        }
-        if mask.rows != n || mask.cols != past + n {
-            return Err(ModelError::Input(format!(
-                "mask is {}x{}, expected {n}x{}",
-                mask.rows,
-                mask.cols,
-                past + n
-            )));
-        }
-        check_logit_rows(logit_rows, n)
-    }
-
     /// Every row is a token of the vocabulary or a vector of the model's
     /// width.
     fn check_rows(&self, input: &[Row<'_>]) -> Result<()> {
-        self.check_tokens(input.iter().filter_map(Row::token))?;
+        check_tokens(input.iter().filter_map(Row::token), self.config.vocab_size)?;
         let d = self.config.hidden;
         match input.iter().find_map(|r| match r {
             Row::Vector(v) if v.len() != d => Some(v),
@@ -423,14 +387,6 @@ impl<B: Backend> Decoder<B> {
     }
 }
 
-/// Logit rows must be rows of the pass.
-fn check_logit_rows(rows: &[usize], n: usize) -> Result<()> {
-    match rows.iter().find(|&&r| r >= n) {
-        Some(r) => Err(ModelError::Input(format!("logit row {r} of {n} tokens"))),
-        None => Ok(()),
-    }
-}
-
 impl<B: Backend> LanguageModel for Decoder<B> {
     fn forward(
         &mut self,
@@ -439,8 +395,8 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         mask: &Mask,
         logit_rows: &[usize],
     ) -> Result<Logits> {
-        self.check_pass(tokens.len(), positions, mask, logit_rows)?;
-        self.check_tokens(tokens.iter().copied())?;
+        check_pass(tokens.len(), self.cache_len(), positions, mask, logit_rows)?;
+        check_tokens(tokens.iter().copied(), self.config.vocab_size)?;
         let x = self.embed(tokens)?;
         self.logits(x, positions, mask, logit_rows)
     }
@@ -452,7 +408,7 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         mask: &Mask,
         logit_rows: &[usize],
     ) -> Result<Logits> {
-        self.check_pass(rows.len(), positions, mask, logit_rows)?;
+        check_pass(rows.len(), self.cache_len(), positions, mask, logit_rows)?;
         self.check_rows(rows)?;
         let x = self.embed_rows(rows)?;
         self.logits(x, positions, mask, logit_rows)

@@ -11,6 +11,7 @@
 //! rows, and edit the KV cache (truncate, keep only some positions). A
 //! row may also be an embedding vector instead of a token ([`Row`]).
 
+mod check;
 pub mod decoder;
 pub mod layout;
 mod self_draft;
@@ -18,6 +19,7 @@ pub mod testing;
 pub mod weights;
 
 pub use arbor_tensor::Mask;
+pub use check::{check_logit_rows, check_pass, check_tokens};
 pub use decoder::Decoder;
 pub use layout::{Config, Layout, TensorEntry};
 pub use weights::{LayerSource, LayerWeights, Lease, RowSource, held_bytes};
