@@ -102,6 +102,13 @@ impl Backend for CandleBackend {
         }
         let mm = match &table.mm {
             Held::Candle(mm) => mm,
+            Held::Float(f) => {
+                return Ok(HostTensor {
+                    data: f.gather(ids),
+                    rows: ids.len(),
+                    cols: table.cols,
+                });
+            }
             Held::Own(q) => {
                 let rows: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
                 let data =
@@ -131,6 +138,7 @@ impl Backend for CandleBackend {
         let mut data = vec![0f32; x.rows * w.rows];
         match &w.mm {
             Held::Own(q) => q.matmul(&x.data, x.rows, &mut data),
+            Held::Float(f) => f.matmul(&x.data, x.rows, &mut data),
             Held::Candle(mm) => match q6k_blocks(mm) {
                 Some(blocks) => {
                     k_quants::matmul((x.rows, x.cols, w.rows), &x.data, blocks, &mut data)

@@ -8,6 +8,9 @@
 //! decoding verifies many tokens at once and must reproduce one-token
 //! decoding bit for bit), and they equal ggml's dot products bit for bit.
 //!
+//! Float matrices (F32, F16, BF16) run on [`float`]: one dot product per
+//! output, in the same order at every batch size, for the same reason.
+//!
 //! Other types, other CPUs, and [`CandleBackend::with_candle_kernels`] use
 //! candle-core's kernels. For those, Q5_0 matrices are repacked to Q8_0
 //! when loaded: the same 32-element blocks and scale, with `q8 = q5 - 16`,
@@ -30,6 +33,7 @@
 
 mod attention;
 mod backend;
+mod float;
 mod packed;
 mod qmm;
 mod weight;

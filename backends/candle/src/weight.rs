@@ -10,10 +10,12 @@ use candle_core::Device;
 use candle_core::quantized::k_quants::BlockQ6K;
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 
+use crate::float::FloatWeight;
 use crate::{CandleBackend, err, packed, qmm, shape_err};
 
-/// A weight matrix: GGUF blocks under our kernels ([`qmm`]), or candle's
-/// quantized (or float) form.
+/// A weight matrix: GGUF blocks under our kernels ([`qmm`]), float values
+/// under our batch-invariant matmul ([`crate::float`]), or candle's
+/// quantized form.
 pub struct CandleWeight {
     pub(crate) mm: Held,
     pub(crate) ty: GgmlType,
@@ -37,6 +39,7 @@ impl CandleWeight {
 
 pub(crate) enum Held {
     Own(qmm::QWeight),
+    Float(FloatWeight),
     Candle(QMatMul),
 }
 
@@ -123,13 +126,23 @@ impl CandleBackend {
         self.plain_weight(ty, &w, bytes)
     }
 
-    /// A weight in candle's ordinary block storage.
+    /// A float weight under [`crate::float`], or any other in candle's
+    /// ordinary block storage.
     pub(crate) fn plain_weight(
         &self,
         ty: GgmlType,
         w: &WeightData<'_>,
         bytes: Cow<[u8]>,
     ) -> Result<CandleWeight> {
+        if let Some(f) = FloatWeight::from_bytes(ty, w.rows, w.cols, &bytes) {
+            return Ok(CandleWeight {
+                held: f.held_bytes(),
+                mm: Held::Float(f),
+                ty,
+                rows: w.rows,
+                cols: w.cols,
+            });
+        }
         let held = bytes.len() as u64;
         let storage = QStorage::from_data(bytes, &Device::Cpu, candle_dtype(ty)).map_err(err)?;
         let qt = QTensor::new(storage, (w.rows, w.cols)).map_err(err)?;

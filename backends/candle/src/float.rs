@@ -1,0 +1,180 @@
+//! Float (F32, F16, BF16) weight matrices, multiplied so that a token's
+//! results never depend on the other tokens of its pass.
+//!
+//! candle's float matmul picks its blocking from the batch size: one token
+//! takes a matrix-vector path, several a tiled one, and the sums come out
+//! in a different order (a few 1e-5 apart on a random model, which is
+//! enough to flip a near tie between two tokens). Speculative verification
+//! feeds many tokens at once and must reproduce one-token decoding bit for
+//! bit, so here every output is one [`dot`] over the whole row, in the same
+//! order at every batch size. Rows are shared out to candle's thread pool;
+//! an F16 or BF16 row is widened once and used for every token.
+
+use half::{bf16, f16};
+
+use crate::attention::dot;
+use crate::qmm::SendPtr;
+
+/// The values of a float matrix, in the type the file stores.
+pub(crate) enum Values {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+}
+
+/// A row-major float matrix of `rows × cols`.
+pub(crate) struct FloatWeight {
+    values: Values,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+}
+
+/// Rows per grab from the pool.
+const CHUNK: usize = 16;
+
+impl FloatWeight {
+    /// The matrix from its little-endian bytes (`bytes` holds exactly
+    /// `rows * cols` values of `ty`, checked by the caller), or `None` when
+    /// `ty` is not a float type.
+    pub(crate) fn from_bytes(
+        ty: arbor_tensor::GgmlType,
+        rows: usize,
+        cols: usize,
+        bytes: &[u8],
+    ) -> Option<Self> {
+        use arbor_tensor::GgmlType as T;
+        let values = match ty {
+            T::F32 => Values::F32(
+                bytes
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+            ),
+            T::F16 => Values::F16(
+                bytes
+                    .chunks_exact(2)
+                    .map(|b| f16::from_le_bytes([b[0], b[1]]))
+                    .collect(),
+            ),
+            T::BF16 => Values::BF16(
+                bytes
+                    .chunks_exact(2)
+                    .map(|b| bf16::from_le_bytes([b[0], b[1]]))
+                    .collect(),
+            ),
+            _ => return None,
+        };
+        Some(Self { values, rows, cols })
+    }
+
+    /// Bytes held.
+    pub(crate) fn held_bytes(&self) -> u64 {
+        let each = match self.values {
+            Values::F32(_) => 4,
+            Values::F16(_) | Values::BF16(_) => 2,
+        };
+        (self.rows * self.cols * each) as u64
+    }
+
+    /// Row `r` as `f32`, widened into `buf` unless already stored so.
+    fn row<'a>(&'a self, r: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
+        let span = r * self.cols..(r + 1) * self.cols;
+        match &self.values {
+            Values::F32(v) => &v[span],
+            Values::F16(v) => {
+                buf.clear();
+                buf.extend(v[span].iter().map(|x| x.to_f32()));
+                buf
+            }
+            Values::BF16(v) => {
+                buf.clear();
+                buf.extend(v[span].iter().map(|x| x.to_f32()));
+                buf
+            }
+        }
+    }
+
+    /// Rows `ids` as `f32`, one after another (an embedding lookup; ids are
+    /// checked by the caller).
+    pub(crate) fn gather(&self, ids: &[u32]) -> Vec<f32> {
+        let mut out = Vec::with_capacity(ids.len() * self.cols);
+        let mut buf = Vec::new();
+        for &i in ids {
+            out.extend_from_slice(self.row(i as usize, &mut buf));
+        }
+        out
+    }
+
+    /// `out[t * rows + r] = x[t] · row r` for the `m` rows of `x`.
+    pub(crate) fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
+        assert!(x.len() == m * self.cols && out.len() == m * self.rows);
+        let out_at = SendPtr(out.as_mut_ptr());
+        let work = |chunks: std::ops::Range<usize>| {
+            let mut buf = Vec::new();
+            let end = (chunks.end * CHUNK).min(self.rows);
+            for r in chunks.start * CHUNK..end {
+                let row = self.row(r, &mut buf);
+                for (t, xt) in x.chunks_exact(self.cols).enumerate() {
+                    // SAFETY: `out` holds `m * rows` values and each row
+                    // index is handed to one thread only.
+                    unsafe { *out_at.get().add(t * self.rows + r) = dot(xt, row) };
+                }
+            }
+        };
+        candle_core::utils::barrier_pool().execute_chunked(self.rows.div_ceil(CHUNK), work);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arbor_tensor::GgmlType;
+
+    fn matrix(rows: usize, cols: usize) -> Vec<f32> {
+        (0..rows * cols)
+            .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.37)
+            .collect()
+    }
+
+    #[test]
+    fn a_token_gets_the_same_bits_alone_and_in_a_batch() {
+        let (rows, cols, m) = (37, 96, 9);
+        let w = matrix(rows, cols);
+        let x: Vec<f32> = matrix(m, cols).iter().map(|v| v * 1.3 + 0.01).collect();
+        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+            let bytes: Vec<u8> = match ty {
+                GgmlType::F32 => w.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                GgmlType::F16 => w
+                    .iter()
+                    .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+                    .collect(),
+                _ => w
+                    .iter()
+                    .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
+                    .collect(),
+            };
+            let fw = FloatWeight::from_bytes(ty, rows, cols, &bytes).unwrap();
+            let mut all = vec![0f32; m * rows];
+            fw.matmul(&x, m, &mut all);
+            for t in 0..m {
+                let mut one = vec![0f32; rows];
+                fw.matmul(&x[t * cols..(t + 1) * cols], 1, &mut one);
+                assert_eq!(one, all[t * rows..(t + 1) * rows], "{ty:?} token {t}");
+                // And the products are the matrix's.
+                let mut buf = Vec::new();
+                let want: f32 = fw
+                    .row(5, &mut buf)
+                    .iter()
+                    .zip(&x[t * cols..])
+                    .map(|(a, b)| a * b)
+                    .sum();
+                assert!((one[5] - want).abs() < 1e-4, "{ty:?}: {} vs {want}", one[5]);
+            }
+        }
+    }
+
+    #[test]
+    fn non_float_types_are_not_taken() {
+        assert!(FloatWeight::from_bytes(GgmlType::Q8_0, 1, 32, &[0; 34]).is_none());
+    }
+}
