@@ -61,6 +61,9 @@ pub struct Device {
     /// Layers streamed per pass for a given read volume (for the exposed
     /// read); the planner only needs the mean layer size.
     pub mean_layer_bytes: u64,
+    /// The target's output head's share of a row's compute (PPD passes
+    /// take logits of few of their rows).
+    pub head_share: f64,
 }
 
 /// Longest chain the estimate considers.
@@ -100,7 +103,11 @@ impl Device {
             // picks).
             let count = p.count().min(p.accuracy.distances());
             let io = read as f64 / (self.bandwidth)(read).max(1.0);
-            let cost = |rows: usize| self.target.at(rows) + io + ROUND_OVERHEAD;
+            let cost = |rows: usize| {
+                arbor_speculative::ppd_pass_secs(&self.target, rows, count, self.head_share)
+                    + io
+                    + ROUND_OVERHEAD
+            };
             return match arbor_ppd::plan(&p.accuracy, count, PPD_ROWS, cost) {
                 Ok(plan) if plan.prompts > 0 && plan.tokens_per_sec > plain => {
                     (plan.tree.len(), plan.tokens_per_sec)
@@ -189,6 +196,7 @@ mod tests {
             },
             bandwidth: Box::new(|_| 1e9),
             mean_layer_bytes: 27 << 20,
+            head_share: 0.15,
         }
     }
 

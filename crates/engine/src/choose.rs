@@ -133,6 +133,7 @@ pub(crate) fn choose(
         target: curve.clone(),
         bandwidth: Box::new(move |read| disk.as_ref().map_or(1e9, |d| d.bandwidth_for(read))),
         mean_layer_bytes: layer_bytes,
+        head_share: layout.config.head_share(),
     };
     let c = &layout.config;
     let draft_overhead = |d: &arbor_model::Config| {
@@ -207,12 +208,12 @@ pub(crate) fn choose(
             )?);
         }
     }
-    // Plain decoding returns one row of logits, ppd a pass's rows,
-    // drafting rounds up to a verification's worth.
+    // Plain decoding returns one row of logits, ppd its tree's and one
+    // node's prompt rows, drafting rounds up to a verification's worth.
     let mut read_for = |c: &Candidate| -> Option<u64> {
         let mut options = options;
         if c.ppd.is_some() {
-            options.logit_rows = arbor_speculative::PPD_ROWS;
+            options.logit_rows = arbor_speculative::ppd_logit_rows(arbor_speculative::PPD_ROWS);
         } else if c.draft.is_none() {
             options.logit_rows = 1;
         }

@@ -57,6 +57,11 @@ pub struct Decoder<B: Backend> {
     /// in layer order.
     pub(crate) cache: Vec<B::Kv>,
     pub(crate) resident_bytes: u64,
+    /// Whether passes keep their final hidden states in `kept`.
+    pub(crate) keep_last: bool,
+    /// The last pass's final hidden states (before the output norm), for
+    /// [`LanguageModel::later_logits`].
+    pub(crate) kept: Option<B::Tensor>,
 }
 
 /// A tensor's index entry and bytes in `file`.
@@ -192,6 +197,8 @@ impl<B: Backend> Decoder<B> {
             head_rows: layout.head_rows(),
             cache,
             resident_bytes,
+            keep_last: false,
+            kept: None,
         })
     }
 
@@ -360,8 +367,12 @@ impl<B: Backend> Decoder<B> {
         mask: &Mask,
         logit_rows: &[usize],
     ) -> Result<Logits> {
+        self.kept = None;
         let x = self.layers(x, positions, mask)?;
         let logits = self.head(&x, logit_rows)?;
+        if self.keep_last {
+            self.kept = Some(x);
+        }
         Ok(Logits {
             rows: logit_rows.len(),
             vocab: self.head_rows,
@@ -412,6 +423,26 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         self.check_rows(rows)?;
         let x = self.embed_rows(rows)?;
         self.logits(x, positions, mask, logit_rows)
+    }
+
+    fn keep_last_pass(&mut self, on: bool) -> bool {
+        self.keep_last = on;
+        if !on {
+            self.kept = None;
+        }
+        true
+    }
+
+    fn later_logits(&mut self, rows: &[usize]) -> Result<Option<Logits>> {
+        let Some(x) = &self.kept else {
+            return Ok(None);
+        };
+        let logits = self.head(x, rows)?;
+        Ok(Some(Logits {
+            rows: rows.len(),
+            vocab: self.head_rows,
+            data: self.backend.take_vec(logits)?,
+        }))
     }
 
     fn cache_len(&self) -> usize {

@@ -74,6 +74,8 @@ impl<B: Backend + Clone> Decoder<B> {
             cache,
             head_rows: self.head_rows,
             resident_bytes: 0,
+            keep_last: false,
+            kept: None,
         })
     }
 

@@ -108,3 +108,34 @@ fn one_token_at_a_time_in_one_pass_or_in_a_tree_gives_the_same_bits() {
         }
     }
 }
+
+#[test]
+fn a_kept_pass_gives_any_of_its_rows_logits_later() {
+    let model = TinyModel {
+        arch: "qwen2",
+        weight_type: GgmlType::Q8_0,
+        vocab: 256,
+        seed: 3,
+        ..TinyModel::default()
+    };
+    let n = PROMPT.len();
+    let k = NEXT.len();
+    let pos: Vec<u32> = (n as u32..(n + k) as u32).collect();
+    let all: Vec<usize> = (0..k).collect();
+    let mut d = load(&model, "later-all");
+    prefill(&mut d);
+    let want = d.forward(&NEXT, &pos, &Mask::causal(n, k), &all).unwrap();
+
+    let mut d = load(&model, "later-some");
+    // Nothing kept unless asked.
+    prefill(&mut d);
+    assert!(d.later_logits(&[0]).unwrap().is_none());
+    assert!(d.keep_last_pass(true));
+    d.forward(&NEXT, &pos, &Mask::causal(n, k), &[1]).unwrap();
+    let later = d.later_logits(&[5, 0, 8]).unwrap().unwrap();
+    assert_eq!(later, want.select(&[5, 0, 8]));
+    assert!(d.later_logits(&[k]).is_err(), "row out of the pass");
+    // Turned off, the kept rows are dropped.
+    d.keep_last_pass(false);
+    assert!(d.later_logits(&[0]).unwrap().is_none());
+}

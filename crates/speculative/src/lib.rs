@@ -79,6 +79,35 @@ impl PromptTokens {
 /// Rows of a `ppd` pass by default (candidates and prompt tokens).
 pub const PPD_ROWS: usize = 48;
 
+/// Prompt tokens a `ppd` pass is planned for (what `arbor train ppd`
+/// trains); a file with fewer gets trees no wider in logit rows.
+pub const PPD_PROMPTS: usize = 3;
+
+/// Most rows of logits a `ppd` pass of at most `max_rows` rows asks for
+/// from a model that keeps its last pass ([`LanguageModel::keep_last_pass`]):
+/// the committed token and the candidates, then the prompt rows after the
+/// deepest accepted one. The memory plan reserves this many.
+pub fn ppd_logit_rows(max_rows: usize) -> usize {
+    (max_rows / (1 + PPD_PROMPTS)).max(1) + PPD_PROMPTS
+}
+
+/// Seconds of a `ppd` pass of `rows` rows with `prompts` prompt tokens
+/// after each tree row, from a curve of passes that return logits for
+/// every row: the rows past the ones whose logits are taken cost the
+/// curve's slope less the head's share of it (`head_share`, see
+/// [`arbor_model::Config::head_share`]).
+pub fn ppd_pass_secs(
+    profile: &LatencyProfile,
+    rows: usize,
+    prompts: usize,
+    head_share: f64,
+) -> f64 {
+    let tree = (rows / (1 + prompts)).max(1);
+    let logits = (tree + prompts).min(rows);
+    let (all, taken) = (profile.at(rows), profile.at(logits));
+    taken + (all - taken).max(0.0) * (1.0 - head_share)
+}
+
 /// Settings of [`Decoding::Ppd`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct PpdConfig {

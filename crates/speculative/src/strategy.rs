@@ -74,8 +74,10 @@ impl Decoding {
             Decoding::Chain { gamma } => *gamma,
             Decoding::Tree(c) => c.max_nodes,
             Decoding::StaticTree { width, depth } => width.saturating_mul(*depth),
-            // Its rows include the prompt tokens, root counted.
-            Decoding::Ppd(c) => return c.max_rows,
+            // The committed token, the candidates and one node's prompt
+            // rows (a model that cannot keep its last pass returns all
+            // rows, up to `max_rows`).
+            Decoding::Ppd(c) => return crate::ppd_logit_rows(c.max_rows),
         };
         draft.min(MAX_DRAFT_TOKENS) + 1
     }

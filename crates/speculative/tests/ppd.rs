@@ -22,9 +22,10 @@ use arbor_speculative::{
 use proptest::prelude::*;
 
 /// A random qwen2-shaped model made confident (logits × 12), taking
-/// embedding rows.
+/// embedding rows; it keeps its last pass for later logits when `keeps`.
 struct Confident {
     inner: Decoder<CandleBackend>,
+    keeps: bool,
 }
 
 impl LanguageModel for Confident {
@@ -41,6 +42,16 @@ impl LanguageModel for Confident {
     ) -> Result<Logits> {
         let mut l = self.inner.forward_rows(r, p, m, rows)?;
         l.data.iter_mut().for_each(|v| *v *= 12.0);
+        Ok(l)
+    }
+    fn keep_last_pass(&mut self, on: bool) -> bool {
+        self.keeps && self.inner.keep_last_pass(on)
+    }
+    fn later_logits(&mut self, rows: &[usize]) -> Result<Option<Logits>> {
+        let mut l = self.inner.later_logits(rows)?;
+        if let Some(l) = &mut l {
+            l.data.iter_mut().for_each(|v| *v *= 12.0);
+        }
         Ok(l)
     }
     delegate_to_inner!();
@@ -64,7 +75,7 @@ fn target() -> Confident {
     let file = GgufFile::open(&path).unwrap();
     let inner = Decoder::load(CandleBackend::new(), &file, &mut |_, _| {}).unwrap();
     std::fs::remove_file(path).ok();
-    Confident { inner }
+    Confident { inner, keeps: true }
 }
 
 fn accuracy() -> Accuracy {
@@ -147,10 +158,18 @@ proptest! {
             1 => Some(LatencyProfile { points: vec![(1, 1.0), (64, 1.0)] }),
             _ => Some(LatencyProfile { points: vec![(1, 0.03), (8, 0.1), (64, 0.8)] }),
         };
-        let got = run(&mut t, &prompt, &opts(ppd(prompts, max_rows, profile), max_tokens, stop)).unwrap();
+        let o = opts(ppd(prompts, max_rows, profile), max_tokens, stop);
+        let got = run(&mut t, &prompt, &o).unwrap();
         prop_assert_eq!(&got.tokens, &plain.tokens);
         prop_assert_eq!(got.stats.stop, plain.stats.stop);
         prop_assert!(got.stats.accepted_draft_tokens <= got.stats.draft_tokens);
+        // A target that cannot keep its pass returns every row's logits at
+        // once: the same guesses, the same rounds.
+        t.keeps = false;
+        let all_rows = run(&mut t, &prompt, &o).unwrap();
+        prop_assert_eq!(&all_rows.tokens, &got.tokens);
+        prop_assert_eq!(all_rows.stats.draft_tokens, got.stats.draft_tokens);
+        prop_assert_eq!(all_rows.stats.accepted_draft_tokens, got.stats.accepted_draft_tokens);
     }
 }
 

@@ -55,7 +55,12 @@ impl Round for Ppd {
         let count = prompts.count().min(prompts.accuracy.distances());
         if self.plan.is_none() {
             let profile = self.cfg.profile.clone();
-            let cost = |rows: usize| profile.as_ref().map_or(1.0, |p| p.at(rows));
+            let share = run.target().config().head_share();
+            let cost = |rows: usize| {
+                profile
+                    .as_ref()
+                    .map_or(1.0, |p| crate::ppd_pass_secs(p, rows, count, share))
+            };
             self.plan = Some(arbor_ppd::plan(
                 &prompts.accuracy,
                 count,
@@ -75,8 +80,14 @@ impl Round for Ppd {
         if let Some(guesses) = &self.guesses {
             let room = run.room(plan.tree.len());
             let mut ids: Vec<usize> = Vec::new();
+            // Rows of logits the memory plan reserved: the tree's and one
+            // node's prompt rows.
+            let logit_room = crate::ppd_logit_rows(self.cfg.max_rows).saturating_sub(count);
             for c in plan.tree.nodes() {
-                if ids.len() >= room || arbor_ppd::pass_rows(ids.len() + 1, count) > rows_left {
+                if ids.len() >= room
+                    || arbor_ppd::pass_rows(ids.len() + 1, count) > rows_left
+                    || ids.len() + 2 > logit_room
+                {
                     break;
                 }
                 // (A head narrower than the table's ranks guesses fewer.)
@@ -104,20 +115,44 @@ impl Round for Ppd {
         let mask = arbor_mask::tree_mask(prefix, &parents)?;
         let all: Vec<usize> = (0..rows.len()).collect();
         let positions = arbor_mask::positions(prefix, &parents, &all)?;
-        let logits = run.target().forward_rows(&rows, &positions, &mask, &all)?;
-        run.span(Phase::Verify, t, rows.len());
+        // Where the model keeps the pass, only the tree's rows come back
+        // now and one node's prompt rows after the verdict; otherwise all.
+        let later = run.target().keep_last_pass(true);
+        let asked = if later { &all[..n] } else { &all[..] };
+        let pass = run.target().forward_rows(&rows, &positions, &mask, asked);
+        let logits = match pass {
+            Ok(l) => l,
+            Err(e) => {
+                run.target().keep_last_pass(false);
+                return Err(e.into());
+            }
+        };
         // The tree's rows come first; the verdict reads no others.
-        let verdict = run.judge(&tree, &logits, &vec![None; n])?;
-        run.stats.target_secs += t.elapsed().as_secs_f64();
+        let verdict = run.judge(&tree, &logits, &vec![None; n]);
         // The deepest accepted node's prompt rows guess past the token the
         // target adds after it.
-        let last = verdict.accepted.last().copied().unwrap_or(0);
+        let last = verdict
+            .as_ref()
+            .map_or(0, |v| v.accepted.last().copied().unwrap_or(0));
+        let wanted: Vec<usize> = (0..count).map(|i| n + last * count + i).collect();
+        let guessed = if later {
+            let l = run.target().later_logits(&wanted);
+            run.target().keep_last_pass(false);
+            l?.ok_or_else(|| SpecError::Invalid("the target kept no hidden states".into()))?
+        } else {
+            logits.select(&wanted)
+        };
+        let verdict = verdict?;
+        run.span(Phase::Verify, t, rows.len());
+        run.stats.target_secs += t.elapsed().as_secs_f64();
         let ranks = prompts.accuracy.ranks();
         self.guesses = Some(
             (0..count)
                 .map(|i| {
-                    let row = logits.row(n + last * count + i);
-                    top_logits(row, ranks).into_iter().map(|(t, _)| t).collect()
+                    top_logits(guessed.row(i), ranks)
+                        .into_iter()
+                        .map(|(t, _)| t)
+                        .collect()
                 })
                 .collect(),
         );
