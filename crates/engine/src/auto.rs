@@ -103,14 +103,15 @@ impl Device {
             // picks).
             let count = p.count().min(p.accuracy.distances());
             let io = read as f64 / (self.bandwidth)(read).max(1.0);
-            let cost = |rows: usize| {
-                arbor_speculative::ppd_pass_secs(&self.target, rows, count, self.head_share)
+            let cost = |rows: usize, logits: usize| {
+                arbor_speculative::ppd_pass_secs(&self.target, rows, logits, self.head_share)
                     + io
                     + ROUND_OVERHEAD
             };
-            return match arbor_ppd::plan(&p.accuracy, count, PPD_ROWS, cost) {
+            let logit_cap = arbor_speculative::ppd_logit_rows(PPD_ROWS);
+            return match arbor_ppd::plan(&p.accuracy, count, PPD_ROWS, logit_cap, cost) {
                 Ok(plan) if plan.prompts > 0 && plan.tokens_per_sec > plain => {
-                    (plan.tree.len(), plan.tokens_per_sec)
+                    (plan.candidates(), plan.tokens_per_sec)
                 }
                 _ => best,
             };

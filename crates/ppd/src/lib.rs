@@ -4,19 +4,22 @@
 //! output at prompt token `d` guesses the token `d + 1` places ahead, in
 //! the same pass that verifies the previous guesses. How good those guesses
 //! are is measured once per model as an [`Accuracy`] table (top-k accuracy
-//! per distance), and the candidates a pass verifies are planned from it as
-//! a dynamic sparse tree ([`sparse`]): the candidate paths with the highest
-//! chance of acceptance, as many as the device's pass cost makes worth it.
+//! per distance), and the candidates a pass verifies are planned from it
+//! ([`sparse`]: the candidate paths with the highest chance of acceptance)
+//! as a dynamic sparse tree ([`dynamic`]: how many prompt tokens each
+//! carries, and how large passes are for the device's pass cost).
 //!
 //! Trained prompt tokens travel as a [`PromptFile`]. The pass that carries
 //! them and the decoding strategy live with the model and strategy crates;
 //! this crate only plans and stores.
 
+pub mod dynamic;
 pub mod file;
 pub mod sparse;
 
+pub use dynamic::{Plan, State, plan};
 pub use file::PromptFile;
-pub use sparse::{Candidate, CandidateTree, Plan, optimal_tree, pass_rows, plan};
+pub use sparse::{Candidate, CandidateTree, optimal_tree};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PpdError {

@@ -12,11 +12,8 @@
 //! value never exceeds its parent's, taking them best first keeps every
 //! prefix a tree, and the first `n` taken are the best tree of `n`.
 //!
-//! A pass carries the last committed token, the candidates, and after each
-//! of them (and after the committed token) the prompt tokens that guess
-//! the next round's candidates: `(1 + n) · (1 + prompts)` rows. [`plan`]
-//! picks `n` by expected tokens per second under the pass cost the caller
-//! gives (a latency profile, or a memory budget's IO-aware cost).
+//! Which prompt tokens each candidate carries, and how large the trees
+//! are, is [`crate::dynamic`]'s business.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -79,24 +76,12 @@ impl CandidateTree {
         mass
     }
 
-    /// Rows of a pass that verifies this tree and carries `prompts` prompt
-    /// tokens after the committed token and after every candidate.
-    pub fn rows(&self, prompts: usize) -> usize {
-        pass_rows(self.len(), prompts)
-    }
-
     /// The first `n` candidates (the best tree of `n`).
     pub fn prefix(&self, n: usize) -> CandidateTree {
         CandidateTree {
             nodes: self.nodes[..n.min(self.len())].to_vec(),
         }
     }
-}
-
-/// Rows of a pass verifying `candidates` candidates, with `prompts`
-/// prompt tokens after the committed token and after each candidate.
-pub fn pass_rows(candidates: usize, prompts: usize) -> usize {
-    (1 + candidates) * (1 + prompts)
 }
 
 /// A frontier entry: a candidate not yet taken.
@@ -175,67 +160,4 @@ pub fn optimal_tree(acc: &Accuracy, depth: usize, nodes: usize) -> Result<Candid
         }
     }
     Ok(tree)
-}
-
-/// What a PPD pass should carry, and what it is expected to give.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Plan {
-    /// The candidates to verify (empty: decode plainly, one row per pass).
-    pub tree: CandidateTree,
-    /// Prompt tokens after the committed token and each candidate (0 for
-    /// plain decoding).
-    pub prompts: usize,
-    /// Rows of the pass.
-    pub rows: usize,
-    /// Tokens a pass is expected to commit (the target's own included).
-    pub tokens_per_pass: f64,
-    /// `tokens_per_pass / pass_secs(rows)`.
-    pub tokens_per_sec: f64,
-}
-
-/// The tree size with the most expected tokens per second, passes of `r`
-/// rows costing `pass_secs(r)` seconds, with `prompts` prompt tokens (at
-/// most the table's distances), at most `max_rows` rows; plain decoding
-/// (one row, one token) when nothing beats it.
-pub fn plan(
-    acc: &Accuracy,
-    prompts: usize,
-    max_rows: usize,
-    pass_secs: impl Fn(usize) -> f64,
-) -> Result<Plan> {
-    if prompts == 0 || prompts > acc.distances() {
-        return Err(PpdError::Request(format!(
-            "{prompts} prompt tokens, but the accuracy table covers 1..={} distances",
-            acc.distances()
-        )));
-    }
-    if max_rows == 0 {
-        return Err(PpdError::Request("a pass needs at least one row".into()));
-    }
-    let rate = |tokens: f64, rows: usize| tokens / pass_secs(rows).max(f64::MIN_POSITIVE);
-    let mut best = Plan {
-        tree: CandidateTree::default(),
-        prompts: 0,
-        rows: 1,
-        tokens_per_pass: 1.0,
-        tokens_per_sec: rate(1.0, 1),
-    };
-    let most = (max_rows / (1 + prompts)).saturating_sub(1);
-    let all = optimal_tree(acc, prompts, most)?;
-    let mut tokens = 1.0;
-    for n in 1..=all.len() {
-        tokens += all.nodes()[n - 1].value;
-        let rows = pass_rows(n, prompts);
-        let r = rate(tokens, rows);
-        if r > best.tokens_per_sec {
-            best = Plan {
-                tree: all.prefix(n),
-                prompts,
-                rows,
-                tokens_per_pass: tokens,
-                tokens_per_sec: r,
-            };
-        }
-    }
-    Ok(best)
 }

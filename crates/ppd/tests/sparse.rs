@@ -1,7 +1,8 @@
 //! The sparse-tree planner against brute force on small tables, its tree
-//! invariants on random ones, its sizing by pass cost, and its refusals.
+//! invariants on random ones; the dynamic plans' limits, their sizing by
+//! pass cost, their gain over full sparse trees; refusals.
 
-use arbor_ppd::{Accuracy, CandidateTree, PpdError, optimal_tree, plan};
+use arbor_ppd::{Accuracy, CandidateTree, Plan, PpdError, optimal_tree, plan};
 use proptest::prelude::*;
 
 /// The thesis' MobileLLaMA-like shape: distance 1 top-1 0.47, top-5 0.77.
@@ -144,32 +145,78 @@ proptest! {
     }
 }
 
+/// A plan's shape: states as deep as their index, 1..=m prompt tokens per
+/// row, rows and logit rows within the limits, shares a distribution, and
+/// the figures it reports its own.
+fn check_plan(p: &Plan, acc: &Accuracy, max_rows: usize, max_logits: usize) {
+    if p.prompts == 0 {
+        assert!(p.states.is_empty() && p.tokens_per_pass == 1.0 && p.rows == 1);
+        return;
+    }
+    assert_eq!(p.states.len(), p.prompts);
+    assert!((p.share.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+    assert!(p.share.iter().all(|&x| x >= -1e-12));
+    let mut tokens = 0.0;
+    for (k, (s, share)) in p.states.iter().zip(&p.share).enumerate() {
+        check_tree(&s.tree, acc, k + 1);
+        assert_eq!(s.prompts.len(), s.tree.len() + 1);
+        assert!(s.prompts.iter().all(|&q| (1..=p.prompts).contains(&q)));
+        assert!(s.rows() <= max_rows && s.rows() <= p.rows);
+        assert!(s.logit_rows() <= max_logits.max(1 + p.prompts));
+        assert!((s.exit_mass().iter().sum::<f64>() - 1.0).abs() < 1e-9);
+        tokens += share * (1.0 + s.tree.expected_accepted());
+    }
+    assert!((tokens - p.tokens_per_pass).abs() < 1e-9);
+}
+
+proptest! {
+    #[test]
+    fn plans_keep_their_limits(acc in table(), rows in 1usize..40, logits in 1usize..12, steep in any::<bool>()) {
+        let m = acc.distances();
+        let cost = |r: usize, l: usize| if steep { 0.03 + 0.01 * r as f64 + 0.002 * l as f64 } else { 1.0 };
+        let p = plan(&acc, m, rows, logits, cost).unwrap();
+        check_plan(&p, &acc, rows, logits);
+        prop_assert!(p.tokens_per_sec >= 1.0 / cost(1, 1) - 1e-12);
+    }
+}
+
 #[test]
 fn a_flat_pass_cost_buys_the_largest_tree_and_a_steep_one_plain_decoding() {
     let acc = thesis_like();
     // Rows cost nothing extra (a pass waits on its reads): the most rows.
-    let flat = plan(&acc, 3, 64, |_| 1.0).unwrap();
+    let flat = plan(&acc, 3, 48, 19, |_, _| 1.0).unwrap();
+    check_plan(&flat, &acc, 48, 19);
     assert_eq!(flat.prompts, 3);
-    assert_eq!(flat.tree.len(), 64 / 4 - 1);
-    assert_eq!(flat.rows, flat.tree.rows(3));
-    assert!(flat.rows <= 64);
-    assert!(flat.tokens_per_pass > 2.0, "{}", flat.tokens_per_pass);
-    check_tree(&flat.tree, &acc, 3);
+    assert!(flat.rows > 40, "{}", flat.rows);
+    // Against the full sparse tree (every row with all 3 prompt tokens,
+    // so always the deepest state) in as many rows: more tokens per pass.
+    let full = optimal_tree(&acc, 3, 48 / 4 - 1).unwrap();
+    let full_tokens = 1.0 + full.expected_accepted();
+    assert!(
+        flat.tokens_per_pass > full_tokens + 0.05,
+        "{} against {full_tokens}",
+        flat.tokens_per_pass
+    );
     // Every row costs as much as the first: nothing beats one-row passes.
-    let steep = plan(&acc, 3, 64, |r| r as f64).unwrap();
-    assert!(steep.tree.is_empty());
+    let steep = plan(&acc, 3, 64, 19, |r, _| r as f64).unwrap();
+    assert!(steep.states.is_empty());
     assert_eq!((steep.rows, steep.prompts), (1, 0));
     assert_eq!(steep.tokens_per_pass, 1.0);
-    // Resident on this CPU (the 1.5B: 27 ms a row, 12 ms each more): a
-    // candidate costs four rows and plain decoding wins.
-    let cpu = |r: usize| 0.027 + 0.0115 * (r as f64 - 1.0);
-    assert!(plan(&acc, 3, 64, cpu).unwrap().tree.is_empty());
-    // Streaming (a fixed read time, then the rows' compute): a small tree.
-    let streamed = |r: usize| 0.5 + cpu(r);
-    let mid = plan(&acc, 3, 64, streamed).unwrap();
-    assert!(!mid.tree.is_empty() && mid.tree.len() < flat.tree.len());
-    assert!(mid.tokens_per_sec > 1.0 / streamed(1));
-    assert!((mid.tokens_per_sec - mid.tokens_per_pass / streamed(mid.rows)).abs() < 1e-9);
+    // Resident on this CPU (the 1.5B: 27 ms a row, 12 ms each more, a
+    // sixth of it the head's): plain decoding wins.
+    let cpu = |r: usize, l: usize| 0.027 + 0.0098 * (r as f64 - 1.0) + 0.0017 * (l as f64 - 1.0);
+    assert!(plan(&acc, 3, 64, 19, cpu).unwrap().states.is_empty());
+    // Streaming (a fixed read time, then the rows' compute): a smaller
+    // plan than the flat one, which beats plain passes.
+    let streamed = |r: usize, l: usize| 0.4 + cpu(r, l);
+    let mid = plan(&acc, 3, 64, 19, streamed).unwrap();
+    check_plan(&mid, &acc, 64, 19);
+    assert!(mid.prompts == 3 && mid.rows < 64);
+    assert!(mid.tokens_per_sec > 1.2 / streamed(1, 1));
+    // Where rows cost, nodes carry fewer prompt tokens than all three
+    // (here one each: a pass guesses one token deep).
+    let common = &mid.states[mid.share.iter().position(|&p| p > 0.5).unwrap()];
+    assert!(common.prompts.iter().sum::<usize>() < 3 * common.prompts.len());
 }
 
 #[test]
@@ -191,15 +238,15 @@ fn bad_tables_and_requests_are_refused() {
         Err(PpdError::Request(_))
     ));
     assert!(matches!(
-        plan(&acc, 0, 64, |_| 1.0),
+        plan(&acc, 0, 64, 19, |_, _| 1.0),
         Err(PpdError::Request(_))
     ));
     assert!(matches!(
-        plan(&acc, 4, 64, |_| 1.0),
+        plan(&acc, 4, 64, 19, |_, _| 1.0),
         Err(PpdError::Request(_))
     ));
     assert!(matches!(
-        plan(&acc, 3, 0, |_| 1.0),
+        plan(&acc, 3, 0, 19, |_, _| 1.0),
         Err(PpdError::Request(_))
     ));
     assert!(optimal_tree(&acc, 0, 5).unwrap().is_empty());

@@ -88,22 +88,21 @@ pub const PPD_PROMPTS: usize = 3;
 /// the committed token and the candidates, then the prompt rows after the
 /// deepest accepted one. The memory plan reserves this many.
 pub fn ppd_logit_rows(max_rows: usize) -> usize {
-    (max_rows / (1 + PPD_PROMPTS)).max(1) + PPD_PROMPTS
+    // Candidates carry 1 to 3 prompt tokens: about two on average.
+    (max_rows / 3).max(1) + PPD_PROMPTS
 }
 
-/// Seconds of a `ppd` pass of `rows` rows with `prompts` prompt tokens
-/// after each tree row, from a curve of passes that return logits for
-/// every row: the rows past the ones whose logits are taken cost the
-/// curve's slope less the head's share of it (`head_share`, see
-/// [`arbor_model::Config::head_share`]).
+/// Seconds of a `ppd` pass of `rows` rows of which `logit_rows` return
+/// logits, from a curve of passes that return logits for every row: the
+/// other rows cost the curve's slope less the head's share of it
+/// (`head_share`, see [`arbor_model::Config::head_share`]).
 pub fn ppd_pass_secs(
     profile: &LatencyProfile,
     rows: usize,
-    prompts: usize,
+    logit_rows: usize,
     head_share: f64,
 ) -> f64 {
-    let tree = (rows / (1 + prompts)).max(1);
-    let logits = (tree + prompts).min(rows);
+    let logits = logit_rows.clamp(1, rows.max(1));
     let (all, taken) = (profile.at(rows), profile.at(logits));
     taken + (all - taken).max(0.0) * (1.0 - head_share)
 }

@@ -1,7 +1,8 @@
 //! Parallel prompt decoding (`ppd`): no draft model. Each pass carries the
 //! last committed token, the candidate tree planned from the prompt
-//! tokens' accuracy table ([`arbor_ppd::plan`]) with its tokens taken from
-//! the last pass's guesses, and after each of those rows the prompt tokens
+//! tokens' accuracy table ([`arbor_ppd::plan`], a dynamic sparse tree: one
+//! shape per depth the last pass's guesses reach) with its tokens taken
+//! from those guesses, and after each of those rows 1 to `m` prompt tokens
 //! (embedding rows, each seeing only its own path). The target's rows of
 //! the tree are verified as any draft tree's; the prompt rows after the
 //! deepest accepted node give the next round's guesses; the cache keeps
@@ -52,60 +53,72 @@ impl Ppd {
 impl Round for Ppd {
     fn round(&mut self, run: &mut Run<'_, '_>, on: &mut dyn FnMut(Event<'_>)) -> Result<()> {
         let prompts = self.prompts(run)?;
-        let count = prompts.count().min(prompts.accuracy.distances());
+        let m = prompts.count().min(prompts.accuracy.distances());
+        let logit_cap = crate::ppd_logit_rows(self.cfg.max_rows);
         if self.plan.is_none() {
             let profile = self.cfg.profile.clone();
             let share = run.target().config().head_share();
-            let cost = |rows: usize| {
-                profile
-                    .as_ref()
-                    .map_or(1.0, |p| crate::ppd_pass_secs(p, rows, count, share))
+            let cost = |rows: usize, logits: usize| {
+                (profile.as_ref()).map_or(1.0, |p| crate::ppd_pass_secs(p, rows, logits, share))
             };
             self.plan = Some(arbor_ppd::plan(
                 &prompts.accuracy,
-                count,
+                m,
                 self.cfg.max_rows,
+                logit_cap,
                 cost,
             )?);
         }
         let plan = self.plan.as_ref().expect("planned above");
         // Rows this pass may append: the context left after the prefix.
         let rows_left = run.context.saturating_sub(run.seq.len() - 1);
-        if plan.prompts == 0 || rows_left < arbor_ppd::pass_rows(0, count) {
+        if plan.prompts == 0 || rows_left < 2 {
             self.guesses = None;
             return run.target_step(on);
         }
         let t = Instant::now();
         let mut tree = TokenTree::new(run.root());
+        // Prompt tokens after each tree row (the committed token first):
+        // all of them when there is nothing to verify yet.
+        let most = |q: usize| q.min(rows_left - 1).min(logit_cap - 1).max(1);
+        let mut carry = vec![most(m)];
         if let Some(guesses) = &self.guesses {
-            let room = run.room(plan.tree.len());
-            let mut ids: Vec<usize> = Vec::new();
-            // Rows of logits the memory plan reserved: the tree's and one
-            // node's prompt rows.
-            let logit_room = crate::ppd_logit_rows(self.cfg.max_rows).saturating_sub(count);
-            for c in plan.tree.nodes() {
-                if ids.len() >= room
-                    || arbor_ppd::pass_rows(ids.len() + 1, count) > rows_left
-                    || ids.len() + 2 > logit_room
-                {
-                    break;
-                }
+            let state = plan
+                .state(guesses.len())
+                .expect("a plan with prompts has states");
+            carry[0] = most(state.prompts[0]);
+            let room = run.room(state.tree.len());
+            let mut rows = 1 + carry[0];
+            let mut ids: Vec<Option<usize>> = Vec::with_capacity(state.tree.len());
+            for (c, &q) in state.tree.nodes().iter().zip(&state.prompts[1..]) {
+                let parent = c.parent.map_or(Some(0), |p| ids[p]);
                 // (A head narrower than the table's ranks guesses fewer.)
-                let Some(&token) = guesses[c.depth - 1].get(c.rank) else {
-                    break;
-                };
-                let parent = c.parent.map_or(0, |p| ids[p]);
-                ids.push(tree.push(parent, token, c.value as f32));
+                let token = guesses.get(c.depth - 1).and_then(|g| g.get(c.rank));
+                let widest = carry.iter().copied().max().unwrap_or(0).max(q);
+                let fits = tree.len() - 1 < room
+                    && rows + 1 + q <= rows_left
+                    && tree.len() + 1 + widest <= logit_cap;
+                ids.push(match (parent, token) {
+                    (Some(p), Some(&token)) if fits => {
+                        rows += 1 + q;
+                        carry.push(q);
+                        Some(tree.push(p, token, c.value as f32))
+                    }
+                    _ => None,
+                });
             }
         }
         // The candidates count as drafted tokens (guessed in the last pass).
         let n = tree.len();
         run.stats.draft_tokens += n - 1;
-        // The tree's rows, then `count` prompt rows after each of them.
+        // The tree's rows, then each row's prompt tokens, each seeing its
+        // own path.
         let mut parents = tree.parents();
         let mut rows: Vec<Row<'_>> = tree.tokens().into_iter().map(Row::Token).collect();
-        for node in 0..n {
-            for i in 0..count {
+        let mut first = Vec::with_capacity(n);
+        for (node, &q) in carry.iter().enumerate() {
+            first.push(rows.len());
+            for i in 0..q {
                 let parent = if i == 0 { node } else { parents.len() - 1 };
                 parents.push(Some(parent));
                 rows.push(Row::Vector(prompts.vector(i)));
@@ -130,11 +143,11 @@ impl Round for Ppd {
         // The tree's rows come first; the verdict reads no others.
         let verdict = run.judge(&tree, &logits, &vec![None; n]);
         // The deepest accepted node's prompt rows guess past the token the
-        // target adds after it.
+        // target adds after it, as deep as it carried prompt tokens.
         let last = verdict
             .as_ref()
             .map_or(0, |v| v.accepted.last().copied().unwrap_or(0));
-        let wanted: Vec<usize> = (0..count).map(|i| n + last * count + i).collect();
+        let wanted: Vec<usize> = (first[last]..first[last] + carry[last]).collect();
         let guessed = if later {
             let l = run.target().later_logits(&wanted);
             run.target().keep_last_pass(false);
@@ -147,7 +160,7 @@ impl Round for Ppd {
         run.stats.target_secs += t.elapsed().as_secs_f64();
         let ranks = prompts.accuracy.ranks();
         self.guesses = Some(
-            (0..count)
+            (0..wanted.len())
                 .map(|i| {
                     top_logits(guessed.row(i), ranks)
                         .into_iter()
