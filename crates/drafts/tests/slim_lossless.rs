@@ -39,6 +39,7 @@ fn strategies() -> Vec<Strategy> {
             draft_profile: None,
             provisional: false,
             fallback: false,
+            draft_prompts: None,
         })),
     ]
 }

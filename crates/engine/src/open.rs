@@ -515,6 +515,22 @@ impl Run {
             )));
             c.prompts = Some(prompts);
         }
+        if let Decoding::Tree(c) = &mut strategy.decoding
+            && let Some(dp) = &mut c.draft_prompts
+            && dp.prompts.is_none()
+        {
+            let (Some(DraftSource::Model(path)), Some(draft)) = (&self.draft, self.engine.draft())
+            else {
+                return Err(EngineError::Invalid(
+                    "tree-ppd needs a draft model with trained prompt tokens (--draft)".into(),
+                ));
+            };
+            let (prompts, source) = crate::ppd::prompt_tokens_for(path, draft.config().hidden)?;
+            progress(OpenEvent::Note(&format!(
+                "tree-ppd: the draft's prompt tokens from {source}"
+            )));
+            dp.prompts = Some(prompts);
+        }
         if strategy.sized_by_profile() && self.config.tuning.profiled() {
             let wants_draft = strategy.needs_draft();
             if self

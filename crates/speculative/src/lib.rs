@@ -173,6 +173,22 @@ pub struct TreeConfig {
     /// (`tree-no-fallback`, for ablations) the tree grows to its size limit
     /// every round.
     pub fallback: bool,
+    /// `tree-ppd`: the draft reads each leaf with its own prompt tokens
+    /// after it, and their guesses extend the branch past the leaf's first
+    /// child before the draft has read them (see [`DraftPrompts`]).
+    pub draft_prompts: Option<DraftPrompts>,
+}
+
+/// The draft's prompt tokens in `tree-ppd`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DraftPrompts {
+    /// The draft's trained prompt tokens (attached by the caller; a round
+    /// without them is refused).
+    pub prompts: Option<std::sync::Arc<PromptTokens>>,
+    /// Prompt tokens a draft step carries: `None` sizes it from the draft's
+    /// latency profile and accuracy table (all of them without a profile),
+    /// 0 makes `tree-ppd` plain `tree`.
+    pub count: Option<usize>,
 }
 
 impl Default for TreeConfig {
@@ -185,6 +201,7 @@ impl Default for TreeConfig {
             draft_profile: None,
             provisional: false,
             fallback: true,
+            draft_prompts: None,
         }
     }
 }

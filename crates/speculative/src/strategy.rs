@@ -98,6 +98,7 @@ impl Decoding {
         match self {
             Decoding::Autoregressive => "autoregressive",
             Decoding::Chain { .. } => "chain",
+            Decoding::Tree(c) if c.draft_prompts.is_some() => "tree-ppd",
             Decoding::Tree(c) if c.provisional => "tree-provisional",
             Decoding::Tree(c) if !c.fallback => "tree-no-fallback",
             Decoding::Tree(_) => "tree",
@@ -120,6 +121,10 @@ impl Decoding {
             }),
             "tree-no-fallback" => Decoding::Tree(TreeConfig {
                 fallback: false,
+                ..TreeConfig::default()
+            }),
+            "tree-ppd" => Decoding::Tree(TreeConfig {
+                draft_prompts: Some(crate::DraftPrompts::default()),
                 ..TreeConfig::default()
             }),
             "static-tree" => Decoding::StaticTree { width: 2, depth: 4 },
@@ -168,6 +173,7 @@ impl Strategy {
         "tree",
         "tree-provisional",
         "tree-no-fallback",
+        "tree-ppd",
         "static-tree",
         "ppd",
     ];
@@ -329,7 +335,7 @@ mod tests {
         assert_eq!(
             help,
             "autoregressive, autoregressive-pipelined, chain, tree, tree-provisional, \
-             tree-no-fallback, static-tree or ppd"
+             tree-no-fallback, tree-ppd, static-tree or ppd"
         );
         for bad in [
             "beam",

@@ -12,11 +12,11 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use arbor_model::{Config, Decoder, LanguageModel, Logits, Mask, Result, WeightWait};
+use arbor_model::{Config, Decoder, LanguageModel, Logits, Mask, Result, Row, WeightWait};
 use arbor_sampling::SamplingParams;
 use arbor_speculative::{
-    DecodeOptions, Decoding, Event, GrowConfig, LatencyProfile, Phase, StopReason, Strategy,
-    TreeConfig, Verification, decode,
+    DecodeOptions, Decoding, DraftPrompts, Event, GrowConfig, LatencyProfile, Phase, PromptTokens,
+    StopReason, Strategy, TreeConfig, Verification, decode,
 };
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
@@ -43,6 +43,17 @@ struct Reshaped {
 impl LanguageModel for Reshaped {
     fn forward(&mut self, t: &[u32], p: &[u32], m: &Mask, rows: &[usize]) -> Result<Logits> {
         let mut l = self.inner.forward(t, p, m, rows)?;
+        l.data.iter_mut().for_each(|v| *v *= self.scale);
+        Ok(l)
+    }
+    fn forward_rows(
+        &mut self,
+        r: &[Row<'_>],
+        p: &[u32],
+        m: &Mask,
+        rows: &[usize],
+    ) -> Result<Logits> {
+        let mut l = self.inner.forward_rows(r, p, m, rows)?;
         l.data.iter_mut().for_each(|v| *v *= self.scale);
         Ok(l)
     }
@@ -124,7 +135,9 @@ fn strategies() -> impl proptest::strategy::Strategy<Value = arbor_speculative::
             1usize..4,
             0u8..4,
             any::<bool>(),
-            any::<bool>()
+            any::<bool>(),
+            0u8..3,
+            any::<u64>()
         )
             .prop_map(
                 |(
@@ -135,6 +148,8 @@ fn strategies() -> impl proptest::strategy::Strategy<Value = arbor_speculative::
                     profiles,
                     provisional,
                     fallback,
+                    guessing,
+                    seed,
                 )| {
                     // 0: no profiles; 1: target only; 2: a cheap draft (drafting
                     // pays); 3: a draft as slow as the target (plain decoding).
@@ -152,10 +167,31 @@ fn strategies() -> impl proptest::strategy::Strategy<Value = arbor_speculative::
                         // the draft's unsent subtree into the next round.
                         provisional,
                         fallback,
+                        // tree-ppd: random prompt tokens for the draft, each
+                        // step carrying 1..=3 of them or as many as its
+                        // profile makes worth it.
+                        draft_prompts: (guessing > 0).then(|| DraftPrompts {
+                            prompts: Some(Arc::new(draft_prompt_tokens(seed))),
+                            count: (guessing == 1).then_some(1 + seed as usize % 3),
+                        }),
                     }))
                 },
             ),
     ]
+}
+
+/// Three random prompt tokens for the tiny draft, with a made-up accuracy
+/// table.
+fn draft_prompt_tokens(seed: u64) -> PromptTokens {
+    let hidden = TinyModel::default().hidden;
+    let mut rng = arbor_sampling::Rng::new(seed);
+    PromptTokens {
+        hidden,
+        vectors: (0..3 * hidden)
+            .map(|_| rng.next_f64() as f32 - 0.5)
+            .collect(),
+        accuracy: arbor_ppd::Accuracy::new(vec![vec![0.6], vec![0.4], vec![0.3]]).unwrap(),
+    }
 }
 
 proptest! {

@@ -2,7 +2,9 @@
 //! target's own token for token, whatever the prompt tokens (random
 //! vectors, or embeddings of tokens the target writes, which guess often);
 //! candidates do get accepted; sampled ppd equals plain sampling at the
-//! same seed; bad prompt tokens are typed errors.
+//! same seed; bad prompt tokens are typed errors. `tree-ppd` (the draft
+//! guessing with its own prompt tokens) grows several draft tokens per
+//! draft pass and keeps the target's output.
 
 #[macro_use]
 mod common;
@@ -16,8 +18,8 @@ use arbor_model::{Config, Decoder, LanguageModel, Logits, Mask, Result, Row};
 use arbor_ppd::Accuracy;
 use arbor_sampling::SamplingParams;
 use arbor_speculative::{
-    DecodeOptions, Decoded, Decoding, LatencyProfile, PpdConfig, PromptTokens, SpecError, Strategy,
-    Verification, decode,
+    DecodeOptions, Decoded, Decoding, DraftPrompts, GrowConfig, LatencyProfile, PpdConfig,
+    PromptTokens, SpecError, Strategy, TreeConfig, Verification, decode,
 };
 use proptest::prelude::*;
 
@@ -26,6 +28,8 @@ use proptest::prelude::*;
 struct Confident {
     inner: Decoder<CandleBackend>,
     keeps: bool,
+    /// Forward passes run.
+    passes: usize,
 }
 
 impl LanguageModel for Confident {
@@ -40,6 +44,7 @@ impl LanguageModel for Confident {
         m: &Mask,
         rows: &[usize],
     ) -> Result<Logits> {
+        self.passes += 1;
         let mut l = self.inner.forward_rows(r, p, m, rows)?;
         l.data.iter_mut().for_each(|v| *v *= 12.0);
         Ok(l)
@@ -75,7 +80,11 @@ fn target() -> Confident {
     let file = GgufFile::open(&path).unwrap();
     let inner = Decoder::load(CandleBackend::new(), &file, &mut |_, _| {}).unwrap();
     std::fs::remove_file(path).ok();
-    Confident { inner, keeps: true }
+    Confident {
+        inner,
+        keeps: true,
+        passes: 0,
+    }
 }
 
 fn accuracy() -> Accuracy {
@@ -247,5 +256,51 @@ fn sampled_ppd_equals_target_only_sampling_at_the_same_seed() {
     assert!(
         accepted > 0,
         "no candidate accepted in {generated} sampled tokens"
+    );
+}
+
+/// `tree-ppd` with a perfect draft (the target itself) whose prompt tokens
+/// guess its own loops: the output is the target's, and a draft pass grows
+/// the tree by more tokens than one-leaf steps do.
+#[test]
+fn tree_ppd_grows_several_draft_tokens_per_draft_pass() {
+    let mut t = target();
+    let mut d = target();
+    // (draft tokens, draft passes) with plain steps, then guessing ones.
+    let mut seen = [(0usize, 0usize); 2];
+    for start in [3u32, 50, 111, 222, 290] {
+        let prompt = [start, start + 1, start / 2];
+        let plain = run(&mut t, &prompt, &opts(Decoding::Autoregressive, 32, vec![])).unwrap();
+        let tail: Vec<u32> = plain.tokens[plain.tokens.len() - 3..].to_vec();
+        let prompts = Arc::new(embeddings_of(&mut d, &tail));
+        for (i, count) in [0, 3].into_iter().enumerate() {
+            let cfg = TreeConfig {
+                // One child per node: a plain step grows one token.
+                grow: GrowConfig {
+                    branch_threshold: 1.0,
+                    max_children: 1,
+                },
+                max_nodes: 16,
+                draft_prompts: Some(DraftPrompts {
+                    prompts: Some(prompts.clone()),
+                    count: Some(count),
+                }),
+                ..TreeConfig::default()
+            };
+            d.passes = 0;
+            let o = opts(Decoding::Tree(cfg), 32, vec![]);
+            let got = decode(&mut t, Some(&mut d), &prompt, &o, &mut |_| {}).unwrap();
+            assert_eq!(
+                got.tokens, plain.tokens,
+                "start {start}, {count} prompt tokens"
+            );
+            seen[i].0 += got.stats.draft_tokens;
+            seen[i].1 += d.passes;
+        }
+    }
+    let per_pass = |(tokens, passes): (usize, usize)| tokens as f64 / passes as f64;
+    assert!(
+        per_pass(seen[1]) > 1.3 * per_pass(seen[0]),
+        "draft tokens per draft pass: {seen:?}"
     );
 }

@@ -192,6 +192,23 @@ impl Grower {
         ids
     }
 
+    /// Adds `token` under `node` (any node, a leaf or not) as the start of
+    /// a new open branch; `None` when `node` already has that child. For
+    /// drafts that extend branches with guesses before reading them: where
+    /// the draft disagrees with a guess, its own choice is grafted there.
+    pub fn graft(&mut self, node: usize, token: u32, prob: f32) -> Option<usize> {
+        if node >= self.tree.len() || self.tree.child_with_token(node, token).is_some() {
+            return None;
+        }
+        let id = self.tree.push(node, token, prob);
+        self.branches.push(Branch {
+            leaf: id,
+            len: 1,
+            open: true,
+        });
+        Some(id)
+    }
+
     /// Stops the branch ending in `leaf` from growing (e.g. at a stop token).
     pub fn close(&mut self, leaf: usize) {
         for b in &mut self.branches {
@@ -265,5 +282,24 @@ mod tests {
         assert_eq!(g.best_confidence(), 0.0);
         // Expanding a node that is not an open leaf changes nothing.
         assert!(g.expand(1, &[(9, 0.9)]).is_empty());
+    }
+
+    #[test]
+    fn a_graft_opens_a_branch_under_any_node_once() {
+        let mut g = Grower::new(7, GrowConfig::default());
+        let ids = g.expand(0, &[(1, 0.9)]);
+        g.expand(ids[0], &[(3, 0.5)]);
+        // Under the interior node 1, beside 3: a new open branch.
+        let id = g.graft(ids[0], 4, 0.2).unwrap();
+        assert_eq!(g.tree().node(id).parent, Some(ids[0]));
+        assert!((g.tree().node(id).cum - 0.18).abs() < 1e-6);
+        assert_eq!(g.branches().len(), 2);
+        assert!(g.branches()[1].open && g.branches()[1].leaf == id);
+        // Once per token, and only under nodes that exist.
+        assert!(g.graft(ids[0], 3, 0.1).is_none() && g.graft(ids[0], 4, 0.1).is_none());
+        assert!(g.graft(99, 5, 0.1).is_none());
+        // The new leaf grows like any other.
+        assert_eq!(g.expand(id, &[(6, 1.0)]).len(), 1);
+        assert_eq!(g.total(), 4);
     }
 }

@@ -5,6 +5,7 @@
 
 mod autoregressive;
 mod chain;
+mod guess;
 mod ppd;
 mod static_tree;
 mod tree;

@@ -14,15 +14,21 @@ use crate::run::{Grown, Run, Start};
 use crate::{Event, LatencyProfile, Result, TreeConfig, best_size};
 
 pub(super) struct Tree {
-    cfg: TreeConfig,
+    pub(super) cfg: TreeConfig,
     /// The adaptive verification threshold α.
     fallback: Fallback,
+    /// `tree-ppd`: prompt tokens each draft step carries, once sized.
+    pub(super) guesses: Option<usize>,
 }
 
 impl Tree {
     pub(super) fn new(cfg: TreeConfig) -> Self {
         let fallback = Fallback::new(cfg.alpha);
-        Self { cfg, fallback }
+        Self {
+            cfg,
+            fallback,
+            guesses: None,
+        }
     }
 }
 
@@ -38,6 +44,7 @@ impl Round for Tree {
 
 impl Tree {
     fn draft_round(&mut self, run: &mut Run<'_, '_>, on: &mut dyn FnMut(Event<'_>)) -> Result<()> {
+        let q = self.guessing(run)?;
         let cfg = &self.cfg;
         let room = run.room(cfg.max_nodes);
         if room == 0 {
@@ -82,6 +89,10 @@ impl Tree {
                 && !worth_extending(run, &g, leaf, profile, t.elapsed().as_secs_f64())
             {
                 break;
+            }
+            if q > 0 {
+                self.guess_step(run, &mut g, &mut fed, &mut dists, &mut prov, leaf, q, room)?;
+                continue;
             }
             let logits = run.draft_feed(g.tree(), &mut fed, &[leaf], true)?;
             let left = room - g.total();

@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use arbor_model::Row;
 use arbor_sampling::filtered;
 use arbor_tree::{Grower, TokenTree};
 use arbor_verify as verify;
@@ -77,6 +78,46 @@ impl Run<'_, '_> {
             self.draft_step = Some(ema(self.draft_step, secs));
         }
         Ok(logits.data)
+    }
+
+    /// Runs `nodes` of `tree` (a path, root side first, its first node's
+    /// parent already read) through the draft with `prompts` after the
+    /// last of them, as [`Run::draft_feed`] does: returns the nodes' logits
+    /// and the prompt rows' (row `i` guesses the token `i + 2` places past
+    /// the last node). The prompt rows leave no trace in the draft's cache.
+    pub(crate) fn draft_feed_guessing(
+        &mut self,
+        tree: &TokenTree,
+        fed: &mut Fed,
+        nodes: &[usize],
+        prompts: &[&[f32]],
+    ) -> Result<(Vec<f32>, Vec<f32>)> {
+        let mut parents = tree.parents();
+        let mut new = nodes.to_vec();
+        let mut rows: Vec<Row<'_>> = nodes
+            .iter()
+            .map(|&n| Row::Token(tree.node(n).token))
+            .collect();
+        for (i, v) in prompts.iter().enumerate() {
+            let parent = if i == 0 {
+                nodes[nodes.len() - 1]
+            } else {
+                parents.len() - 1
+            };
+            new.push(parents.len());
+            parents.push(Some(parent));
+            rows.push(Row::Vector(v));
+        }
+        let mask = arbor_mask::append_mask(fed.base, &parents, &fed.fed, &new)?;
+        let positions = arbor_mask::positions(fed.base, &parents, &new)?;
+        let all: Vec<usize> = (0..rows.len()).collect();
+        let d = self.draft();
+        let mut logits = d.forward_rows(&rows, &positions, &mask, &all)?;
+        let kept = d.cache_len() - prompts.len();
+        d.truncate_cache(kept)?;
+        fed.fed.extend_from_slice(nodes);
+        let guesses = logits.data.split_off(nodes.len() * logits.vocab);
+        Ok((logits.data, guesses))
     }
 
     /// The draft's proposal after a node: `width` is the most children;
@@ -160,7 +201,7 @@ pub(crate) fn top_logits(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
 
 /// The `k` most probable tokens with their softmax probabilities, most
 /// probable first (ties: lower id first).
-fn top_probs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+pub(crate) fn top_probs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
     let top = top_logits(logits, k);
     let Some(&(_, max)) = top.first() else {
         return top;

@@ -19,7 +19,7 @@ use std::time::Instant;
 use arbor_model::LanguageModel;
 use arbor_sampling::{Rng, Sampler};
 
-pub(crate) use draft::{Fed, top_logits};
+pub(crate) use draft::{Fed, top_logits, top_probs};
 use provisional::Seed;
 pub(crate) use provisional::{Grown, Start};
 
