@@ -14,8 +14,9 @@
 //! every source has its own `io`. Trees do at least as well as the chain
 //! the estimate assumes: the estimate ranks sources, the tree strategy
 //! sizes each round from what it observes. PPD (the target guessing with
-//! trained prompt tokens) is costed from its accuracy table's planned tree,
-//! its passes paying reads and compute in full.
+//! trained prompt tokens) is costed from its accuracy table's planned
+//! dynamic sparse tree, its passes overlapping reads and compute the same
+//! way.
 
 use arbor_speculative::{LatencyProfile, PPD_ROWS};
 
@@ -78,6 +79,13 @@ const ROUND_OVERHEAD: f64 = 0.015;
 impl Device {
     /// Seconds of a target pass over `n` tokens while `read` bytes stream.
     pub fn pass_secs(&self, n: usize, read: u64) -> f64 {
+        self.overlapped(self.target.at(n), read)
+    }
+
+    /// Seconds of a pass that computes for `compute` seconds while `read`
+    /// bytes stream: the reads overlap the compute except the first
+    /// streamed layer's.
+    fn overlapped(&self, compute: f64, read: u64) -> f64 {
         let bw = (self.bandwidth)(read).max(1.0);
         let io = read as f64 / bw;
         let exposed = if read == 0 {
@@ -85,28 +93,25 @@ impl Device {
         } else {
             self.mean_layer_bytes.min(read) as f64 / bw
         };
-        self.target.at(n).max(io - exposed) + exposed
+        compute.max(io - exposed) + exposed
     }
 
     /// The best depth and rate of `c` when the target streams `read` bytes
-    /// per pass (for PPD, the depth is the candidate tree's size).
+    /// per pass (for PPD, the depth is the deepest state's candidates).
     pub fn rate(&self, c: &Candidate, read: u64) -> (usize, f64) {
         let plain = 1.0 / self.pass_secs(1, read);
         let mut best = (0, plain);
         if let Some(p) = &c.ppd {
-            // Reads added to compute, none hidden: the overlap the draft
-            // estimates assume over-predicted PPD's row-heavy passes
-            // (1.5B at 800 MiB, 1 GB/s: 6.3 tok/s expected, 2.9 measured;
-            // this cost expects 2.3). The run itself sizes the tree with
-            // the overlap cost, which measured better (2.93 tok/s with
-            // 44-row passes against 2.74 with the 12-row ones this cost
-            // picks).
+            // The overlap cost, with logits for the tree rows and one
+            // node's prompt rows only: 3.9 tok/s expected for the 1.5B at
+            // 800 MiB, 1 GB/s, 3.94 measured. (With logits for every row
+            // and full sparse trees, passes did not overlap their reads as
+            // this assumes: 6.3 expected, 2.9 measured.)
             let count = p.count().min(p.accuracy.distances());
-            let io = read as f64 / (self.bandwidth)(read).max(1.0);
             let cost = |rows: usize, logits: usize| {
-                arbor_speculative::ppd_pass_secs(&self.target, rows, logits, self.head_share)
-                    + io
-                    + ROUND_OVERHEAD
+                let compute =
+                    arbor_speculative::ppd_pass_secs(&self.target, rows, logits, self.head_share);
+                self.overlapped(compute, read) + ROUND_OVERHEAD
             };
             let logit_cap = arbor_speculative::ppd_logit_rows(PPD_ROWS);
             return match arbor_ppd::plan(&p.accuracy, count, PPD_ROWS, logit_cap, cost) {

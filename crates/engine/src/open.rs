@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use arbor_speculative::{Decoding, LatencyProfile, Strategy, Streaming};
+use arbor_speculative::{Decoding, DraftPrompts, LatencyProfile, Strategy, Streaming};
 
 use crate::config::{DEFAULT_TARGET, RunConfig};
 use crate::drafts::DraftSource;
@@ -548,6 +548,21 @@ impl Run {
                 (Decoding::Ppd(c), Some(p)) => c.profile = Some(p.target_under_budget()),
                 _ => {}
             }
+        }
+        if let Decoding::Tree(c) = &strategy.decoding
+            && let Some(DraftPrompts {
+                prompts: Some(prompts),
+                count: None,
+            }) = &c.draft_prompts
+        {
+            let q = arbor_speculative::draft_guesses(prompts, c.draft_profile.as_ref());
+            let why = match &c.draft_profile {
+                Some(_) => "sized by its latency curve and accuracy",
+                None => "all of them: no latency curve",
+            };
+            progress(OpenEvent::Note(&format!(
+                "tree-ppd: the draft carries {q} prompt tokens per step ({why})"
+            )));
         }
         Ok(strategy)
     }

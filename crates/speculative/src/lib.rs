@@ -107,6 +107,29 @@ pub fn ppd_pass_secs(
     taken + (all - taken).max(0.0) * (1.0 - head_share)
 }
 
+/// Prompt tokens a `tree-ppd` draft step carries unless told: the count that maximises tokens
+/// per draft-pass second in steady state, where a pass reads the branch's
+/// first child and the `q` guesses made after it (`1 + q` rows), carries
+/// `q` prompt rows, and grows the branch by its child plus the run of
+/// guesses the draft confirms (top-1 accuracies taken as independent).
+pub fn draft_guesses(prompts: &PromptTokens, draft: Option<&LatencyProfile>) -> usize {
+    let m = prompts.count().min(prompts.accuracy.distances());
+    let Some(profile) = draft else {
+        return m;
+    };
+    let mut best = (0, 1.0 / profile.at(1));
+    let (mut tokens, mut chain) = (1.0, 1.0);
+    for q in 1..=m {
+        chain *= prompts.accuracy.top(q, 1);
+        tokens += chain;
+        let rate = tokens / profile.at(1 + 2 * q);
+        if rate > best.1 {
+            best = (q, rate);
+        }
+    }
+    best.0
+}
+
 /// Settings of [`Decoding::Ppd`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct PpdConfig {

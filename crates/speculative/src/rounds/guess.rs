@@ -14,30 +14,7 @@ use arbor_tree::Grower;
 
 use super::tree::Tree;
 use crate::run::{Fed, Run, top_probs};
-use crate::{LatencyProfile, PromptTokens, Result, SpecError};
-
-/// Prompt tokens a draft step carries: the count that maximises tokens
-/// per draft-pass second in steady state, where a pass reads the branch's
-/// first child and the `q` guesses made after it (`1 + q` rows), carries
-/// `q` prompt rows, and grows the branch by its child plus the run of
-/// guesses the draft confirms (top-1 accuracies taken as independent).
-pub(super) fn guess_count(prompts: &PromptTokens, draft: Option<&LatencyProfile>) -> usize {
-    let m = prompts.count().min(prompts.accuracy.distances());
-    let Some(profile) = draft else {
-        return m;
-    };
-    let mut best = (0, 1.0 / profile.at(1));
-    let (mut tokens, mut chain) = (1.0, 1.0);
-    for q in 1..=m {
-        chain *= prompts.accuracy.top(q, 1);
-        tokens += chain;
-        let rate = tokens / profile.at(1 + 2 * q);
-        if rate > best.1 {
-            best = (q, rate);
-        }
-    }
-    best.0
-}
+use crate::{Result, SpecError};
 
 impl Tree {
     /// The draft's prompt tokens and how many a step carries (0: plain
@@ -62,7 +39,7 @@ impl Tree {
         if self.guesses.is_none() {
             let q = dp
                 .count
-                .unwrap_or_else(|| guess_count(prompts, self.cfg.draft_profile.as_ref()));
+                .unwrap_or_else(|| crate::draft_guesses(prompts, self.cfg.draft_profile.as_ref()));
             self.guesses = Some(q.min(prompts.count()));
         }
         Ok(self.guesses.unwrap_or(0))
