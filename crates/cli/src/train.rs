@@ -44,6 +44,10 @@ pub struct PpdArgs {
     /// Prompt tokens to train.
     #[arg(long, default_value_t = 3)]
     prompt_tokens: usize,
+    /// Ensemble prompt tokens (EPTs) per prompt token: each point carries
+    /// one chain per EPT, a guess is the mean of their logits.
+    #[arg(long, default_value_t = 1)]
+    epts: usize,
     /// Insertion points per sequence.
     #[arg(long, default_value_t = 32)]
     points: usize,
@@ -113,9 +117,13 @@ fn ppd(args: &PpdArgs) -> Result<()> {
     if args.minutes.is_some_and(|m| m.is_nan() || m <= 0.0) || args.steps == Some(0) {
         bail!("--minutes and --steps must be positive");
     }
-    if args.max_len < MIN_REPLY + 8 || args.validate == 0 || args.prompt_tokens == 0 {
+    if args.max_len < MIN_REPLY + 8
+        || args.validate == 0
+        || args.prompt_tokens == 0
+        || args.epts == 0
+    {
         bail!(
-            "need --max-len ≥ {}, --validate ≥ 1 and --prompt-tokens ≥ 1",
+            "need --max-len ≥ {}, --validate ≥ 1, --prompt-tokens ≥ 1 and --epts ≥ 1",
             MIN_REPLY + 8
         );
     }
@@ -124,6 +132,7 @@ fn ppd(args: &PpdArgs) -> Result<()> {
     let ckpt = out.with_extension("ckpt.safetensors");
     let settings = Settings {
         count: args.prompt_tokens,
+        epts: args.epts,
         points: args.points,
         seed: args.seed,
         steps: args.steps,

@@ -116,7 +116,7 @@ impl Device {
                 compute + read as f64 / (self.bandwidth)(read).max(1.0) + ROUND_OVERHEAD
             };
             let logit_cap = arbor_speculative::ppd_logit_rows(PPD_ROWS);
-            return match arbor_ppd::plan(&p.accuracy, count, PPD_ROWS, logit_cap, cost) {
+            return match arbor_ppd::plan(&p.accuracy, count, p.epts, PPD_ROWS, logit_cap, cost) {
                 Ok(plan) if plan.prompts > 0 && plan.tokens_per_sec > plain => {
                     (plan.candidates(), plan.tokens_per_sec)
                 }
@@ -285,6 +285,7 @@ mod tests {
             label: "ppd".into(),
             ppd: Some(std::sync::Arc::new(arbor_speculative::PromptTokens {
                 hidden: 1,
+                epts: 1,
                 vectors: vec![0.0; 3],
                 accuracy,
             })),

@@ -421,6 +421,7 @@ mod tests {
         let mut e = estimate(None);
         e.candidate.ppd = Some(std::sync::Arc::new(arbor_speculative::PromptTokens {
             hidden: 1,
+            epts: 1,
             vectors: vec![0.0],
             accuracy: arbor_ppd::Accuracy::new(vec![vec![0.5]]).unwrap(),
         }));

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use arbor_mask::insertion_mask;
 use arbor_model::{LanguageModel, Mask, Row};
 use arbor_ppd::{AccuracyTally, PromptFile, rank_of};
-use arbor_speculative::PromptTokens;
+use arbor_speculative::{PromptTokens, ensemble};
 
 use crate::{EngineError, Result};
 
@@ -92,18 +92,24 @@ pub fn tally_guesses(
     let positions: Vec<u32> = (0..len as u32).collect();
     model.forward(seq, &positions, &Mask::causal(0, len), &[len - 1])?;
     let points: Vec<usize> = (from.max(1)..len.saturating_sub(count)).collect();
+    let e = prompts.epts;
     for chunk in points.chunks(POINTS_PER_PASS) {
-        let (mask, pos) = insertion_mask(len, chunk, count);
-        let rows: Vec<Row<'_>> = chunk
+        // One chain per EPT at each point (the ensemble mask).
+        let starts: Vec<usize> = chunk
             .iter()
-            .flat_map(|_| (0..count).map(|i| Row::Vector(prompts.vector(i))))
+            .flat_map(|&p| std::iter::repeat_n(p, e))
+            .collect();
+        let (mask, pos) = insertion_mask(len, &starts, count);
+        let rows: Vec<Row<'_>> = (0..starts.len())
+            .flat_map(|c| (0..count).map(move |i| Row::Vector(prompts.vector(i, c % e))))
             .collect();
         let all: Vec<usize> = (0..rows.len()).collect();
         let logits = model.forward_rows(&rows, &pos, &mask, &all)?;
         model.truncate_cache(len)?;
         for (b, &p) in chunk.iter().enumerate() {
-            for i in 0..count {
-                let rank = rank_of(logits.row(b * count + i), seq[p + i + 1], tally.ranks());
+            let guesses = ensemble(&logits, count, e, |i, j| (b * e + j) * count + i);
+            for (i, row) in guesses.iter().enumerate() {
+                let rank = rank_of(row, seq[p + i + 1], tally.ranks());
                 tally.add(i + 1, rank);
             }
         }
@@ -121,6 +127,7 @@ fn into_tokens(file: PromptFile, hidden: usize) -> std::result::Result<PromptTok
         .ok_or("they carry no accuracy table (a checkpoint, not a finished run?)")?;
     Ok(PromptTokens {
         hidden,
+        epts: file.epts.max(1),
         vectors: file.vectors,
         accuracy,
     })

@@ -29,19 +29,21 @@ pub struct State {
     /// Prompt tokens after the committed token (`[0]`) and after candidate
     /// `i` (`[i + 1]`); each 1..=m.
     pub prompts: Vec<usize>,
+    /// Rows per prompt token (its ensemble prompt tokens).
+    pub epts: usize,
 }
 
 impl State {
     /// Rows of the pass: the committed token, the candidates, their prompt
     /// tokens.
     pub fn rows(&self) -> usize {
-        1 + self.tree.len() + self.prompts.iter().sum::<usize>()
+        1 + self.tree.len() + self.epts * self.prompts.iter().sum::<usize>()
     }
 
     /// Rows of logits the pass needs: the committed token's and the
     /// candidates' (verification), and one node's prompt rows.
     pub fn logit_rows(&self) -> usize {
-        1 + self.tree.len() + self.prompts.iter().copied().max().unwrap_or(0)
+        1 + self.tree.len() + self.epts * self.prompts.iter().copied().max().unwrap_or(0)
     }
 
     /// For the committed token and each candidate, the chance that it ends
@@ -90,12 +92,14 @@ impl Plan {
 
 /// The plan with the most expected tokens per second, a pass of `r` rows
 /// of which `l` return logits costing `pass_secs(r, l)` seconds, with `m`
-/// prompt tokens (at most the table's distances), at most `max_rows` rows
-/// and `max_logits` rows of logits (candidates, the committed token and
-/// `m`); plain decoding (one row, one token) when nothing beats it.
+/// prompt tokens (at most the table's distances) of `epts` rows each, at
+/// most `max_rows` rows and `max_logits` rows of logits (candidates, the
+/// committed token and one node's prompt rows); plain decoding (one row,
+/// one token) when nothing beats it.
 pub fn plan(
     acc: &Accuracy,
     m: usize,
+    epts: usize,
     max_rows: usize,
     max_logits: usize,
     pass_secs: impl Fn(usize, usize) -> f64,
@@ -106,13 +110,15 @@ pub fn plan(
             acc.distances()
         )));
     }
-    if max_rows == 0 || max_logits == 0 {
-        return Err(PpdError::Request("a pass needs at least one row".into()));
+    if max_rows == 0 || max_logits == 0 || epts == 0 {
+        return Err(PpdError::Request(
+            "a pass needs at least one row, a prompt token at least one EPT".into(),
+        ));
     }
     // Candidates a pass may carry: each with a prompt token, the committed
     // token with one, and logits for them and one node's prompt rows.
-    let most = (max_rows / 2)
-        .min(max_logits.saturating_sub(m))
+    let most = (max_rows / (1 + epts))
+        .min(max_logits.saturating_sub(m * epts))
         .saturating_sub(1);
     let secs = |rows: usize, logits: usize| pass_secs(rows, logits).max(f64::MIN_POSITIVE);
     let mut best = Plan {
@@ -127,8 +133,8 @@ pub fn plan(
     let full: Vec<CandidateTree> = (1..=m)
         .map(|k| optimal_tree(acc, k, most))
         .collect::<Result<_>>()?;
-    for limit in 2..=max_rows {
-        let states = shapes(&full, m, limit);
+    for limit in 1 + epts..=max_rows {
+        let states = shapes(&full, m, epts, limit);
         let share = stationary(&states, m);
         let tokens: f64 = (states.iter().zip(&share))
             .map(|(s, p)| p * (1.0 + s.tree.expected_accepted()))
@@ -152,17 +158,17 @@ pub fn plan(
 
 /// Each state's shape within `limit` rows, the states' values settled by
 /// a few rounds of the fixed point.
-fn shapes(full: &[CandidateTree], m: usize, limit: usize) -> Vec<State> {
+fn shapes(full: &[CandidateTree], m: usize, epts: usize, limit: usize) -> Vec<State> {
     // What a pass in state k keeps: start from its tree with one prompt
     // token per node, the most candidates that leaves room for.
     let mut value: Vec<f64> = full
         .iter()
-        .map(|t| t.prefix(limit / 2 - 1).expected_accepted())
+        .map(|t| t.prefix(limit / (1 + epts) - 1).expected_accepted())
         .collect();
     let mut states = Vec::new();
     for _ in 0..4 {
         states = (full.iter())
-            .map(|t| best_shape(t, m, limit, &value))
+            .map(|t| best_shape(t, m, epts, limit, &value))
             .collect::<Vec<_>>();
         let next: Vec<f64> = states.iter().map(|s| s.tree.expected_accepted()).collect();
         if next == value {
@@ -176,20 +182,22 @@ fn shapes(full: &[CandidateTree], m: usize, limit: usize) -> Vec<State> {
 /// The shape from prefixes of `full` within `limit` rows with the most
 /// candidates kept now and, through the prompt tokens, in the next pass
 /// (`value[k - 1]`: what a pass in state `k` keeps).
-fn best_shape(full: &CandidateTree, m: usize, limit: usize, value: &[f64]) -> State {
+fn best_shape(full: &CandidateTree, m: usize, epts: usize, limit: usize, value: &[f64]) -> State {
     let gain = |q: usize| value[q] - value[q - 1];
     let mut best = (f64::NEG_INFINITY, State::default());
     // Each node carries at least one prompt token.
-    for n in 0..=full.len().min(limit / 2 - 1) {
+    for n in 0..=full.len().min(limit / (1 + epts) - 1) {
         let tree = full.prefix(n);
         let mut state = State {
             prompts: vec![1; n + 1],
             tree,
+            epts,
         };
         let exit = state.exit_mass();
-        // Spare rows go, one at a time, where the next pass gains most.
-        let mut spare = limit - 2 * (n + 1);
-        while spare > 0 {
+        // Spare rows go, a prompt token's at a time, where the next pass
+        // gains most.
+        let mut spare = limit - (1 + epts) * (n + 1);
+        while spare >= epts {
             let pick = (0..=n)
                 .filter(|&j| state.prompts[j] < m)
                 .map(|j| (exit[j] * gain(state.prompts[j]), j))
@@ -197,7 +205,7 @@ fn best_shape(full: &CandidateTree, m: usize, limit: usize, value: &[f64]) -> St
                 .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)));
             let Some((_, j)) = pick else { break };
             state.prompts[j] += 1;
-            spare -= 1;
+            spare -= epts;
         }
         let next: f64 = (exit.iter().zip(&state.prompts))
             .map(|(x, &q)| x * value[q - 1])

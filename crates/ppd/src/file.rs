@@ -3,7 +3,8 @@
 //! safetensors file. Training checkpoints use the same format with the
 //! optimizer's state as extra vectors.
 //!
-//! Tensors: `prompts` (`[count, hidden]`, f32), `accuracy`
+//! Tensors: `prompts` (`[count, hidden]`, or `[count, epts, hidden]` with
+//! ensemble prompt tokens; f32), `accuracy`
 //! (`[distances, ranks]`, f64, optional) and any extra 1-D f32 vectors;
 //! the provenance is the file's string metadata.
 
@@ -22,7 +23,10 @@ const ACCURACY: &str = "accuracy";
 pub struct PromptFile {
     /// The model's width: each prompt token is a vector of this length.
     pub hidden: usize,
-    /// `count × hidden`, prompt token by prompt token.
+    /// Vectors per prompt token (ensemble prompt tokens, EPTs; 0 is read
+    /// as 1).
+    pub epts: usize,
+    /// `count × epts × hidden`, prompt token by prompt token.
     pub vectors: Vec<f32>,
     pub accuracy: Option<Accuracy>,
     /// Other named vectors (a checkpoint's optimizer moments).
@@ -42,29 +46,28 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 impl PromptFile {
     /// Prompt tokens in the file.
     pub fn count(&self) -> usize {
-        self.vectors.len() / self.hidden.max(1)
+        self.vectors.len() / (self.hidden * self.epts.max(1)).max(1)
     }
 
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        if self.hidden == 0
-            || self.vectors.is_empty()
-            || !self.vectors.len().is_multiple_of(self.hidden)
-        {
+        let width = self.hidden * self.epts.max(1);
+        if width == 0 || self.vectors.is_empty() || !self.vectors.len().is_multiple_of(width) {
             return Err(bad(format!(
-                "{} values are not whole prompt tokens of width {}",
+                "{} values are not whole prompt tokens of {} EPTs of width {}",
                 self.vectors.len(),
+                self.epts.max(1),
                 self.hidden
             )));
         }
+        let shape = match self.epts {
+            0 | 1 => vec![self.count(), self.hidden],
+            e => vec![self.count(), e, self.hidden],
+        };
         if self.extra.contains_key(PROMPTS) || self.extra.contains_key(ACCURACY) {
             return Err(bad("an extra vector takes a reserved name"));
         }
-        let mut owned: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = vec![(
-            PROMPTS.into(),
-            Dtype::F32,
-            vec![self.count(), self.hidden],
-            f32_bytes(&self.vectors),
-        )];
+        let mut owned: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> =
+            vec![(PROMPTS.into(), Dtype::F32, shape, f32_bytes(&self.vectors))];
         if let Some(a) = &self.accuracy {
             let bytes = (1..=a.distances())
                 .flat_map(|d| (1..=a.ranks()).map(move |k| a.top(d, k)))
@@ -107,12 +110,16 @@ impl PromptFile {
                 .collect()
         };
         let (shape, data) = read(PROMPTS, Dtype::F32)?;
-        let [count, hidden] = shape[..] else {
-            return Err(bad(format!(
-                "prompts has shape {shape:?}, not [count, hidden]"
-            )));
+        let (count, epts, hidden) = match shape[..] {
+            [count, hidden] => (count, 1, hidden),
+            [count, epts, hidden] => (count, epts, hidden),
+            _ => {
+                return Err(bad(format!(
+                    "prompts has shape {shape:?}, not [count, hidden] or [count, epts, hidden]"
+                )));
+            }
         };
-        if count == 0 || hidden == 0 {
+        if count == 0 || epts == 0 || hidden == 0 {
             return Err(bad("no prompt tokens"));
         }
         let vectors = f32s(data);
@@ -150,6 +157,7 @@ impl PromptFile {
             .collect();
         Ok(Self {
             hidden,
+            epts,
             vectors,
             accuracy,
             extra,
@@ -183,6 +191,7 @@ mod tests {
     fn sample() -> PromptFile {
         PromptFile {
             hidden: 3,
+            epts: 1,
             vectors: vec![0.5, -1.0, 2.0, 3.0, 4.0, -5.5],
             accuracy: Some(Accuracy::new(vec![vec![0.4, 0.7], vec![0.2, 0.5]]).unwrap()),
             extra: [("adam.m".to_string(), vec![1.0, 2.0])].into(),
@@ -195,6 +204,15 @@ mod tests {
         let f = sample();
         let back = PromptFile::from_bytes(&f.to_bytes().unwrap()).unwrap();
         assert_eq!(back, f);
+        assert_eq!(back.count(), 2);
+        // Two prompt tokens of three EPTs.
+        let ensemble = PromptFile {
+            epts: 3,
+            vectors: (0..18).map(|x| x as f32).collect(),
+            ..sample()
+        };
+        let back = PromptFile::from_bytes(&ensemble.to_bytes().unwrap()).unwrap();
+        assert_eq!(back, ensemble);
         assert_eq!(back.count(), 2);
     }
 

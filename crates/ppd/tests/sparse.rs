@@ -174,7 +174,7 @@ proptest! {
     fn plans_keep_their_limits(acc in table(), rows in 1usize..40, logits in 1usize..12, steep in any::<bool>()) {
         let m = acc.distances();
         let cost = |r: usize, l: usize| if steep { 0.03 + 0.01 * r as f64 + 0.002 * l as f64 } else { 1.0 };
-        let p = plan(&acc, m, rows, logits, cost).unwrap();
+        let p = plan(&acc, m, 1, rows, logits, cost).unwrap();
         check_plan(&p, &acc, rows, logits);
         prop_assert!(p.tokens_per_sec >= 1.0 / cost(1, 1) - 1e-12);
     }
@@ -184,7 +184,7 @@ proptest! {
 fn a_flat_pass_cost_buys_the_largest_tree_and_a_steep_one_plain_decoding() {
     let acc = thesis_like();
     // Rows cost nothing extra (a pass waits on its reads): the most rows.
-    let flat = plan(&acc, 3, 48, 19, |_, _| 1.0).unwrap();
+    let flat = plan(&acc, 3, 1, 48, 19, |_, _| 1.0).unwrap();
     check_plan(&flat, &acc, 48, 19);
     assert_eq!(flat.prompts, 3);
     assert!(flat.rows > 40, "{}", flat.rows);
@@ -198,18 +198,18 @@ fn a_flat_pass_cost_buys_the_largest_tree_and_a_steep_one_plain_decoding() {
         flat.tokens_per_pass
     );
     // Every row costs as much as the first: nothing beats one-row passes.
-    let steep = plan(&acc, 3, 64, 19, |r, _| r as f64).unwrap();
+    let steep = plan(&acc, 3, 1, 64, 19, |r, _| r as f64).unwrap();
     assert!(steep.states.is_empty());
     assert_eq!((steep.rows, steep.prompts), (1, 0));
     assert_eq!(steep.tokens_per_pass, 1.0);
     // Resident on this CPU (the 1.5B: 27 ms a row, 12 ms each more, a
     // sixth of it the head's): plain decoding wins.
     let cpu = |r: usize, l: usize| 0.027 + 0.0098 * (r as f64 - 1.0) + 0.0017 * (l as f64 - 1.0);
-    assert!(plan(&acc, 3, 64, 19, cpu).unwrap().states.is_empty());
+    assert!(plan(&acc, 3, 1, 64, 19, cpu).unwrap().states.is_empty());
     // Streaming (a fixed read time, then the rows' compute): a smaller
     // plan than the flat one, which beats plain passes.
     let streamed = |r: usize, l: usize| 0.4 + cpu(r, l);
-    let mid = plan(&acc, 3, 64, 19, streamed).unwrap();
+    let mid = plan(&acc, 3, 1, 64, 19, streamed).unwrap();
     check_plan(&mid, &acc, 64, 19);
     assert!(mid.prompts == 3 && mid.rows < 64);
     assert!(mid.tokens_per_sec > 1.2 / streamed(1, 1));
@@ -238,15 +238,15 @@ fn bad_tables_and_requests_are_refused() {
         Err(PpdError::Request(_))
     ));
     assert!(matches!(
-        plan(&acc, 0, 64, 19, |_, _| 1.0),
+        plan(&acc, 0, 1, 64, 19, |_, _| 1.0),
         Err(PpdError::Request(_))
     ));
     assert!(matches!(
-        plan(&acc, 4, 64, 19, |_, _| 1.0),
+        plan(&acc, 4, 1, 64, 19, |_, _| 1.0),
         Err(PpdError::Request(_))
     ));
     assert!(matches!(
-        plan(&acc, 3, 0, 19, |_, _| 1.0),
+        plan(&acc, 3, 1, 0, 19, |_, _| 1.0),
         Err(PpdError::Request(_))
     ));
     assert!(optimal_tree(&acc, 0, 5).unwrap().is_empty());

@@ -50,15 +50,22 @@ use arbor_sampling::SamplingParams;
 pub use arbor_tree::GrowConfig;
 pub use arbor_verify::Typical;
 
-/// Trained prompt tokens of one target (PPD): `count` embedding vectors
-/// of the target's width, and how well they guess. Appended after a row
+/// Trained prompt tokens of one target (PPD): `count` prompt tokens of
+/// `epts` embedding vectors each (ensemble prompt tokens, EPTs; 1 makes
+/// them plain prompt tokens), and how well they guess. Appended after a row
 /// at position `P`, prompt token `i` (0-based) sits at `P + 1 + i` and
 /// guesses the token at `P + 2 + i`: `i + 1` places past the token the
-/// target itself commits after that row.
+/// target itself commits after that row. With several EPTs, the `j`-th
+/// EPTs of successive prompt tokens form a chain that sees the text and its
+/// own earlier rows only (the thesis' ensemble attention mask), and a
+/// prompt token's guess is the mean of its EPTs' logits.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PromptTokens {
     pub hidden: usize,
-    /// `count × hidden`, prompt token by prompt token.
+    /// EPTs per prompt token (at least 1).
+    pub epts: usize,
+    /// `count × epts × hidden`: prompt token by prompt token, its EPTs in
+    /// order.
     pub vectors: Vec<f32>,
     /// Top-k accuracy per distance (its distances bound the prompt tokens
     /// a pass carries).
@@ -67,13 +74,55 @@ pub struct PromptTokens {
 
 impl PromptTokens {
     pub fn count(&self) -> usize {
-        self.vectors.len() / self.hidden.max(1)
+        self.vectors.len() / (self.hidden * self.epts).max(1)
     }
 
-    /// Prompt token `i`'s embedding.
-    pub fn vector(&self, i: usize) -> &[f32] {
-        &self.vectors[i * self.hidden..(i + 1) * self.hidden]
+    /// EPT `j` of prompt token `i`.
+    pub fn vector(&self, i: usize, j: usize) -> &[f32] {
+        let at = (i * self.epts + j) * self.hidden;
+        &self.vectors[at..at + self.hidden]
     }
+
+    /// Checks the shape against a model of width `hidden`.
+    pub fn check(&self, hidden: usize) -> Result<()> {
+        if self.hidden != hidden
+            || self.epts == 0
+            || self.count() == 0
+            || self.vectors.len() != self.count() * self.epts * hidden
+        {
+            return Err(SpecError::Invalid(format!(
+                "prompt tokens of width {} ({} EPTs, {} values) for a model of width {hidden}",
+                self.hidden,
+                self.epts,
+                self.vectors.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The guess rows of prompt tokens: row `i` the mean of the `epts` rows
+/// `rows(i, j)` of `logits` (the row itself for one EPT).
+pub fn ensemble(
+    logits: &arbor_model::Logits,
+    count: usize,
+    epts: usize,
+    rows: impl Fn(usize, usize) -> usize,
+) -> Vec<Vec<f32>> {
+    (0..count)
+        .map(|i| {
+            let mut sum = logits.row(rows(i, 0)).to_vec();
+            for j in 1..epts {
+                sum.iter_mut()
+                    .zip(logits.row(rows(i, j)))
+                    .for_each(|(s, x)| *s += x);
+            }
+            if epts > 1 {
+                sum.iter_mut().for_each(|s| *s /= epts as f32);
+            }
+            sum
+        })
+        .collect()
 }
 
 /// Rows of a `ppd` pass by default (candidates and prompt tokens).
@@ -110,10 +159,11 @@ pub fn ppd_pass_secs(
 /// Prompt tokens a `tree-ppd` draft step carries unless told: the count that maximises tokens
 /// per draft-pass second in steady state, where a pass reads the branch's
 /// first child and the `q` guesses made after it (`1 + q` rows), carries
-/// `q` prompt rows, and grows the branch by its child plus the run of
+/// `q` prompt tokens (`q` rows per EPT), and grows the branch by its child plus the run of
 /// guesses the draft confirms (top-1 accuracies taken as independent).
 pub fn draft_guesses(prompts: &PromptTokens, draft: Option<&LatencyProfile>) -> usize {
     let m = prompts.count().min(prompts.accuracy.distances());
+    let e = prompts.epts;
     let Some(profile) = draft else {
         return m;
     };
@@ -122,7 +172,7 @@ pub fn draft_guesses(prompts: &PromptTokens, draft: Option<&LatencyProfile>) -> 
     for q in 1..=m {
         chain *= prompts.accuracy.top(q, 1);
         tokens += chain;
-        let rate = tokens / profile.at(1 + 2 * q);
+        let rate = tokens / profile.at(1 + q + e * q);
         if rate > best.1 {
             best = (q, rate);
         }

@@ -42,9 +42,10 @@ struct Reshaped {
 
 impl LanguageModel for Reshaped {
     fn forward(&mut self, t: &[u32], p: &[u32], m: &Mask, rows: &[usize]) -> Result<Logits> {
-        let mut l = self.inner.forward(t, p, m, rows)?;
-        l.data.iter_mut().for_each(|v| *v *= self.scale);
-        Ok(l)
+        Ok(common::scaled(
+            self.inner.forward(t, p, m, rows)?,
+            self.scale,
+        ))
     }
     fn forward_rows(
         &mut self,
@@ -53,9 +54,10 @@ impl LanguageModel for Reshaped {
         m: &Mask,
         rows: &[usize],
     ) -> Result<Logits> {
-        let mut l = self.inner.forward_rows(r, p, m, rows)?;
-        l.data.iter_mut().for_each(|v| *v *= self.scale);
-        Ok(l)
+        Ok(common::scaled(
+            self.inner.forward_rows(r, p, m, rows)?,
+            self.scale,
+        ))
     }
     delegate_to_inner!();
     fn backend_name(&self) -> &'static str {
@@ -180,14 +182,16 @@ fn strategies() -> impl proptest::strategy::Strategy<Value = arbor_speculative::
     ]
 }
 
-/// Three random prompt tokens for the tiny draft, with a made-up accuracy
-/// table.
+/// Three random prompt tokens for the tiny draft, of one or two EPTs, with
+/// a made-up accuracy table.
 fn draft_prompt_tokens(seed: u64) -> PromptTokens {
     let hidden = TinyModel::default().hidden;
+    let epts = 1 + seed as usize % 2;
     let mut rng = arbor_sampling::Rng::new(seed);
     PromptTokens {
         hidden,
-        vectors: (0..3 * hidden)
+        epts,
+        vectors: (0..3 * epts * hidden)
             .map(|_| rng.next_f64() as f32 - 0.5)
             .collect(),
         accuracy: arbor_ppd::Accuracy::new(vec![vec![0.6], vec![0.4], vec![0.3]]).unwrap(),

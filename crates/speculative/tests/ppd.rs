@@ -45,19 +45,19 @@ impl LanguageModel for Confident {
         rows: &[usize],
     ) -> Result<Logits> {
         self.passes += 1;
-        let mut l = self.inner.forward_rows(r, p, m, rows)?;
-        l.data.iter_mut().for_each(|v| *v *= 12.0);
-        Ok(l)
+        Ok(common::scaled(
+            self.inner.forward_rows(r, p, m, rows)?,
+            12.0,
+        ))
     }
     fn keep_last_pass(&mut self, on: bool) -> bool {
         self.keeps && self.inner.keep_last_pass(on)
     }
     fn later_logits(&mut self, rows: &[usize]) -> Result<Option<Logits>> {
-        let mut l = self.inner.later_logits(rows)?;
-        if let Some(l) = &mut l {
-            l.data.iter_mut().for_each(|v| *v *= 12.0);
-        }
-        Ok(l)
+        Ok(self
+            .inner
+            .later_logits(rows)?
+            .map(|l| common::scaled(l, 12.0)))
     }
     delegate_to_inner!();
     fn backend_name(&self) -> &'static str {
@@ -118,6 +118,7 @@ fn ppd(prompts: PromptTokens, max_rows: usize, profile: Option<LatencyProfile>) 
 fn embeddings_of(t: &mut Confident, tokens: &[u32]) -> PromptTokens {
     PromptTokens {
         hidden: t.config().hidden,
+        epts: 1,
         vectors: t.inner.embeddings(tokens).unwrap(),
         accuracy: accuracy(),
     }
@@ -144,6 +145,7 @@ proptest! {
         seed in any::<u64>(),
         from_tokens in any::<bool>(),
         profile in 0u8..3,
+        epts in 1usize..3,
     ) {
         let mut t = target();
         let plain = run(&mut t, &prompt, &opts(Decoding::Autoregressive, max_tokens, stop.clone())).unwrap();
@@ -156,7 +158,8 @@ proptest! {
             let mut rng = arbor_sampling::Rng::new(seed);
             PromptTokens {
                 hidden,
-                vectors: (0..count * hidden).map(|_| rng.next_f64() as f32 - 0.5).collect(),
+                epts,
+                vectors: (0..count * epts * hidden).map(|_| rng.next_f64() as f32 - 0.5).collect(),
                 accuracy: accuracy(),
             }
         };
@@ -214,6 +217,7 @@ fn bad_prompt_tokens_are_refused() {
     let narrow = ppd(
         PromptTokens {
             hidden: hidden - 1,
+            epts: 1,
             vectors: vec![0.0; 2 * (hidden - 1)],
             accuracy: accuracy(),
         },
@@ -303,4 +307,34 @@ fn tree_ppd_grows_several_draft_tokens_per_draft_pass() {
         per_pass(seen[1]) > 1.3 * per_pass(seen[0]),
         "draft tokens per draft pass: {seen:?}"
     );
+}
+
+/// Ensemble prompt tokens that are copies of good prompt tokens guess as
+/// they do (their mean is the copy): candidates get accepted, and the
+/// output is the target's. (The accuracy pass's averaging is checked
+/// against one pass per EPT in `engine/tests/ppd_accuracy.rs`.)
+#[test]
+fn copies_of_prompt_tokens_as_epts_guess_as_they_do() {
+    let mut t = target();
+    let mut accepted = [0, 0];
+    for start in [3u32, 111, 290] {
+        let prompt = [start, start + 1, start / 2];
+        let plain = run(&mut t, &prompt, &opts(Decoding::Autoregressive, 24, vec![])).unwrap();
+        let tail: Vec<u32> = plain.tokens[plain.tokens.len() - 3..].to_vec();
+        let one = embeddings_of(&mut t, &tail);
+        let hidden = one.hidden;
+        let three = PromptTokens {
+            epts: 3,
+            vectors: (one.vectors.chunks_exact(hidden))
+                .flat_map(|v| v.repeat(3))
+                .collect(),
+            ..one.clone()
+        };
+        for (i, p) in [one, three].into_iter().enumerate() {
+            let got = run(&mut t, &prompt, &opts(ppd(p, 64, None), 24, vec![])).unwrap();
+            assert_eq!(got.tokens, plain.tokens);
+            accepted[i] += got.stats.accepted_draft_tokens;
+        }
+    }
+    assert!(accepted[0] > 0 && accepted[1] > 0, "{accepted:?}");
 }

@@ -98,20 +98,28 @@ pub fn ppd_loss(
 }
 
 /// The prompt rows' logits at every insertion point of `batch`,
-/// `[points × count, vocab]` (see [`ppd_loss`] for the cache).
+/// `[points × count, vocab]` (see [`ppd_loss`] for the cache). `prompts`
+/// holds `count × epts` rows, prompt token by prompt token: with several
+/// EPTs each point carries one chain per EPT (the ensemble mask) and a
+/// prompt token's logits are the mean of its EPTs'.
 pub fn student_logits(
     model: &mut Decoder<BurnBackend>,
     prompts: &BurnTensor,
     batch: &Batch,
 ) -> Result<BurnTensor> {
-    let [count, hidden] = prompts.inner().dims();
-    if count != batch.count || hidden != model.config().hidden {
+    let [rows_in, hidden] = prompts.inner().dims();
+    let count = batch.count;
+    if count == 0
+        || rows_in == 0
+        || !rows_in.is_multiple_of(count)
+        || hidden != model.config().hidden
+    {
         return Err(TrainError::Input(format!(
-            "prompt tokens [{count}, {hidden}] for batches of {} and a model of width {}",
-            batch.count,
+            "prompt tokens [{rows_in}, {hidden}] for batches of {count} and a model of width {}",
             model.config().hidden
         )));
     }
+    let epts = rows_in / count;
     if model.cache_len() != batch.len {
         return Err(TrainError::Input(format!(
             "the cache holds {} tokens, the batch {}",
@@ -119,8 +127,8 @@ pub fn student_logits(
             batch.len
         )));
     }
-    let rows = batch.points.len() * count;
-    if batch.teacher.len() != rows * batch.vocab || batch.vocab != model.head_rows() {
+    let points = batch.points.len();
+    if batch.teacher.len() != points * count * batch.vocab || batch.vocab != model.head_rows() {
         return Err(TrainError::Input(format!(
             "teacher rows of {} tokens for a head of {}",
             batch.vocab,
@@ -129,13 +137,29 @@ pub fn student_logits(
     }
     check_points(&batch.points, count, batch.len)?;
     let device = model.backend().device().clone();
-    let picks: Vec<i64> = (0..rows).map(|r| (r % count) as i64).collect();
+    // Chain c = (point, EPT j); its row i is EPT j of prompt token i.
+    let rows = points * epts * count;
+    let picks: Vec<i64> = (0..rows)
+        .map(|r| ((r % count) * epts + (r / count) % epts) as i64)
+        .collect();
     let picks = Tensor::<1, Int>::from_data(TensorData::new(picks, [rows]), &device);
     let x = prompts.inner().clone().select(0, picks);
-    let (mask, positions) = insertion_mask(batch.len, &batch.points, count);
+    let starts: Vec<usize> = (batch.points.iter())
+        .flat_map(|&p| std::iter::repeat_n(p, epts))
+        .collect();
+    let (mask, positions) = insertion_mask(batch.len, &starts, count);
     let h = model.forward_hidden(BurnTensor::from_inner(x), &positions, &mask)?;
     let all: Vec<usize> = (0..rows).collect();
-    Ok(model.head(&h, &all)?)
+    let logits = model.head(&h, &all)?;
+    if epts == 1 {
+        return Ok(logits);
+    }
+    let v = batch.vocab;
+    let mean = (logits.inner().clone())
+        .reshape([points, epts, count, v])
+        .mean_dim(1)
+        .reshape([points * count, v]);
+    Ok(BurnTensor::from_inner(mean))
 }
 
 /// `Σ_i alpha^i · KL(teacher ‖ student)` of the prompt rows' `logits`,

@@ -34,6 +34,11 @@ pub struct Example {
 pub struct Settings {
     /// Prompt tokens (the thesis: 3).
     pub count: usize,
+    /// Ensemble prompt tokens per prompt token (1: plain prompt tokens).
+    /// The `j`-th EPTs of successive prompt tokens form a chain that sees
+    /// the text and its own earlier rows; a guess is the mean of a prompt
+    /// token's EPTs' logits.
+    pub epts: usize,
     /// Weight of prompt token `i` is `alpha^i` (0.8).
     pub alpha: f32,
     /// Peak learning rate (0.01), cosine to 0, no warm-up.
@@ -51,6 +56,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             count: 3,
+            epts: 1,
             alpha: 0.8,
             lr: 0.01,
             points: 32,
@@ -76,7 +82,7 @@ pub struct Validation {
 pub struct Run {
     pub settings: Settings,
     pub hidden: usize,
-    /// `count × hidden`.
+    /// `count × epts × hidden`, prompt token by prompt token.
     pub prompts: Vec<f32>,
     pub adam: AdamState,
     pub step: u64,
@@ -87,6 +93,25 @@ pub struct Run {
     /// `(seconds, loss)` of every step.
     pub losses: Vec<(f64, f32)>,
     pub validations: Vec<Validation>,
+}
+
+/// `init` (`count × hidden`) with each prompt token repeated `epts`
+/// times, EPT `j > 0` moved by seeded noise of 1% of the vector's RMS.
+fn spread(init: &[f32], hidden: usize, epts: usize, seed: u64) -> Vec<f32> {
+    let mut out = Vec::with_capacity(init.len() * epts);
+    for (i, v) in init.chunks_exact(hidden).enumerate() {
+        let rms = (v.iter().map(|x| x * x).sum::<f32>() / hidden as f32).sqrt();
+        for j in 0..epts {
+            out.extend(v.iter().enumerate().map(|(k, &x)| {
+                if j == 0 {
+                    return x;
+                }
+                let z = mix(seed ^ mix(((i * epts + j) * hidden + k) as u64));
+                x + rms * 0.01 * ((z >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0)
+            }));
+        }
+    }
+    out
 }
 
 /// splitmix64: the run's only randomness, seeded by the step.
@@ -129,9 +154,12 @@ pub fn choose_points(example: &Example, count: usize, n: usize, seed: u64) -> Ve
 }
 
 impl Run {
-    /// A new run from the prompt tokens' initial values.
+    /// A new run from the prompt tokens' initial values: `count × hidden`
+    /// (each EPT of a prompt token starts there, all but the first moved by
+    /// a little seeded noise, so that they can learn apart) or a whole
+    /// `count × epts × hidden`.
     pub fn new(settings: Settings, hidden: usize, init: Vec<f32>) -> Result<Self> {
-        if settings.count == 0 || settings.points == 0 {
+        if settings.count == 0 || settings.points == 0 || settings.epts == 0 {
             return Err(TrainError::Input(
                 "a run needs prompt tokens and points".into(),
             ));
@@ -147,17 +175,21 @@ impl Run {
                 settings.lr, settings.alpha
             )));
         }
-        if init.len() != settings.count * hidden {
+        let (count, epts) = (settings.count, settings.epts);
+        let prompts = if init.len() == count * epts * hidden {
+            init
+        } else if init.len() == count * hidden {
+            spread(&init, hidden, epts, settings.seed)
+        } else {
             return Err(TrainError::Input(format!(
-                "{} initial values for {} prompt tokens of width {hidden}",
+                "{} initial values for {count} prompt tokens of {epts} EPTs of width {hidden}",
                 init.len(),
-                settings.count
             )));
-        }
+        };
         Ok(Self {
             settings,
             hidden,
-            prompts: init,
+            prompts,
             adam: AdamState::default(),
             step: 0,
             seconds: 0.0,
@@ -204,7 +236,7 @@ impl Run {
         }
         let batch = teacher_log_probs(model, &example.tokens, &points, count)?;
         let b = model.backend().clone();
-        let leaf = b.leaf(&self.prompts, count, self.hidden)?;
+        let leaf = b.leaf(&self.prompts, count * self.settings.epts, self.hidden)?;
         let loss = ppd_loss(model, &leaf, &batch, self.settings.alpha)?;
         let value = b.to_vec(&loss)?[0];
         let grad = b.gradient(&loss, &leaf)?;
@@ -236,7 +268,7 @@ impl Run {
             }
             let batch = teacher_log_probs(model, &ex.tokens, &points, count)?;
             let b = model.backend().clone();
-            let x = b.tensor(&self.prompts, count, self.hidden)?;
+            let x = b.tensor(&self.prompts, count * self.settings.epts, self.hidden)?;
             let logits = student_logits(model, &x, &batch)?;
             let l = crate::ppd::distill_loss(&logits, &batch, self.settings.alpha, b.device())?;
             loss += b.to_vec(&l)?[0];
@@ -277,6 +309,7 @@ impl Run {
         let num = |x: Option<f64>| x.map_or("none".to_string(), |x| x.to_string());
         for (k, v) in [
             ("count", s.count.to_string()),
+            ("epts", s.epts.to_string()),
             ("alpha", s.alpha.to_string()),
             ("lr", s.lr.to_string()),
             ("points", s.points.to_string()),
@@ -304,6 +337,7 @@ impl Run {
         );
         PromptFile {
             hidden: self.hidden,
+            epts: s.epts,
             vectors: self.prompts.clone(),
             accuracy: None,
             extra,
@@ -341,6 +375,8 @@ impl Run {
         };
         let settings = Settings {
             count: parse("count", get("count")?)?,
+            // Checkpoints from before EPTs had one per prompt token.
+            epts: file.meta.get("epts").map_or(Ok(1), |v| parse("epts", v))?,
             alpha: parse("alpha", get("alpha")?)?,
             lr: parse("lr", get("lr")?)?,
             points: parse("points", get("points")?)?,
@@ -355,7 +391,10 @@ impl Run {
                 .ok_or_else(|| bad(format!("no `{k}`")))
         };
         let (secs, values) = (vec("loss.seconds")?, vec("loss.value")?);
-        if secs.len() != values.len() || settings.count != file.count() {
+        if secs.len() != values.len()
+            || settings.count != file.count()
+            || settings.epts != file.epts.max(1)
+        {
             return Err(bad("its parts disagree in length".into()));
         }
         let mut run = Self::new(settings, file.hidden, file.vectors.clone())?;

@@ -1,6 +1,7 @@
 //! The prompt tokens' gradient from burn's autodiff against finite
 //! differences of the loss, on a tiny random model; the loss falls when
-//! the prompt tokens step against it; the cache is reusable after a step.
+//! the prompt tokens step against it; the cache is reusable after a step;
+//! ensemble prompt tokens average their chains.
 
 use arbor_backend_burn::BurnBackend;
 use arbor_model::{Decoder, LanguageModel};
@@ -118,4 +119,50 @@ fn bad_batches_are_refused() {
     other.vocab += 1;
     other.teacher.extend(std::iter::repeat_n(0.0, 2));
     assert!(ppd_loss(&mut m, &right, &other, 0.8).is_err());
+}
+
+#[test]
+fn ensemble_prompt_tokens_average_their_chains() {
+    let mut m = model("train-epts");
+    let (count, hidden) = (2, m.config().hidden);
+    let batch = teacher_log_probs(&mut m, &TOKENS, &[3, 7], count).unwrap();
+    let p: Vec<f32> = (0..count * hidden)
+        .map(|i| ((i * 53 % 89) as f32 / 89.0 - 0.5) * 0.8)
+        .collect();
+    // Two identical EPTs per prompt token: the ensemble is the prompt
+    // token itself.
+    let twice: Vec<f32> = p
+        .chunks_exact(hidden)
+        .flat_map(|v| v.iter().chain(v).copied())
+        .collect();
+    let one = loss_at(&mut m, &p, count, &batch);
+    let two = loss_at(&mut m, &twice, 2 * count, &batch);
+    assert!((one - two).abs() < 1e-4, "{one} against {two}");
+
+    // Distinct EPTs: the gradient reaches each (EPT 1 of prompt token 1
+    // is row 3), and matches finite differences there.
+    let mut q = twice.clone();
+    q.iter_mut()
+        .enumerate()
+        .for_each(|(i, x)| *x += ((i * 17 % 13) as f32 - 6.0) * 0.02);
+    let b = m.backend().clone();
+    let leaf = b.leaf(&q, 2 * count, hidden).unwrap();
+    let loss = ppd_loss(&mut m, &leaf, &batch, 0.8).unwrap();
+    let grad = b.gradient(&loss, &leaf).unwrap().unwrap();
+    m.truncate_cache(batch.len).unwrap();
+    let eps = 1e-2f32;
+    for j in [5, hidden + 9, 3 * hidden + 2] {
+        let (mut up, mut down) = (q.clone(), q.clone());
+        up[j] += eps;
+        down[j] -= eps;
+        let numeric = (loss_at(&mut m, &up, 2 * count, &batch)
+            - loss_at(&mut m, &down, 2 * count, &batch))
+            / (2.0 * eps);
+        let tol = 2e-4 + 0.01 * numeric.abs().max(grad[j].abs());
+        assert!(
+            (numeric - grad[j]).abs() < tol,
+            "coordinate {j}: autodiff {} against {numeric}",
+            grad[j]
+        );
+    }
 }

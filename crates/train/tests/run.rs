@@ -1,6 +1,7 @@
-//! A training run on a tiny random model: steps lower the held-out loss,
-//! validation counts every distance, and a run stopped at its checkpoint
-//! goes on exactly as one that never stopped.
+//! A training run on a tiny random model, with plain and with ensemble
+//! prompt tokens: steps lower the held-out loss, validation counts every
+//! distance, and a run stopped at its checkpoint goes on exactly as one
+//! that never stopped.
 
 use arbor_backend_burn::BurnBackend;
 use arbor_model::{Decoder, LanguageModel};
@@ -36,12 +37,20 @@ fn settings() -> Settings {
 
 #[test]
 fn steps_lower_the_held_out_loss_and_a_resumed_run_matches() {
+    // Plain prompt tokens, then two ensemble prompt tokens each.
+    for epts in [1, 2] {
+        train_and_resume(Settings { epts, ..settings() });
+    }
+}
+
+fn train_and_resume(settings: Settings) {
     let mut m = model("train-run");
     let hidden = m.config().hidden;
     let init = m.embeddings(&[1, 2, 3]).unwrap();
     let (train, held_out) = (examples(4, 0), examples(2, 5));
 
-    let mut run = Run::new(settings(), hidden, init.clone()).unwrap();
+    let mut run = Run::new(settings.clone(), hidden, init.clone()).unwrap();
+    assert_eq!(run.prompts.len(), 3 * settings.epts * hidden);
     let (before, table) = run.validate(&mut m, &held_out).unwrap();
     assert_eq!((table.distances(), table.ranks()), (3, 10));
     assert_eq!(before.top1.len(), 3);
@@ -61,7 +70,7 @@ fn steps_lower_the_held_out_loss_and_a_resumed_run_matches() {
     );
 
     // Stop after 5 steps, go through the checkpoint bytes, go on.
-    let mut first = Run::new(settings(), hidden, init).unwrap();
+    let mut first = Run::new(settings, hidden, init).unwrap();
     for _ in 0..5 {
         let ex = &train[first.step as usize % train.len()];
         first.step(&mut m, ex).unwrap();

@@ -29,13 +29,7 @@ impl Tree {
         let prompts = dp.prompts.as_ref().ok_or_else(|| {
             SpecError::Invalid("tree-ppd needs the draft's trained prompt tokens".into())
         })?;
-        let hidden = run.draft.as_deref().map_or(0, |d| d.config().hidden);
-        if prompts.hidden != hidden || prompts.vectors.len() != prompts.count() * hidden {
-            return Err(SpecError::Invalid(format!(
-                "draft prompt tokens of width {} for a draft of width {hidden}",
-                prompts.hidden
-            )));
-        }
+        prompts.check(run.draft.as_deref().map_or(0, |d| d.config().hidden))?;
         if self.guesses.is_none() {
             let q = dp
                 .count
@@ -62,12 +56,15 @@ impl Tree {
         let prompts = (self.cfg.draft_prompts.as_ref())
             .and_then(|d| d.prompts.clone())
             .expect("checked by guessing()");
-        let vectors: Vec<&[f32]> = (0..q).map(|i| prompts.vector(i)).collect();
+        let e = prompts.epts;
+        let chains: Vec<Vec<&[f32]>> = (0..e)
+            .map(|j| (0..q).map(|i| prompts.vector(i, j)).collect())
+            .collect();
         // The leaf and the guessed nodes above it the draft has not read.
         let path: Vec<usize> = (g.tree().path(leaf).into_iter())
             .filter(|&n| fed.slot(n).is_none())
             .collect();
-        let (logits, guesses) = run.draft_feed_guessing(g.tree(), fed, &path, &vectors)?;
+        let (logits, guesses) = run.draft_feed_guessing(g.tree(), fed, &path, &chains)?;
         let vocab = run.vocab;
         let grow = |run: &Run<'_, '_>,
                     g: &mut Grower,
@@ -104,11 +101,11 @@ impl Tree {
         let Some(mut at) = ids.first().copied() else {
             return Ok(());
         };
-        for row in guesses.chunks_exact(vocab) {
+        for row in crate::ensemble(&guesses, q, e, |i, j| j * q + i) {
             if g.total() >= room {
                 break;
             }
-            let (token, p) = top_probs(row, 1)[0];
+            let (token, p) = top_probs(&row, 1)[0];
             let Some(&id) = g.expand(at, &[(token, p)]).first() else {
                 break;
             };

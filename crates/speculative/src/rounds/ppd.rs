@@ -38,14 +38,7 @@ impl Ppd {
         let p = self.cfg.prompts.clone().ok_or_else(|| {
             SpecError::Invalid("ppd needs trained prompt tokens for this target".into())
         })?;
-        let hidden = run.target().config().hidden;
-        if p.hidden != hidden || p.count() == 0 || p.vectors.len() != p.count() * hidden {
-            return Err(SpecError::Invalid(format!(
-                "prompt tokens of width {} ({} values) for a target of width {hidden}",
-                p.hidden,
-                p.vectors.len()
-            )));
-        }
+        p.check(run.target().config().hidden)?;
         Ok(p)
     }
 }
@@ -54,6 +47,7 @@ impl Round for Ppd {
     fn round(&mut self, run: &mut Run<'_, '_>, on: &mut dyn FnMut(Event<'_>)) -> Result<()> {
         let prompts = self.prompts(run)?;
         let m = prompts.count().min(prompts.accuracy.distances());
+        let e = prompts.epts;
         let logit_cap = crate::ppd_logit_rows(self.cfg.max_rows);
         if self.plan.is_none() {
             let profile = self.cfg.profile.clone();
@@ -64,6 +58,7 @@ impl Round for Ppd {
             self.plan = Some(arbor_ppd::plan(
                 &prompts.accuracy,
                 m,
+                e,
                 self.cfg.max_rows,
                 logit_cap,
                 cost,
@@ -72,7 +67,7 @@ impl Round for Ppd {
         let plan = self.plan.as_ref().expect("planned above");
         // Rows this pass may append: the context left after the prefix.
         let rows_left = run.context.saturating_sub(run.seq.len() - 1);
-        if plan.prompts == 0 || rows_left < 2 {
+        if plan.prompts == 0 || rows_left < 1 + e {
             self.guesses = None;
             return run.target_step(on);
         }
@@ -80,7 +75,7 @@ impl Round for Ppd {
         let mut tree = TokenTree::new(run.root());
         // Prompt tokens after each tree row (the committed token first):
         // all of them when there is nothing to verify yet.
-        let most = |q: usize| q.min(rows_left - 1).min(logit_cap - 1).max(1);
+        let most = |q: usize| q.min((rows_left - 1) / e).min((logit_cap - 1) / e).max(1);
         let mut carry = vec![most(m)];
         if let Some(guesses) = &self.guesses {
             let state = plan
@@ -88,7 +83,7 @@ impl Round for Ppd {
                 .expect("a plan with prompts has states");
             carry[0] = most(state.prompts[0]);
             let room = run.room(state.tree.len());
-            let mut rows = 1 + carry[0];
+            let mut rows = 1 + carry[0] * e;
             let mut ids: Vec<Option<usize>> = Vec::with_capacity(state.tree.len());
             for (c, &q) in state.tree.nodes().iter().zip(&state.prompts[1..]) {
                 let parent = c.parent.map_or(Some(0), |p| ids[p]);
@@ -96,11 +91,11 @@ impl Round for Ppd {
                 let token = guesses.get(c.depth - 1).and_then(|g| g.get(c.rank));
                 let widest = carry.iter().copied().max().unwrap_or(0).max(q);
                 let fits = tree.len() - 1 < room
-                    && rows + 1 + q <= rows_left
-                    && tree.len() + 1 + widest <= logit_cap;
+                    && rows + 1 + q * e <= rows_left
+                    && tree.len() + 1 + widest * e <= logit_cap;
                 ids.push(match (parent, token) {
                     (Some(p), Some(&token)) if fits => {
-                        rows += 1 + q;
+                        rows += 1 + q * e;
                         carry.push(q);
                         Some(tree.push(p, token, c.value as f32))
                     }
@@ -111,17 +106,20 @@ impl Round for Ppd {
         // The candidates count as drafted tokens (guessed in the last pass).
         let n = tree.len();
         run.stats.draft_tokens += n - 1;
-        // The tree's rows, then each row's prompt tokens, each seeing its
-        // own path.
+        // The tree's rows, then each row's prompt tokens: one chain per
+        // EPT, each seeing its own path (EPT `j` of prompt token `i` after
+        // node `k` is row `first[k] + j * carry[k] + i`).
         let mut parents = tree.parents();
         let mut rows: Vec<Row<'_>> = tree.tokens().into_iter().map(Row::Token).collect();
         let mut first = Vec::with_capacity(n);
         for (node, &q) in carry.iter().enumerate() {
             first.push(rows.len());
-            for i in 0..q {
-                let parent = if i == 0 { node } else { parents.len() - 1 };
-                parents.push(Some(parent));
-                rows.push(Row::Vector(prompts.vector(i)));
+            for j in 0..e {
+                for i in 0..q {
+                    let parent = if i == 0 { node } else { parents.len() - 1 };
+                    parents.push(Some(parent));
+                    rows.push(Row::Vector(prompts.vector(i, j)));
+                }
             }
         }
         let prefix = run.target().cache_len();
@@ -147,7 +145,8 @@ impl Round for Ppd {
         let last = verdict
             .as_ref()
             .map_or(0, |v| v.accepted.last().copied().unwrap_or(0));
-        let wanted: Vec<usize> = (first[last]..first[last] + carry[last]).collect();
+        let q = carry[last];
+        let wanted: Vec<usize> = (first[last]..first[last] + q * e).collect();
         let guessed = if later {
             let l = run.target().later_logits(&wanted);
             run.target().keep_last_pass(false);
@@ -160,13 +159,8 @@ impl Round for Ppd {
         run.stats.target_secs += t.elapsed().as_secs_f64();
         let ranks = prompts.accuracy.ranks();
         self.guesses = Some(
-            (0..wanted.len())
-                .map(|i| {
-                    top_logits(guessed.row(i), ranks)
-                        .into_iter()
-                        .map(|(t, _)| t)
-                        .collect()
-                })
+            (crate::ensemble(&guessed, q, e, |i, j| j * q + i).iter())
+                .map(|row| top_logits(row, ranks).into_iter().map(|(t, _)| t).collect())
                 .collect(),
         );
         run.settle(&tree, &verdict, on);

@@ -81,42 +81,51 @@ impl Run<'_, '_> {
     }
 
     /// Runs `nodes` of `tree` (a path, root side first, its first node's
-    /// parent already read) through the draft with `prompts` after the
-    /// last of them, as [`Run::draft_feed`] does: returns the nodes' logits
-    /// and the prompt rows' (row `i` guesses the token `i + 2` places past
-    /// the last node). The prompt rows leave no trace in the draft's cache.
+    /// parent already read) through the draft with chains of prompt-token
+    /// vectors after the last of them (one chain per EPT), as
+    /// [`Run::draft_feed`] does: returns the nodes' logits and the prompt
+    /// rows' logits, chain after chain (a chain's row `i` guesses the token
+    /// `i + 2` places past the last node). The prompt rows leave no trace
+    /// in the draft's cache.
     pub(crate) fn draft_feed_guessing(
         &mut self,
         tree: &TokenTree,
         fed: &mut Fed,
         nodes: &[usize],
-        prompts: &[&[f32]],
-    ) -> Result<(Vec<f32>, Vec<f32>)> {
+        chains: &[Vec<&[f32]>],
+    ) -> Result<(Vec<f32>, arbor_model::Logits)> {
         let mut parents = tree.parents();
         let mut new = nodes.to_vec();
         let mut rows: Vec<Row<'_>> = nodes
             .iter()
             .map(|&n| Row::Token(tree.node(n).token))
             .collect();
-        for (i, v) in prompts.iter().enumerate() {
-            let parent = if i == 0 {
-                nodes[nodes.len() - 1]
-            } else {
-                parents.len() - 1
-            };
-            new.push(parents.len());
-            parents.push(Some(parent));
-            rows.push(Row::Vector(v));
+        for chain in chains {
+            for (i, v) in chain.iter().enumerate() {
+                let parent = if i == 0 {
+                    nodes[nodes.len() - 1]
+                } else {
+                    parents.len() - 1
+                };
+                new.push(parents.len());
+                parents.push(Some(parent));
+                rows.push(Row::Vector(v));
+            }
         }
+        let extra = rows.len() - nodes.len();
         let mask = arbor_mask::append_mask(fed.base, &parents, &fed.fed, &new)?;
         let positions = arbor_mask::positions(fed.base, &parents, &new)?;
         let all: Vec<usize> = (0..rows.len()).collect();
         let d = self.draft();
         let mut logits = d.forward_rows(&rows, &positions, &mask, &all)?;
-        let kept = d.cache_len() - prompts.len();
+        let kept = d.cache_len() - extra;
         d.truncate_cache(kept)?;
         fed.fed.extend_from_slice(nodes);
-        let guesses = logits.data.split_off(nodes.len() * logits.vocab);
+        let guesses = arbor_model::Logits {
+            rows: extra,
+            vocab: logits.vocab,
+            data: logits.data.split_off(nodes.len() * logits.vocab),
+        };
         Ok((logits.data, guesses))
     }
 

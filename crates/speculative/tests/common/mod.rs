@@ -17,3 +17,9 @@ macro_rules! delegate_to_inner {
         }
     };
 }
+
+/// `logits` times `by` (a sharper, flatter or, negative, adversarial model).
+pub fn scaled(mut logits: arbor_model::Logits, by: f32) -> arbor_model::Logits {
+    logits.data.iter_mut().for_each(|v| *v *= by);
+    logits
+}
