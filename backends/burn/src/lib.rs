@@ -53,10 +53,14 @@ impl BurnBackend {
         Ok(BurnTensor(t.0.autodiff().require_grad()))
     }
 
-    /// The gradient of the single value in `loss` (`[1, 1]`) with respect
-    /// to `leaf`, as host values (`None` when `loss` does not depend on
-    /// it). The backward pass consumes `loss`'s graph: one call per loss.
-    pub fn gradient(&self, loss: &BurnTensor, leaf: &BurnTensor) -> Result<Option<Vec<f32>>> {
+    /// The gradients of the single value in `loss` (`[1, 1]`) with respect
+    /// to each of `leaves` from one backward pass (`None` for a leaf the
+    /// loss does not depend on).
+    pub fn gradients(
+        &self,
+        loss: &BurnTensor,
+        leaves: &[&BurnTensor],
+    ) -> Result<Vec<Option<Vec<f32>>>> {
         if loss.0.dims() != [1, 1] {
             return Err(shape_err(
                 "gradient",
@@ -67,10 +71,20 @@ impl BurnBackend {
             return Err(self.err("the loss was computed from no tracked leaf"));
         }
         let grads = loss.0.backward();
-        match leaf.0.grad(&grads) {
-            Some(g) => Ok(Some(g.try_to_vec_as::<f32>().map_err(|e| self.err(e))?)),
-            None => Ok(None),
-        }
+        leaves
+            .iter()
+            .map(|leaf| match leaf.0.grad(&grads) {
+                Some(g) => Ok(Some(g.try_to_vec_as::<f32>().map_err(|e| self.err(e))?)),
+                None => Ok(None),
+            })
+            .collect()
+    }
+
+    /// The gradient of the single value in `loss` (`[1, 1]`) with respect
+    /// to `leaf`, as host values (`None` when `loss` does not depend on
+    /// it). The backward pass consumes `loss`'s graph: one call per loss.
+    pub fn gradient(&self, loss: &BurnTensor, leaf: &BurnTensor) -> Result<Option<Vec<f32>>> {
+        Ok(self.gradients(loss, &[leaf])?.pop().flatten())
     }
 }
 
@@ -274,6 +288,17 @@ impl arbor_tensor::Backend for BurnBackend {
             return Err(shape_err("add", format!("[{ar}, {ac}] + [{br}, {bc}]")));
         }
         Ok(BurnTensor(a.0.clone() + b.0.clone()))
+    }
+
+    fn scale_cols(&self, x: &BurnTensor, s: &BurnTensor) -> Result<BurnTensor> {
+        let ([_, xc], [sr, sc]) = (x.0.dims(), s.0.dims());
+        if sr != 1 || sc != xc {
+            return Err(shape_err(
+                "scale_cols",
+                format!("x {:?} by [{sr}, {sc}]", x.0.dims()),
+            ));
+        }
+        Ok(BurnTensor(x.0.clone() * s.0.clone()))
     }
 
     fn swiglu(&self, gate: &BurnTensor, up: &BurnTensor) -> Result<BurnTensor> {

@@ -174,6 +174,19 @@ fn swiglu(be: &BurnBackend) {
     assert_close(&be.to_vec(&y).unwrap(), &want, "swiglu");
 }
 
+fn scale_cols(be: &BurnBackend) {
+    let mut rng = Rng(12);
+    let (n, c) = (3, 5);
+    let (x, k) = (rng.vec(n * c), rng.vec(c));
+    let y = be
+        .scale_cols(&be.tensor(&x, n, c).unwrap(), &be.tensor(&k, 1, c).unwrap())
+        .unwrap();
+    let want: Vec<f32> = x.iter().enumerate().map(|(i, v)| v * k[i % c]).collect();
+    assert_close(&be.to_vec(&y).unwrap(), &want, "scale_cols");
+    let tall = be.tensor(&x[..2 * c], 2, c).unwrap();
+    assert!(be.scale_cols(&be.tensor(&x, n, c).unwrap(), &tall).is_err());
+}
+
 fn rms_norm(be: &BurnBackend) {
     let mut rng = Rng(9);
     let (n, c, eps) = (4, 32, 1e-5);
@@ -431,6 +444,10 @@ macro_rules! device_tests {
             #[test]
             fn swiglu() {
                 super::swiglu(&be());
+            }
+            #[test]
+            fn scale_cols() {
+                super::scale_cols(&be());
             }
             #[test]
             fn rms_norm() {

@@ -171,6 +171,20 @@ impl Backend for CandleBackend {
         Ok(out)
     }
 
+    fn scale_cols(&self, x: &HostTensor, s: &HostTensor) -> Result<HostTensor> {
+        if s.rows != 1 || s.cols != x.cols {
+            return Err(shape_err(
+                "scale_cols",
+                format!("[{}, {}] by [{}, {}]", x.rows, x.cols, s.rows, s.cols),
+            ));
+        }
+        let mut out = x.clone();
+        for row in out.data.chunks_exact_mut(x.cols) {
+            row.iter_mut().zip(&s.data).for_each(|(v, k)| *v *= k);
+        }
+        Ok(out)
+    }
+
     fn swiglu(&self, gate: &HostTensor, up: &HostTensor) -> Result<HostTensor> {
         if (gate.rows, gate.cols) != (up.rows, up.cols) {
             return Err(shape_err("swiglu", "gate and up differ in shape".into()));

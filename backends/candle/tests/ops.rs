@@ -157,6 +157,10 @@ fn elementwise_ops_match_host_math() {
     assert_close(&sw, &expect, 1e-6, "swiglu");
 
     let wt = be.tensor(&w, 1, 4).unwrap();
+    let sc = be.to_vec(&be.scale_cols(&at, &wt).unwrap()).unwrap();
+    let expect: Vec<f32> = a.iter().enumerate().map(|(i, v)| v * w[i % 4]).collect();
+    assert_eq!(sc, expect, "scale_cols");
+    assert!(be.scale_cols(&at, &at).is_err());
     let n = be.to_vec(&be.rms_norm(&at, &wt, 1e-6).unwrap()).unwrap();
     for r in 0..3 {
         let row = &a[r * 4..r * 4 + 4];

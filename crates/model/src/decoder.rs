@@ -62,6 +62,8 @@ pub struct Decoder<B: Backend> {
     /// The last pass's final hidden states (before the output norm), for
     /// [`LanguageModel::later_logits`].
     pub(crate) kept: Option<B::Tensor>,
+    /// Column scales multiplied into each layer (see [`crate::Probes`]).
+    pub(crate) probes: Option<Vec<crate::Probes<B::Tensor>>>,
 }
 
 /// A tensor's index entry and bytes in `file`.
@@ -199,6 +201,7 @@ impl<B: Backend> Decoder<B> {
             resident_bytes,
             keep_last: false,
             kept: None,
+            probes: None,
         })
     }
 
@@ -305,6 +308,14 @@ impl<B: Backend> Decoder<B> {
     fn layers(&mut self, mut x: B::Tensor, positions: &[u32], mask: &Mask) -> Result<B::Tensor> {
         let (b, c) = (&self.backend, &self.config);
         let mut caches = self.cache.iter_mut();
+        let probes = self.probes.as_deref();
+        // `t` times the probe that `pick` chooses, when probing.
+        let probe = |t: B::Tensor, i: usize, pick: fn(&crate::Probes<B::Tensor>) -> &B::Tensor| {
+            match probes {
+                Some(p) => b.scale_cols(&t, pick(&p[i])),
+                None => Ok(t),
+            }
+        };
         for (i, block) in self.blocks.iter().enumerate() {
             let lease;
             let block = match block {
@@ -324,18 +335,20 @@ impl<B: Backend> Decoder<B> {
             // Attention
             let h = b.rms_norm(&x, &block.attn_norm, c.rms_eps)?;
             let a = &block.attn;
-            let q = biased(b, b.matmul(&h, &a.q)?, &a.q_bias)?;
+            let q = biased(b, probe(b.matmul(&h, &a.q)?, i, |p| &p.q)?, &a.q_bias)?;
             let k = biased(b, b.matmul(&h, &a.k)?, &a.k_bias)?;
             let v = biased(b, b.matmul(&h, &a.v)?, &a.v_bias)?;
             let q = b.rope(&q, positions, &c.rope)?;
             let k = b.rope(&k, positions, &c.rope)?;
             b.kv_append(kv, &k, &v)?;
-            let att = b.attention(&q, kv, mask, &c.heads)?;
+            let att = probe(b.attention(&q, kv, mask, &c.heads)?, i, |p| &p.attn)?;
             x = b.add(&x, &b.matmul(&att, &a.o)?)?;
             // MLP
             let h = b.rms_norm(&x, &block.ffn_norm, c.rms_eps)?;
             let m = &block.mlp;
-            let act = b.swiglu(&b.matmul(&h, &m.gate)?, &b.matmul(&h, &m.up)?)?;
+            let gate = probe(b.matmul(&h, &m.gate)?, i, |p| &p.gate)?;
+            let up = probe(b.matmul(&h, &m.up)?, i, |p| &p.up)?;
+            let act = probe(b.swiglu(&gate, &up)?, i, |p| &p.down)?;
             x = b.add(&x, &b.matmul(&act, &m.down)?)?;
         }
         Ok(x)

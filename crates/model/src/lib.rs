@@ -14,6 +14,7 @@
 mod check;
 pub mod decoder;
 pub mod layout;
+mod probes;
 mod self_draft;
 pub mod testing;
 pub mod weights;
@@ -22,6 +23,7 @@ pub use arbor_tensor::Mask;
 pub use check::{check_logit_rows, check_pass, check_tokens};
 pub use decoder::Decoder;
 pub use layout::{Config, Layout, TensorEntry};
+pub use probes::Probes;
 pub use weights::{LayerSource, LayerWeights, Lease, RowSource, held_bytes};
 
 #[derive(Debug, thiserror::Error)]

@@ -76,6 +76,7 @@ impl<B: Backend + Clone> Decoder<B> {
             resident_bytes: 0,
             keep_last: false,
             kept: None,
+            probes: None,
         })
     }
 

@@ -211,6 +211,10 @@ pub trait Backend: Send + Sync + 'static {
     fn add(&self, a: &Self::Tensor, b: &Self::Tensor) -> Result<Self::Tensor>;
     /// `silu(gate) * up`, elementwise.
     fn swiglu(&self, gate: &Self::Tensor, up: &Self::Tensor) -> Result<Self::Tensor>;
+
+    /// `x [n, c]` with column `j` multiplied by `s[0, j]` (`s` is `[1, c]`):
+    /// the probes whose gradients give units' importance.
+    fn scale_cols(&self, x: &Self::Tensor, s: &Self::Tensor) -> Result<Self::Tensor>;
     /// Row-wise RMS normalisation scaled by `weight [1, cols]`.
     fn rms_norm(&self, x: &Self::Tensor, weight: &Self::Tensor, eps: f32) -> Result<Self::Tensor>;
     /// Rotates `x [n, heads * head_dim]`, row `i` at position `positions[i]`.

@@ -7,12 +7,16 @@
 //! run first, as constants in the cache, and the prompt rows of many
 //! insertion points attend to them in one pass. [`optim`]: AdamW and the
 //! cosine schedule that update them on the host. [`run`]: a training run
-//! with its budget, validation and checkpoint.
+//! with its budget, validation and checkpoint. [`importance`]: the
+//! first-order importance of heads and neurons (elastic sub-models), from
+//! the gradients of probes multiplied into the pass.
 
+pub mod importance;
 pub mod optim;
 pub mod ppd;
 pub mod run;
 
+pub use importance::{Importance, layer_costs};
 pub use optim::{AdamState, AdamW, cosine_at, cosine_lr};
 pub use ppd::{Batch, ppd_loss, student_logits, teacher_log_probs};
 pub use run::{Example, Run, Settings, Validation, choose_points, shuffle};

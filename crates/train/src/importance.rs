@@ -1,0 +1,166 @@
+//! Units' importance for elastic sub-models (ELMS §3.2).
+//!
+//! A layer's units are its query heads (their rows of the query projection
+//! and columns of the output projection) and its MLP neurons (a row of the
+//! gate and of the up projection and a column of the down projection). A
+//! unit's importance is `|Σ_w ∂L/∂w · w|` over its weights, the loss `L`
+//! being the next-token loss of a calibration text: the first-order change
+//! of the loss were the unit removed. It needs no weight gradients: the
+//! decoder's probes (`arbor_model::Probes`, column scales of one) give
+//! exactly those sums as their gradients, summed here over the unit's
+//! columns and over the text's chunks before the absolute value is taken.
+//!
+//! A layer's own importance (for the anchor layers kept whole) is the
+//! loss increase when it is skipped.
+
+use arbor_backend_burn::{BurnBackend, BurnTensor};
+use arbor_model::{Config, Decoder, LanguageModel, Mask, Probes};
+use arbor_tensor::Backend;
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Int, Tensor, TensorData};
+
+use crate::{Result, TrainError};
+
+/// Signed sums of `∂L/∂w · w` per unit, over the calibration tokens so far.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Importance {
+    /// Per layer, one value per query head.
+    pub heads: Vec<Vec<f64>>,
+    /// Per layer, one value per MLP neuron.
+    pub neurons: Vec<Vec<f64>>,
+    /// Tokens predicted so far, and the sum of their losses (nats).
+    pub tokens: usize,
+    pub loss_sum: f64,
+}
+
+impl Importance {
+    pub fn new(c: &Config) -> Self {
+        Self {
+            heads: vec![vec![0.0; c.heads.n_heads]; c.n_layers],
+            neurons: vec![vec![0.0; c.ffn_hidden]; c.n_layers],
+            tokens: 0,
+            loss_sum: 0.0,
+        }
+    }
+
+    /// Mean next-token loss so far.
+    pub fn mean_loss(&self) -> f64 {
+        self.loss_sum / self.tokens.max(1) as f64
+    }
+
+    /// Adds one chunk of calibration text (at least two tokens; the
+    /// model's cache is emptied before and after).
+    pub fn add_chunk(&mut self, model: &mut Decoder<BurnBackend>, tokens: &[u32]) -> Result<()> {
+        let c = model.config().clone();
+        if self.heads.len() != c.n_layers
+            || self.neurons.first().map(Vec::len) != Some(c.ffn_hidden)
+        {
+            return Err(TrainError::Input(
+                "importance of another model's shape".into(),
+            ));
+        }
+        let b = model.backend().clone();
+        let q_cols = c.heads.n_heads * c.heads.head_dim;
+        let leaves = (0..c.n_layers)
+            .map(|_| -> Result<Probes<BurnTensor>> {
+                let ones = |w: usize| b.leaf(&vec![1.0; w], 1, w);
+                Ok(Probes {
+                    q: ones(q_cols)?,
+                    attn: ones(q_cols)?,
+                    gate: ones(c.ffn_hidden)?,
+                    up: ones(c.ffn_hidden)?,
+                    down: ones(c.ffn_hidden)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        model.set_probes(Some(leaves.clone()))?;
+        let loss = next_token_loss(model, tokens);
+        model.set_probes(None)?;
+        model.truncate_cache(0)?;
+        let loss = loss?;
+        let all: Vec<&BurnTensor> = (leaves.iter())
+            .flat_map(|p| [&p.q, &p.attn, &p.gate, &p.up, &p.down])
+            .collect();
+        let value = b.to_vec(&loss)?[0] as f64;
+        let grads = b.gradients(&loss, &all)?;
+        let grad = |k: usize| grads[k].clone().unwrap_or_default();
+        let hd = c.heads.head_dim;
+        for l in 0..c.n_layers {
+            let [q, attn, gate, up, down] = [0, 1, 2, 3, 4].map(|j| grad(5 * l + j));
+            for (h, v) in self.heads[l].iter_mut().enumerate() {
+                let cols = h * hd..(h + 1) * hd;
+                *v +=
+                    (q.get(cols.clone()).map_or(0.0, sum) + attn.get(cols).map_or(0.0, sum)) as f64;
+            }
+            for (n, v) in self.neurons[l].iter_mut().enumerate() {
+                let at = |g: &[f32]| g.get(n).copied().unwrap_or(0.0);
+                *v += (at(&gate) + at(&up) + at(&down)) as f64;
+            }
+        }
+        self.tokens += tokens.len() - 1;
+        self.loss_sum += value;
+        Ok(())
+    }
+}
+
+fn sum(v: &[f32]) -> f32 {
+    v.iter().sum()
+}
+
+/// The summed next-token loss (nats) of `tokens` from an empty cache,
+/// `[1, 1]` (tracked where the model's probes are).
+fn next_token_loss(model: &mut Decoder<BurnBackend>, tokens: &[u32]) -> Result<BurnTensor> {
+    let n = tokens.len();
+    if n < 2 {
+        return Err(TrainError::Input(
+            "a calibration chunk needs two tokens".into(),
+        ));
+    }
+    model.truncate_cache(0)?;
+    let x = model.embed_rows(
+        &tokens[..n - 1]
+            .iter()
+            .map(|&t| arbor_model::Row::Token(t))
+            .collect::<Vec<_>>(),
+    )?;
+    let positions: Vec<u32> = (0..(n - 1) as u32).collect();
+    let h = model.forward_hidden(x, &positions, &Mask::causal(0, n - 1))?;
+    let rows: Vec<usize> = (0..n - 1).collect();
+    let logits = model.head(&h, &rows)?;
+    let device = model.backend().device().clone();
+    let targets: Vec<i64> = tokens[1..].iter().map(|&t| t as i64).collect();
+    let targets = Tensor::<2, Int>::from_data(TensorData::new(targets, [n - 1, 1]), &device);
+    let picked = log_softmax(logits.inner().clone(), 1).gather(1, targets);
+    Ok(BurnTensor::from_inner(picked.sum().neg().reshape([1, 1])))
+}
+
+/// The mean next-token loss of `chunks` with each layer skipped in turn,
+/// less the loss with every layer: the loss each layer's removal costs.
+/// Also returns the full model's mean loss.
+pub fn layer_costs(
+    model: &Decoder<BurnBackend>,
+    chunks: &[Vec<u32>],
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<(f64, Vec<f64>)> {
+    let layers = model.config().n_layers;
+    let mean = |keep: &[bool]| -> Result<f64> {
+        let mut d = model.self_draft_with(keep)?;
+        let (mut total, mut n) = (0.0, 0usize);
+        for c in chunks {
+            let l = next_token_loss(&mut d, c)?;
+            total += d.backend().to_vec(&l)?[0] as f64;
+            n += c.len() - 1;
+            d.truncate_cache(0)?;
+        }
+        Ok(total / n.max(1) as f64)
+    };
+    let base = mean(&vec![true; layers])?;
+    let mut costs = Vec::with_capacity(layers);
+    for l in 0..layers {
+        progress(l, layers);
+        let keep: Vec<bool> = (0..layers).map(|i| i != l).collect();
+        costs.push(mean(&keep)? - base);
+    }
+    progress(layers, layers);
+    Ok((base, costs))
+}

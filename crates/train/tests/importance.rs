@@ -1,0 +1,161 @@
+//! Units' importance from probe gradients against finite differences of
+//! the loss when a unit's weights are scaled, on a tiny random model;
+//! probes of one change no logit; each layer's removal cost.
+
+use arbor_backend_burn::{BurnBackend, BurnTensor};
+use arbor_model::{Decoder, LanguageModel, Mask, Probes};
+use arbor_tensor::Backend;
+use arbor_train::{Importance, layer_costs};
+
+mod common;
+
+const TEXT: [u32; 14] = [3, 17, 42, 8, 8, 51, 2, 33, 19, 60, 7, 1, 12, 40];
+
+/// Probes that scale head `head` of layer `layer` (its query rows and
+/// output columns) or neuron `neuron` by `k`; all other columns by 1.
+fn scaled(
+    m: &Decoder<BurnBackend>,
+    layer: usize,
+    head: Option<usize>,
+    neuron: Option<usize>,
+    k: f32,
+) -> Vec<Probes<BurnTensor>> {
+    let c = m.config();
+    let (hd, q) = (c.heads.head_dim, c.heads.n_heads * c.heads.head_dim);
+    let b = m.backend();
+    let vec = |w: usize, cols: Option<std::ops::Range<usize>>, on: bool| {
+        let v: Vec<f32> = (0..w)
+            .map(|i| {
+                if on && cols.as_ref().is_some_and(|r| r.contains(&i)) {
+                    k
+                } else {
+                    1.0
+                }
+            })
+            .collect();
+        b.tensor(&v, 1, w).unwrap()
+    };
+    (0..c.n_layers)
+        .map(|l| {
+            let h = head.map(|h| h * hd..(h + 1) * hd);
+            let n = neuron.map(|n| n..n + 1);
+            let here = l == layer;
+            Probes {
+                q: vec(q, h.clone(), here),
+                attn: vec(q, h, here),
+                gate: vec(c.ffn_hidden, n.clone(), here),
+                up: vec(c.ffn_hidden, n.clone(), here),
+                down: vec(c.ffn_hidden, n, here),
+            }
+        })
+        .collect()
+}
+
+/// The summed next-token loss of `TEXT` under `probes`.
+fn loss(m: &mut Decoder<BurnBackend>, probes: Vec<Probes<BurnTensor>>) -> f64 {
+    m.set_probes(Some(probes)).unwrap();
+    let n = TEXT.len();
+    m.truncate_cache(0).unwrap();
+    let pos: Vec<u32> = (0..(n - 1) as u32).collect();
+    let rows: Vec<usize> = (0..n - 1).collect();
+    let logits = m
+        .forward(&TEXT[..n - 1], &pos, &Mask::causal(0, n - 1), &rows)
+        .unwrap();
+    m.set_probes(None).unwrap();
+    m.truncate_cache(0).unwrap();
+    (0..n - 1)
+        .map(|r| {
+            let row = logits.row(r);
+            let max = row.iter().cloned().fold(f32::MIN, f32::max) as f64;
+            let lse = max
+                + row
+                    .iter()
+                    .map(|&x| (x as f64 - max).exp())
+                    .sum::<f64>()
+                    .ln();
+            lse - row[TEXT[r + 1] as usize] as f64
+        })
+        .sum()
+}
+
+#[test]
+fn probe_gradients_are_the_loss_change_of_scaling_a_unit() {
+    let mut m = common::tiny("importance", 21);
+    let c = m.config().clone();
+    // Probes of one change nothing.
+    let n = TEXT.len();
+    let pos: Vec<u32> = (0..n as u32).collect();
+    let plain = m
+        .forward(&TEXT, &pos, &Mask::causal(0, n), &[n - 1])
+        .unwrap();
+    m.truncate_cache(0).unwrap();
+    m.set_probes(Some(scaled(&m, 0, None, None, 1.0))).unwrap();
+    let probed = m
+        .forward(&TEXT, &pos, &Mask::causal(0, n), &[n - 1])
+        .unwrap();
+    m.set_probes(None).unwrap();
+    m.truncate_cache(0).unwrap();
+    assert_eq!(plain, probed);
+
+    let mut imp = Importance::new(&c);
+    imp.add_chunk(&mut m, &TEXT).unwrap();
+    assert_eq!(imp.tokens, n - 1);
+    assert_eq!(m.cache_len(), 0);
+    let ones = scaled(&m, 0, None, None, 1.0);
+    let full = loss(&mut m, ones);
+    assert!(
+        (imp.loss_sum - full).abs() < 1e-3 * full,
+        "{} vs {full}",
+        imp.loss_sum
+    );
+
+    let eps = 1e-2f32;
+    let fd = |m: &mut Decoder<BurnBackend>, l, h, nn| {
+        let (up, down) = (
+            scaled(m, l, h, nn, 1.0 + eps),
+            scaled(m, l, h, nn, 1.0 - eps),
+        );
+        let (up, down) = (loss(m, up), loss(m, down));
+        (up - down) / (2.0 * eps as f64)
+    };
+    for (l, h) in [(0, 0), (0, 3), (1, 2)] {
+        let numeric = fd(&mut m, l, Some(h), None);
+        let got = imp.heads[l][h];
+        assert!(
+            (numeric - got).abs() < 2e-3 + 0.02 * numeric.abs().max(got.abs()),
+            "layer {l} head {h}: {got} against {numeric}"
+        );
+    }
+    for (l, nn) in [(0, 5), (1, 0), (1, 47)] {
+        let numeric = fd(&mut m, l, None, Some(nn));
+        let got = imp.neurons[l][nn];
+        assert!(
+            (numeric - got).abs() < 2e-3 + 0.02 * numeric.abs().max(got.abs()),
+            "layer {l} neuron {nn}: {got} against {numeric}"
+        );
+    }
+    // Not all zero, and a second chunk adds up.
+    assert!(imp.neurons.iter().flatten().any(|&v| v.abs() > 1e-3));
+    let before = imp.clone();
+    imp.add_chunk(&mut m, &TEXT).unwrap();
+    assert_eq!(imp.tokens, 2 * (n - 1));
+    assert!((imp.heads[1][2] - 2.0 * before.heads[1][2]).abs() < 1e-4);
+}
+
+#[test]
+fn each_layer_s_removal_has_a_cost() {
+    let m = common::tiny("importance-layers", 22);
+    let chunks = vec![TEXT.to_vec(), TEXT[3..].to_vec()];
+    let mut ticks = 0;
+    let (base, costs) = layer_costs(&m, &chunks, &mut |_, _| ticks += 1).unwrap();
+    assert!(base > 0.0);
+    assert_eq!(costs.len(), m.config().n_layers);
+    assert!(costs.iter().all(|c| c.is_finite() && *c != 0.0));
+    assert_eq!(ticks, m.config().n_layers + 1);
+    let mut bad = m.self_draft_with(&[true, true]).unwrap();
+    assert!(
+        Importance::new(bad.config())
+            .add_chunk(&mut bad, &[1])
+            .is_err()
+    );
+}
