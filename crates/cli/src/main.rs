@@ -4,6 +4,7 @@
 
 mod args;
 mod bench;
+mod elastic;
 mod generate;
 mod live;
 mod profile;
@@ -79,6 +80,11 @@ enum Command {
     /// Derive a slim draft from a draft model: its output head restricted
     /// to the K most frequent tokens of a corpus, layers requantized.
     Slim(slim::SlimArgs),
+    /// Elastic sub-models (ELMS): unit importance so far.
+    Elastic {
+        #[command(subcommand)]
+        which: elastic::ElasticCommand,
+    },
     /// Train what a model's decoding learns (PPD prompt tokens).
     Train {
         #[command(subcommand)]
@@ -139,6 +145,7 @@ fn run() -> Result<()> {
         }
         Command::Profile(args) => profile::run(&args, device),
         Command::Slim(args) => slim::run(&args),
+        Command::Elastic { which } => elastic::run(which),
         Command::Train { which } => train::run(which),
         Command::Bench { which } => bench::run(which, device),
     }

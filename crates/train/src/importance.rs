@@ -164,3 +164,116 @@ pub fn layer_costs(
     progress(layers, layers);
     Ok((base, costs))
 }
+
+/// Importance as written to disk: the sums, each layer's removal cost
+/// (empty until measured) and free-form provenance, in a safetensors file
+/// (`heads` `[layers, heads]`, `neurons` `[layers, ffn]`, `layer_costs`
+/// `[layers]`, all f64; `tokens` and `loss_sum` in the metadata).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportanceFile {
+    pub importance: Importance,
+    pub layer_costs: Vec<f64>,
+    pub meta: std::collections::BTreeMap<String, String>,
+}
+
+impl ImportanceFile {
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        use safetensors::tensor::{Dtype, TensorView};
+        let imp = &self.importance;
+        let bad = |m: String| TrainError::Input(format!("importance file: {m}"));
+        let width = |v: &[Vec<f64>]| v.first().map_or(0, Vec::len);
+        if imp.heads.iter().any(|h| h.len() != width(&imp.heads))
+            || imp.neurons.iter().any(|n| n.len() != width(&imp.neurons))
+            || imp.heads.len() != imp.neurons.len()
+        {
+            return Err(bad("ragged per-layer values".into()));
+        }
+        let f64s = |v: &mut dyn Iterator<Item = f64>| -> Vec<u8> {
+            v.flat_map(|x| x.to_le_bytes()).collect()
+        };
+        let mut owned = vec![
+            (
+                "heads",
+                vec![imp.heads.len(), width(&imp.heads)],
+                f64s(&mut imp.heads.iter().flatten().copied()),
+            ),
+            (
+                "neurons",
+                vec![imp.neurons.len(), width(&imp.neurons)],
+                f64s(&mut imp.neurons.iter().flatten().copied()),
+            ),
+        ];
+        if !self.layer_costs.is_empty() {
+            owned.push((
+                "layer_costs",
+                vec![self.layer_costs.len()],
+                f64s(&mut self.layer_costs.iter().copied()),
+            ));
+        }
+        let views = owned
+            .iter()
+            .map(|(n, shape, bytes)| {
+                TensorView::new(Dtype::F64, shape.clone(), bytes).map(|v| (*n, v))
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| bad(e.to_string()))?;
+        let mut meta: std::collections::HashMap<String, String> =
+            self.meta.clone().into_iter().collect();
+        meta.insert("tokens".into(), imp.tokens.to_string());
+        meta.insert("loss_sum".into(), imp.loss_sum.to_string());
+        safetensors::serialize(views, Some(meta)).map_err(|e| bad(e.to_string()))
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        use safetensors::tensor::{Dtype, SafeTensors};
+        let bad = |m: String| TrainError::Input(format!("importance file: {m}"));
+        let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| bad(e.to_string()))?;
+        let st = SafeTensors::deserialize(bytes).map_err(|e| bad(e.to_string()))?;
+        let read = |name: &str| -> Result<(Vec<usize>, Vec<f64>)> {
+            let t = st.tensor(name).map_err(|e| bad(format!("{name}: {e}")))?;
+            if t.dtype() != Dtype::F64 {
+                return Err(bad(format!("{name} is {:?}, not F64", t.dtype())));
+            }
+            let v = (t.data().chunks_exact(8))
+                .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect();
+            Ok((t.shape().to_vec(), v))
+        };
+        let rows = |name: &str| -> Result<Vec<Vec<f64>>> {
+            let (shape, v) = read(name)?;
+            match shape[..] {
+                [_, w] if w > 0 => Ok(v.chunks(w).map(<[f64]>::to_vec).collect()),
+                _ => Err(bad(format!("{name} has shape {shape:?}"))),
+            }
+        };
+        let (heads, neurons) = (rows("heads")?, rows("neurons")?);
+        if heads.len() != neurons.len() {
+            return Err(bad("heads and neurons cover different layers".into()));
+        }
+        let layer_costs = match st.names().contains(&"layer_costs") {
+            true => read("layer_costs")?.1,
+            false => Vec::new(),
+        };
+        let mut meta: std::collections::BTreeMap<String, String> = header
+            .metadata()
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let mut num = |k: &str| -> Result<f64> {
+            let v = meta.remove(k).ok_or_else(|| bad(format!("no `{k}`")))?;
+            v.parse().map_err(|_| bad(format!("`{k}` is `{v}`")))
+        };
+        let (tokens, loss_sum) = (num("tokens")? as usize, num("loss_sum")?);
+        Ok(Self {
+            importance: Importance {
+                heads,
+                neurons,
+                tokens,
+                loss_sum,
+            },
+            layer_costs,
+            meta,
+        })
+    }
+}

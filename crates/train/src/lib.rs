@@ -16,7 +16,7 @@ pub mod optim;
 pub mod ppd;
 pub mod run;
 
-pub use importance::{Importance, layer_costs};
+pub use importance::{Importance, ImportanceFile, layer_costs};
 pub use optim::{AdamState, AdamW, cosine_at, cosine_lr};
 pub use ppd::{Batch, ppd_loss, student_logits, teacher_log_probs};
 pub use run::{Example, Run, Settings, Validation, choose_points, shuffle};

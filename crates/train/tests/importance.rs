@@ -159,3 +159,24 @@ fn each_layer_s_removal_has_a_cost() {
             .is_err()
     );
 }
+
+#[test]
+fn an_importance_file_reads_back_as_written() {
+    let m = common::tiny("importance-file", 23);
+    let mut imp = Importance::new(m.config());
+    imp.heads[1][2] = -0.25;
+    imp.neurons[0][7] = 3.5;
+    imp.tokens = 13;
+    imp.loss_sum = 40.5;
+    let f = arbor_train::ImportanceFile {
+        importance: imp,
+        layer_costs: vec![0.5, 1.25],
+        meta: [("model".to_string(), "tiny".to_string())].into(),
+    };
+    let back = arbor_train::ImportanceFile::from_bytes(&f.to_bytes().unwrap()).unwrap();
+    assert_eq!(back, f);
+    let mut bytes = f.to_bytes().unwrap();
+    bytes.truncate(bytes.len() - 3);
+    assert!(arbor_train::ImportanceFile::from_bytes(&bytes).is_err());
+    assert!(arbor_train::ImportanceFile::from_bytes(b"nonsense").is_err());
+}
