@@ -23,6 +23,31 @@ fn loss_at(m: &mut Decoder<BurnBackend>, p: &[f32], count: usize, batch: &Batch)
     v
 }
 
+/// `grad` (of the loss at `p`, `rows` prompt rows) against central
+/// differences at each of `coords`.
+fn matches_differences(
+    m: &mut Decoder<BurnBackend>,
+    p: &[f32],
+    rows: usize,
+    batch: &Batch,
+    grad: &[f32],
+    coords: &[usize],
+) {
+    let eps = 1e-2f32;
+    for &j in coords {
+        let (mut up, mut down) = (p.to_vec(), p.to_vec());
+        up[j] += eps;
+        down[j] -= eps;
+        let numeric = (loss_at(m, &up, rows, batch) - loss_at(m, &down, rows, batch)) / (2.0 * eps);
+        let tol = 2e-4 + 0.01 * numeric.abs().max(grad[j].abs());
+        assert!(
+            (numeric - grad[j]).abs() < tol,
+            "coordinate {j}: autodiff {} against {numeric}",
+            grad[j]
+        );
+    }
+}
+
 #[test]
 fn autodiff_matches_finite_differences_and_descent_lowers_the_loss() {
     let mut m = model("train-grad");
@@ -47,28 +72,15 @@ fn autodiff_matches_finite_differences_and_descent_lowers_the_loss() {
     assert!((loss_at(&mut m, &p, count, &batch) - tracked).abs() < 1e-5);
 
     // Central differences on a spread of coordinates, every prompt token.
-    let eps = 1e-2f32;
-    for j in [
+    let coords = [
         0,
         7,
         hidden + 3,
         hidden + 20,
         2 * hidden + 1,
         3 * hidden - 1,
-    ] {
-        let mut up = p.clone();
-        up[j] += eps;
-        let mut down = p.clone();
-        down[j] -= eps;
-        let numeric = (loss_at(&mut m, &up, count, &batch) - loss_at(&mut m, &down, count, &batch))
-            / (2.0 * eps);
-        let tol = 2e-4 + 0.01 * numeric.abs().max(grad[j].abs());
-        assert!(
-            (numeric - grad[j]).abs() < tol,
-            "coordinate {j}: autodiff {} against {numeric}",
-            grad[j]
-        );
-    }
+    ];
+    matches_differences(&mut m, &p, count, &batch, &grad, &coords);
 
     // A few plain gradient steps lower the loss (the cache is reused).
     let mut q = p.clone();
@@ -150,19 +162,12 @@ fn ensemble_prompt_tokens_average_their_chains() {
     let loss = ppd_loss(&mut m, &leaf, &batch, 0.8).unwrap();
     let grad = b.gradient(&loss, &leaf).unwrap().unwrap();
     m.truncate_cache(batch.len).unwrap();
-    let eps = 1e-2f32;
-    for j in [5, hidden + 9, 3 * hidden + 2] {
-        let (mut up, mut down) = (q.clone(), q.clone());
-        up[j] += eps;
-        down[j] -= eps;
-        let numeric = (loss_at(&mut m, &up, 2 * count, &batch)
-            - loss_at(&mut m, &down, 2 * count, &batch))
-            / (2.0 * eps);
-        let tol = 2e-4 + 0.01 * numeric.abs().max(grad[j].abs());
-        assert!(
-            (numeric - grad[j]).abs() < tol,
-            "coordinate {j}: autodiff {} against {numeric}",
-            grad[j]
-        );
-    }
+    matches_differences(
+        &mut m,
+        &q,
+        2 * count,
+        &batch,
+        &grad,
+        &[5, hidden + 9, 3 * hidden + 2],
+    );
 }
