@@ -1,7 +1,9 @@
 //! `arbor elastic`: elastic sub-models (ELMS). So far `importance`: each
 //! query head's and MLP neuron's first-order importance on a calibration
 //! text, and each layer's removal cost (the anchor layers are the costliest
-//! ~20%), written to a file the build will order units by.
+//! ~20%), written to a file the build will order units by; and `eval`: the
+//! perplexity of each level's sub-model by masking units, against file
+//! order and against dropping whole layers.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,7 +11,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use arbor_engine::{LanguageModel, Tokenizer};
-use arbor_plot::{BarChart, Series, bar_chart};
+use arbor_plot::{BarChart, LineChart, LineSeries, Series, bar_chart, line_chart};
 use arbor_train::{Importance, ImportanceFile, layer_costs};
 use clap::{Args, Subcommand};
 
@@ -20,6 +22,44 @@ pub enum ElasticCommand {
     /// Importance of every query head and MLP neuron (|Σ ∂L/∂w·w| on a
     /// calibration text) and each layer's removal cost.
     Importance(ImportanceArgs),
+    /// Perplexity of the sub-model each level keeps (units masked, no file
+    /// rebuilt), by importance order, by file order, and by dropping whole
+    /// layers instead.
+    Eval(EvalArgs),
+}
+
+#[derive(Args)]
+pub struct EvalArgs {
+    /// Model (path or short name).
+    #[arg(long)]
+    model: String,
+    /// Importance file (default: `arbor elastic importance`'s output).
+    #[arg(long)]
+    importance: Option<PathBuf>,
+    /// Levels: fractions of each non-anchor layer's units kept.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1.0"
+    )]
+    levels: Vec<f64>,
+    /// Held-out text: a file or a dataset name.
+    #[arg(long, default_value = "brown")]
+    text: String,
+    /// Tokens of it to skip first (past the calibration tokens).
+    #[arg(long, default_value_t = 8192)]
+    skip: usize,
+    /// Tokens evaluated.
+    #[arg(long, default_value_t = 2048)]
+    tokens: usize,
+    #[arg(long, default_value_t = 256)]
+    chunk: usize,
+    /// Share of layers kept whole (the costliest to remove).
+    #[arg(long, default_value_t = 0.2)]
+    anchors: f64,
+    /// Where to draw perplexity against level.
+    #[arg(long, default_value = "arbor-elastic-eval.png")]
+    plot: PathBuf,
 }
 
 #[derive(Args)]
@@ -49,7 +89,17 @@ pub struct ImportanceArgs {
 pub fn run(which: ElasticCommand) -> Result<()> {
     match which {
         ElasticCommand::Importance(args) => importance(&args),
+        ElasticCommand::Eval(args) => eval(&args),
     }
+}
+
+fn default_importance(model: &Path) -> PathBuf {
+    let stem = model
+        .file_stem()
+        .map_or("model".into(), |s| s.to_string_lossy().into_owned());
+    arbor_fetch::arbor_home()
+        .join("elastic")
+        .join(format!("{stem}.importance.safetensors"))
 }
 
 fn calibration_text(name: &str) -> Result<String> {
@@ -98,14 +148,10 @@ fn importance(args: &ImportanceArgs) -> Result<()> {
     let (base, costs) = layer_costs(&model, &chunks[..take], &mut progress::count_bar("layers"))?;
     let layer_secs = start.elapsed().as_secs_f64();
 
-    let out = args.out.clone().unwrap_or_else(|| {
-        let stem = model_path
-            .file_stem()
-            .map_or("model".into(), |s| s.to_string_lossy().into_owned());
-        arbor_fetch::arbor_home()
-            .join("elastic")
-            .join(format!("{stem}.importance.safetensors"))
-    });
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| default_importance(&model_path));
     let meta: BTreeMap<String, String> = [
         ("model", model_path.display().to_string()),
         ("calibration", args.calibration.clone()),
@@ -184,4 +230,95 @@ fn plot(f: &ImportanceFile, path: &Path) -> Result<()> {
         reference: None,
     };
     bar_chart(&chart, path).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+fn eval(args: &EvalArgs) -> Result<()> {
+    use arbor_train::prune::{Order, keep_at, masks};
+    if args.levels.iter().any(|&l| !(l > 0.0 && l <= 1.0)) || !(0.0..1.0).contains(&args.anchors) {
+        bail!("levels must be in (0, 1] and --anchors in [0, 1)");
+    }
+    if args.chunk < 2 || args.tokens < args.chunk {
+        bail!("need --chunk ≥ 2 and --tokens ≥ --chunk");
+    }
+    let model_path = arbor_fetch::resolve_model(&args.model)?;
+    let imp_path = args
+        .importance
+        .clone()
+        .unwrap_or_else(|| default_importance(&model_path));
+    let bytes = std::fs::read(&imp_path).with_context(|| {
+        format!(
+            "reading {} (run `arbor elastic importance --model {}` first)",
+            imp_path.display(),
+            args.model
+        )
+    })?;
+    let f = ImportanceFile::from_bytes(&bytes)?;
+    let file = arbor_gguf::GgufFile::open(&model_path)?;
+    let tokenizer = Tokenizer::from_gguf(file.header())?;
+    let tokens = tokenizer.encode(&calibration_text(&args.text)?)?;
+    if tokens.len() < args.skip + args.tokens {
+        bail!(
+            "the text has {} tokens, fewer than --skip + --tokens",
+            tokens.len()
+        );
+    }
+    let chunks: Vec<Vec<u32>> = tokens[args.skip..args.skip + args.tokens]
+        .chunks(args.chunk)
+        .filter(|c| c.len() >= 2)
+        .map(<[u32]>::to_vec)
+        .collect();
+    let mut model = arbor_train::load_model(&file, &mut progress::load_bar(&model_path))?;
+    let c = model.config().clone();
+    let anchors = ((c.n_layers as f64 * args.anchors).round() as usize).min(c.n_layers);
+    // Layers in order of removal cost, cheapest first (for dropping).
+    let mut cheap: Vec<usize> = (0..c.n_layers).collect();
+    cheap.sort_by(|&a, &b| f.layer_costs[a].total_cmp(&f.layer_costs[b]));
+    let droppable = c.n_layers - anchors;
+    let start = Instant::now();
+    let mut rows = Vec::new();
+    let mut bar = progress::count_bar("levels");
+    for (i, &level) in args.levels.iter().enumerate() {
+        bar(i, args.levels.len());
+        let mut ppl = Vec::new();
+        for order in [Order::Importance, Order::File] {
+            let keep = keep_at(&f, &c, level, anchors, order)?;
+            model.set_probes(Some(masks(model.backend(), &c, &keep)?))?;
+            ppl.push(arbor_train::mean_loss(&mut model, &chunks)?.exp());
+        }
+        model.set_probes(None)?;
+        let drop = ((droppable as f64) * (1.0 - level)).round() as usize;
+        let keep: Vec<bool> = (0..c.n_layers)
+            .map(|l| !cheap[..drop].contains(&l))
+            .collect();
+        ppl.push(arbor_train::mean_loss(&mut model.self_draft_with(&keep)?, &chunks)?.exp());
+        rows.push((level, ppl));
+    }
+    bar(args.levels.len(), args.levels.len());
+    eprintln!(
+        "{} held-out tokens of {} (after {}), {anchors} anchor layers, {:.0} s",
+        args.tokens,
+        args.text,
+        args.skip,
+        start.elapsed().as_secs_f64()
+    );
+    println!("| level | perplexity, importance order | file order | whole layers dropped |");
+    println!("|---|---|---|---|");
+    for (level, p) in &rows {
+        println!("| {level:.2} | {:.2} | {:.2} | {:.2} |", p[0], p[1], p[2]);
+    }
+    let names = ["importance order", "file order", "whole layers dropped"];
+    let chart = LineChart {
+        title: format!("Sub-models of {} by masking", args.model),
+        x_label: "level (share of non-anchor units kept)".into(),
+        y_label: "perplexity (log scale: ln)".into(),
+        series: (0..3)
+            .map(|k| LineSeries {
+                name: names[k].into(),
+                points: rows.iter().map(|(l, p)| (*l, p[k].ln())).collect(),
+            })
+            .collect(),
+    };
+    line_chart(&chart, &args.plot).map_err(|e| anyhow::anyhow!("{e}"))?;
+    eprintln!("chart: {}", args.plot.display());
+    Ok(())
 }

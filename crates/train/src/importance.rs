@@ -134,6 +134,19 @@ fn next_token_loss(model: &mut Decoder<BurnBackend>, tokens: &[u32]) -> Result<B
     Ok(BurnTensor::from_inner(picked.sum().neg().reshape([1, 1])))
 }
 
+/// The mean next-token loss (nats) of `chunks`, each from an empty cache
+/// (left empty).
+pub fn mean_loss(model: &mut Decoder<BurnBackend>, chunks: &[Vec<u32>]) -> Result<f64> {
+    let (mut total, mut n) = (0.0, 0usize);
+    for c in chunks {
+        let l = next_token_loss(model, c)?;
+        total += model.backend().to_vec(&l)?[0] as f64;
+        n += c.len() - 1;
+        model.truncate_cache(0)?;
+    }
+    Ok(total / n.max(1) as f64)
+}
+
 /// The mean next-token loss of `chunks` with each layer skipped in turn,
 /// less the loss with every layer: the loss each layer's removal costs.
 /// Also returns the full model's mean loss.
@@ -143,17 +156,8 @@ pub fn layer_costs(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<(f64, Vec<f64>)> {
     let layers = model.config().n_layers;
-    let mean = |keep: &[bool]| -> Result<f64> {
-        let mut d = model.self_draft_with(keep)?;
-        let (mut total, mut n) = (0.0, 0usize);
-        for c in chunks {
-            let l = next_token_loss(&mut d, c)?;
-            total += d.backend().to_vec(&l)?[0] as f64;
-            n += c.len() - 1;
-            d.truncate_cache(0)?;
-        }
-        Ok(total / n.max(1) as f64)
-    };
+    let mean =
+        |keep: &[bool]| -> Result<f64> { mean_loss(&mut model.self_draft_with(keep)?, chunks) };
     let base = mean(&vec![true; layers])?;
     let mut costs = Vec::with_capacity(layers);
     for l in 0..layers {

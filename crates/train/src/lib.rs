@@ -9,14 +9,16 @@
 //! cosine schedule that update them on the host. [`run`]: a training run
 //! with its budget, validation and checkpoint. [`importance`]: the
 //! first-order importance of heads and neurons (elastic sub-models), from
-//! the gradients of probes multiplied into the pass.
+//! the gradients of probes multiplied into the pass; [`prune`]: the units
+//! a level keeps, evaluated by zeroing the others' probes.
 
 pub mod importance;
 pub mod optim;
 pub mod ppd;
+pub mod prune;
 pub mod run;
 
-pub use importance::{Importance, ImportanceFile, layer_costs};
+pub use importance::{Importance, ImportanceFile, layer_costs, mean_loss};
 pub use optim::{AdamState, AdamW, cosine_at, cosine_lr};
 pub use ppd::{Batch, ppd_loss, student_logits, teacher_log_probs};
 pub use run::{Example, Run, Settings, Validation, choose_points, shuffle};

@@ -180,3 +180,49 @@ fn an_importance_file_reads_back_as_written() {
     assert!(arbor_train::ImportanceFile::from_bytes(&bytes).is_err());
     assert!(arbor_train::ImportanceFile::from_bytes(b"nonsense").is_err());
 }
+
+#[test]
+fn levels_keep_the_most_important_units_and_masks_drop_the_rest() {
+    use arbor_train::prune::{Order, keep_at, masks};
+    let mut m = common::tiny("importance-prune", 24);
+    let c = m.config().clone();
+    let mut imp = Importance::new(&c);
+    imp.add_chunk(&mut m, &TEXT).unwrap();
+    let f = arbor_train::ImportanceFile {
+        importance: imp.clone(),
+        layer_costs: vec![2.0, 1.0],
+        meta: Default::default(),
+    };
+    // Level 1 keeps everything, and its masks change no loss.
+    let all = keep_at(&f, &c, 1.0, 0, Order::Importance).unwrap();
+    assert!(
+        all.iter()
+            .all(|k| k.heads.iter().chain(&k.neurons).all(|&x| x))
+    );
+    let chunks = vec![TEXT.to_vec()];
+    let full = arbor_train::mean_loss(&mut m, &chunks).unwrap();
+    m.set_probes(Some(masks(m.backend(), &c, &all).unwrap()))
+        .unwrap();
+    assert_eq!(arbor_train::mean_loss(&mut m, &chunks).unwrap(), full);
+    // Half: one head of each 2-head KV group, 24 of 48 neurons, the
+    // anchor (layer 0, the costlier) whole.
+    let half = keep_at(&f, &c, 0.5, 1, Order::Importance).unwrap();
+    assert!(half[0].heads.iter().chain(&half[0].neurons).all(|&x| x));
+    let k = &half[1];
+    assert_eq!(k.heads.iter().filter(|&&x| x).count(), 2);
+    assert!(k.heads[..2].contains(&true) && k.heads[2..].contains(&true));
+    assert_eq!(k.neurons.iter().filter(|&&x| x).count(), 24);
+    let top = (0..48)
+        .max_by(|&a, &b| imp.neurons[1][a].abs().total_cmp(&imp.neurons[1][b].abs()))
+        .unwrap();
+    assert!(k.neurons[top]);
+    let file = keep_at(&f, &c, 0.5, 1, Order::File).unwrap();
+    assert!(file[1].neurons[..24].iter().all(|&x| x) && !file[1].neurons[24]);
+    // Dropping units changes the loss.
+    m.set_probes(Some(masks(m.backend(), &c, &half).unwrap()))
+        .unwrap();
+    assert_ne!(arbor_train::mean_loss(&mut m, &chunks).unwrap(), full);
+    m.set_probes(None).unwrap();
+    assert!(keep_at(&f, &c, 0.0, 0, Order::File).is_err());
+    assert!(keep_at(&f, &c, 1.5, 0, Order::File).is_err());
+}
