@@ -280,7 +280,7 @@ fn eval(args: &EvalArgs) -> Result<()> {
     for (i, &level) in args.levels.iter().enumerate() {
         bar(i, args.levels.len());
         let mut ppl = Vec::new();
-        for order in [Order::Importance, Order::File] {
+        for order in [Order::Importance, Order::Global, Order::File] {
             let keep = keep_at(&f, &c, level, anchors, order)?;
             model.set_probes(Some(masks(model.backend(), &c, &keep)?))?;
             ppl.push(arbor_train::mean_loss(&mut model, &chunks)?.exp());
@@ -301,17 +301,27 @@ fn eval(args: &EvalArgs) -> Result<()> {
         args.skip,
         start.elapsed().as_secs_f64()
     );
-    println!("| level | perplexity, importance order | file order | whole layers dropped |");
-    println!("|---|---|---|---|");
+    println!(
+        "| level | perplexity, importance order | importance across layers | file order | whole layers dropped |"
+    );
+    println!("|---|---|---|---|---|");
     for (level, p) in &rows {
-        println!("| {level:.2} | {:.2} | {:.2} | {:.2} |", p[0], p[1], p[2]);
+        println!(
+            "| {level:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            p[0], p[1], p[2], p[3]
+        );
     }
-    let names = ["importance order", "file order", "whole layers dropped"];
+    let names = [
+        "importance order",
+        "importance across layers",
+        "file order",
+        "whole layers dropped",
+    ];
     let chart = LineChart {
         title: format!("Sub-models of {} by masking", args.model),
         x_label: "level (share of non-anchor units kept)".into(),
         y_label: "perplexity (log scale: ln)".into(),
-        series: (0..3)
+        series: (0..4)
             .map(|k| LineSeries {
                 name: names[k].into(),
                 points: rows.iter().map(|(l, p)| (*l, p[k].ln())).collect(),

@@ -20,6 +20,10 @@ pub enum Order {
     Importance,
     /// As the file stores them (prefixes without reordering).
     File,
+    /// Neurons by |importance| across all non-anchor layers at once (a
+    /// layer whose neurons matter less gives up more of them; the level is
+    /// then the share kept overall); heads as [`Order::Importance`].
+    Global,
 }
 
 /// The units one layer keeps.
@@ -68,6 +72,23 @@ pub fn keep_at(
     let group = c.heads.n_heads / c.heads.n_kv_heads.max(1);
     let per_group = ((group as f64 * level).round() as usize).clamp(1, group);
     let neurons = ((c.ffn_hidden as f64 * level).round() as usize).clamp(1, c.ffn_hidden);
+    // Across layers: the |importance| a neuron needs to be kept.
+    let bar = if order == Order::Global {
+        let mut all: Vec<f64> = (0..c.n_layers)
+            .filter(|l| !anchor.contains(l))
+            .flat_map(|l| imp.neurons[l].iter().map(|x| x.abs()))
+            .collect();
+        all.sort_by(|a, b| b.total_cmp(a));
+        let n = ((all.len() as f64 * level).round() as usize).clamp(1, all.len().max(1));
+        all.get(n - 1).copied().unwrap_or(0.0)
+    } else {
+        0.0
+    };
+    let within = if order == Order::File {
+        Order::File
+    } else {
+        Order::Importance
+    };
     Ok((0..c.n_layers)
         .map(|l| {
             if anchor.contains(&l) {
@@ -78,12 +99,21 @@ pub fn keep_at(
             }
             let heads = imp.heads[l]
                 .chunks(group)
-                .flat_map(|g| first(g, per_group, order))
+                .flat_map(|g| first(g, per_group, within))
                 .collect();
-            Keep {
-                heads,
-                neurons: first(&imp.neurons[l], neurons, order),
-            }
+            let neurons = match order {
+                // At least one neuron per layer.
+                Order::Global => {
+                    let mut keep: Vec<bool> =
+                        imp.neurons[l].iter().map(|x| x.abs() >= bar).collect();
+                    if !keep.contains(&true) {
+                        keep = first(&imp.neurons[l], 1, Order::Importance);
+                    }
+                    keep
+                }
+                _ => first(&imp.neurons[l], neurons, order),
+            };
+            Keep { heads, neurons }
         })
         .collect())
 }

@@ -223,6 +223,29 @@ fn levels_keep_the_most_important_units_and_masks_drop_the_rest() {
         .unwrap();
     assert_ne!(arbor_train::mean_loss(&mut m, &chunks).unwrap(), full);
     m.set_probes(None).unwrap();
+    // Across layers: the level is the share of non-anchor neurons kept,
+    // the most important of them wherever they are.
+    let global = keep_at(&f, &c, 0.5, 0, Order::Global).unwrap();
+    let kept: Vec<f64> = (global.iter().zip(&imp.neurons))
+        .flat_map(|(k, v)| {
+            k.neurons
+                .iter()
+                .zip(v)
+                .filter(|(on, _)| **on)
+                .map(|(_, x)| x.abs())
+        })
+        .collect();
+    assert_eq!(kept.len(), 48);
+    let dropped_max = (global.iter().zip(&imp.neurons))
+        .flat_map(|(k, v)| {
+            k.neurons
+                .iter()
+                .zip(v)
+                .filter(|(on, _)| !**on)
+                .map(|(_, x)| x.abs())
+        })
+        .fold(0.0, f64::max);
+    assert!(kept.iter().all(|&x| x >= dropped_max));
     assert!(keep_at(&f, &c, 0.0, 0, Order::File).is_err());
     assert!(keep_at(&f, &c, 1.5, 0, Order::File).is_err());
 }
