@@ -13,7 +13,9 @@
 //! burn checks shapes by panicking, so every op validates its inputs first
 //! and reports mismatches as [`Error::Shape`].
 
-use arbor_tensor::{Error, GgmlType, Heads, Mask, Result, Rope, RopeStyle, WeightData};
+use arbor_tensor::{
+    Error, GgmlType, HeadOrder, Heads, Mask, Result, Rope, RopeStyle, WeightData, check_part,
+};
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData, s};
 
@@ -282,6 +284,40 @@ impl arbor_tensor::Backend for BurnBackend {
         Ok(BurnTensor(x.0.clone().matmul(w.wt.clone())))
     }
 
+    fn narrow_cols(&self, x: &BurnTensor, cols: std::ops::Range<usize>) -> Result<BurnTensor> {
+        let [n, c] = x.0.dims();
+        if cols.start >= cols.end || cols.end > c {
+            return Err(shape_err(
+                "narrow_cols",
+                format!("columns {cols:?} of [{n}, {c}]"),
+            ));
+        }
+        Ok(BurnTensor(x.0.clone().slice(s![0..n, cols])))
+    }
+
+    fn weight_shape(&self, w: &BurnWeight) -> (usize, usize) {
+        w.shape()
+    }
+
+    /// A slice of the transposed weight (burn may copy it; gradients flow
+    /// through `x` as through [`Backend::matmul`]).
+    fn matmul_part(
+        &self,
+        x: &BurnTensor,
+        w: &BurnWeight,
+        rows: usize,
+        cols: std::ops::Range<usize>,
+    ) -> Result<BurnTensor> {
+        let [n, k] = x.0.dims();
+        check_part("matmul_part", w.shape(), rows, &cols, k)?;
+        let x = match cols.len() == k {
+            true => x.0.clone(),
+            false => x.0.clone().slice(s![0..n, cols.clone()]),
+        };
+        let part = w.wt.clone().slice(s![cols, 0..rows]);
+        Ok(BurnTensor(x.matmul(part)))
+    }
+
     fn add(&self, a: &BurnTensor, b: &BurnTensor) -> Result<BurnTensor> {
         let ([ar, ac], [br, bc]) = (a.0.dims(), b.0.dims());
         if ac != bc || (br != ar && br != 1) {
@@ -491,12 +527,7 @@ impl arbor_tensor::Backend for BurnBackend {
     ) -> Result<BurnTensor> {
         let [n, qc] = q.0.dims();
         let (hq, hkv, d) = (heads.n_heads, heads.n_kv_heads, heads.head_dim);
-        if hkv == 0
-            || !hq.is_multiple_of(hkv)
-            || qc != hq * d
-            || hkv != kv.n_kv_heads
-            || d != kv.head_dim
-        {
+        if !heads.is_valid() || qc != hq * d || hkv != kv.n_kv_heads || d != kv.head_dim {
             return Err(shape_err(
                 "attention",
                 format!(
@@ -511,12 +542,17 @@ impl arbor_tensor::Backend for BurnBackend {
             return Err(shape_err("attention", "empty KV cache".into()));
         };
         let group = hq / hkv;
-        // Query head h reads KV head h / group: gather each KV head's group
-        // of query heads into one batch row, [hkv, group * n, d].
+        // Query heads come in `rounds` of `run` heads per KV head
+        // ([n, rounds, hkv, run, d]; grouped heads are one round): gather
+        // each KV head's query heads into one batch row, [hkv, group * n, d].
+        let (rounds, run) = match heads.order {
+            HeadOrder::Grouped => (1, group),
+            HeadOrder::Interleaved { run } => (group / run, run),
+        };
         let q =
             q.0.clone()
-                .reshape([n, hkv, group, d])
-                .permute([1, 2, 0, 3])
+                .reshape([n, rounds, hkv, run, d])
+                .permute([2, 1, 3, 0, 4])
                 .reshape([hkv, group * n, d]);
         let k = k.clone().narrow(1, 0, t);
         let v = v.clone().narrow(1, 0, t);
@@ -527,8 +563,8 @@ impl arbor_tensor::Backend for BurnBackend {
         let probs = softmax(scores, 3).reshape([hkv, group * n, t]);
         let out = probs
             .matmul(v)
-            .reshape([hkv, group, n, d])
-            .permute([2, 0, 1, 3])
+            .reshape([hkv, rounds, run, n, d])
+            .permute([3, 1, 0, 2, 4])
             .reshape([n, qc]);
         Ok(BurnTensor(out))
     }

@@ -2,7 +2,9 @@
 //! `arbor_tensor::reference` or plain host math on small random inputs.
 
 use arbor_backend_burn::BurnBackend;
-use arbor_tensor::{Backend, GgmlType, Heads, Mask, Rope, RopeStyle, WeightData, reference};
+use arbor_tensor::{
+    Backend, GgmlType, HeadOrder, Heads, Mask, Rope, RopeStyle, WeightData, reference,
+};
 use half::f16;
 
 /// SplitMix64: a tiny deterministic generator.
@@ -126,6 +128,41 @@ fn matmul_host_weight(be: &BurnBackend) {
     assert!(be.matmul(&bad, &wt).is_err());
 }
 
+/// Parts of a weight (leading rows, a column range of `x` and `w`) equal
+/// the host product of that slice; bad parts are errors.
+fn matmul_part(be: &BurnBackend) {
+    let (m, k) = (24, 64);
+    let mut rng = Rng(5);
+    let w = rng.vec(m * k);
+    let wt = be.weight_f32(&w, m, k).unwrap();
+    for (rows, cols, xk) in [(8, 0..64, 64), (16, 32..64, 64), (24, 0..32, 40)] {
+        let x = rng.vec(3 * xk);
+        let y = be
+            .matmul_part(&be.tensor(&x, 3, xk).unwrap(), &wt, rows, cols.clone())
+            .unwrap();
+        let xs: Vec<f32> = (x.chunks_exact(xk))
+            .flat_map(|r| r[cols.clone()].to_vec())
+            .collect();
+        let ws: Vec<f32> = (w.chunks_exact(k).take(rows))
+            .flat_map(|r| r[cols.clone()].to_vec())
+            .collect();
+        let want = host_matmul(&xs, &ws, 3, cols.len(), rows);
+        assert_close(
+            &be.to_vec(&y).unwrap(),
+            &want,
+            &format!("part {rows} {cols:?}"),
+        );
+    }
+    let x = be.tensor(&rng.vec(2 * k), 2, k).unwrap();
+    assert!(be.matmul_part(&x, &wt, 25, 0..k).is_err());
+    assert!(be.matmul_part(&x, &wt, 8, 0..k + 1).is_err());
+    let narrow = be.tensor(&rng.vec(2 * 16), 2, 16).unwrap();
+    assert!(be.matmul_part(&narrow, &wt, 8, 0..32).is_err());
+    let n = be.narrow_cols(&x, 8..24).unwrap();
+    assert_eq!(be.shape(&n), (2, 16));
+    assert!(be.narrow_cols(&x, 60..70).is_err());
+}
+
 fn embed(be: &BurnBackend) {
     let (vocab, dim) = (50, 24);
     let table = Rng(5).vec(vocab * dim);
@@ -243,11 +280,7 @@ fn select_rows(be: &BurnBackend) {
     assert!(be.select_rows(&be.tensor(&x, n, c).unwrap(), &[6]).is_err());
 }
 
-const HEADS: Heads = Heads {
-    n_heads: 4,
-    n_kv_heads: 2,
-    head_dim: 8,
-};
+const HEADS: Heads = Heads::grouped(4, 2, 8);
 
 /// A random mask in which every row may attend to something.
 fn random_mask(rng: &mut Rng, rows: usize, cols: usize) -> Mask {
@@ -346,6 +379,49 @@ fn attention(be: &BurnBackend) {
         be.attention(&be.tensor(&q, 4, qc).unwrap(), &kv, &bad, &HEADS)
             .is_err()
     );
+}
+
+/// Query heads interleaved in runs across the KV heads (elastic files)
+/// read the KV head the reference says.
+fn interleaved_attention(be: &BurnBackend) {
+    let mut rng = Rng(13);
+    let mut kv = be.kv_new(&HEADS).unwrap();
+    let (k, v) = fill(be, &mut rng, &mut kv, &[7]);
+    for heads in [
+        Heads {
+            n_heads: 4,
+            order: HeadOrder::Interleaved { run: 1 },
+            ..HEADS
+        },
+        Heads {
+            n_heads: 4,
+            order: HeadOrder::Interleaved { run: 2 },
+            ..HEADS
+        },
+        Heads {
+            n_heads: 2,
+            order: HeadOrder::Interleaved { run: 1 },
+            ..HEADS
+        },
+    ] {
+        let qc = heads.n_heads * heads.head_dim;
+        let q: Vec<f32> = rng.vec(3 * qc).iter().map(|x| 3.0 * x).collect();
+        let mask = random_mask(&mut rng, 3, 7);
+        let y = be
+            .attention(&be.tensor(&q, 3, qc).unwrap(), &kv, &mask, &heads)
+            .unwrap();
+        let want = reference::attention(&q, &k, &v, &mask, &heads);
+        assert_close(&be.to_vec(&y).unwrap(), &want, &format!("{heads:?}"));
+    }
+    // The order matters: runs of two differ from grouped heads.
+    let q = rng.vec(4 * 8);
+    let mask = Mask::causal(6, 1);
+    let grouped = reference::attention(&q, &k, &v, &mask, &HEADS);
+    let runs = Heads {
+        order: HeadOrder::Interleaved { run: 1 },
+        ..HEADS
+    };
+    assert_ne!(grouped, reference::attention(&q, &k, &v, &mask, &runs));
 }
 
 fn kv_truncate_and_keep(be: &BurnBackend) {
@@ -464,6 +540,14 @@ macro_rules! device_tests {
             #[test]
             fn attention() {
                 super::attention(&be());
+            }
+            #[test]
+            fn matmul_part() {
+                super::matmul_part(&be());
+            }
+            #[test]
+            fn interleaved_attention() {
+                super::interleaved_attention(&be());
             }
             #[test]
             fn kv_truncate_and_keep() {

@@ -55,11 +55,7 @@ fn matmul(c: &mut Criterion) {
 
 fn attention(c: &mut Criterion) {
     let be = CandleBackend::new();
-    let h = Heads {
-        n_heads: 12,
-        n_kv_heads: 2,
-        head_dim: 128,
-    };
+    let h = Heads::grouped(12, 2, 128);
     let mut group = c.benchmark_group("attention_12q_2kv_128d");
     for (n, past) in [(1, 512), (16, 512), (128, 0)] {
         let mut kv = be.kv_new(&h).unwrap();

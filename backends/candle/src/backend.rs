@@ -2,7 +2,10 @@
 //! matrices, matmuls on our kernels or candle's, attention shared out over
 //! candle's thread pool.
 
-use arbor_tensor::{Backend, GgmlType, Heads, Mask, Result, Rope, WeightData, reference};
+use arbor_tensor::{
+    Backend, GgmlType, Heads, Mask, Result, Rope, WeightData, check_part, matmul_part_padded,
+    reference,
+};
 use candle_core::quantized::k_quants;
 use candle_core::{Device, Module, Tensor};
 
@@ -151,6 +154,56 @@ impl Backend for CandleBackend {
             data,
             rows: x.rows,
             cols: w.rows,
+        })
+    }
+
+    fn weight_shape(&self, w: &CandleWeight) -> (usize, usize) {
+        (w.rows, w.cols)
+    }
+
+    /// In place for weights under our kernels and float weights; candle's
+    /// own forms take the padded path.
+    fn matmul_part(
+        &self,
+        x: &HostTensor,
+        w: &CandleWeight,
+        rows: usize,
+        cols: std::ops::Range<usize>,
+    ) -> Result<HostTensor> {
+        check_part("matmul_part", (w.rows, w.cols), rows, &cols, x.cols)?;
+        // The columns of `x` the part reads, contiguous.
+        let narrowed;
+        let xs: &[f32] = match cols.len() == x.cols {
+            true => &x.data,
+            false => {
+                narrowed = (x.data.chunks_exact(x.cols))
+                    .flat_map(|r| r[cols.clone()].iter().copied())
+                    .collect::<Vec<_>>();
+                &narrowed
+            }
+        };
+        let mut data = vec![0f32; x.rows * rows];
+        match &w.mm {
+            Held::Own(q) => {
+                let part = q.part(rows, &cols).ok_or_else(|| {
+                    shape_err(
+                        "matmul_part",
+                        format!(
+                            "rows ..{rows} and columns {cols:?} do not fall on the {} blocks of `{}` \
+                             (or on groups of eight rows)",
+                            w.ty, w.rows
+                        ),
+                    )
+                })?;
+                q.matmul_part(xs, x.rows, &part, &mut data)
+            }
+            Held::Float(f) => f.matmul_part(xs, x.rows, rows, cols, &mut data),
+            Held::Candle(_) => return matmul_part_padded(self, x, w, rows, cols),
+        }
+        Ok(HostTensor {
+            data,
+            rows: x.rows,
+            cols: rows,
         })
     }
 
@@ -324,10 +377,7 @@ impl Backend for CandleBackend {
 
     fn attention(&self, q: &HostTensor, kv: &HostKv, mask: &Mask, h: &Heads) -> Result<HostTensor> {
         let d = h.head_dim;
-        if q.cols != h.n_heads * d
-            || kv.kv_dim != h.n_kv_heads * d
-            || !h.n_heads.is_multiple_of(h.n_kv_heads)
-        {
+        if q.cols != h.n_heads * d || kv.kv_dim != h.n_kv_heads * d || !h.is_valid() {
             return Err(shape_err(
                 "attention",
                 format!("q [{}, {}] with heads {h:?}", q.rows, q.cols),
@@ -338,13 +388,13 @@ impl Backend for CandleBackend {
             data: self.round(&q.data).into_owned(),
             ..*q
         };
-        let (n, t, kvd, group) = (q.rows, kv.len, kv.kv_dim, h.n_heads / h.n_kv_heads);
+        let (n, t, kvd) = (q.rows, kv.len, kv.kv_dim);
         let scale = 1.0 / (d as f32).sqrt();
         let mut out = vec![0f32; n * q.cols];
         // One task per (query row, head): each writes its own slice of `out`.
         let one = |(task, o): (usize, &mut [f32])| {
             let (i, head) = (task / h.n_heads, task % h.n_heads);
-            let kvh = head / group;
+            let kvh = h.kv_head(head);
             let qi = &q.data[i * q.cols + head * d..][..d];
             let allowed = &mask.allowed[i * t..(i + 1) * t];
             let mut scores: Vec<(usize, f32)> = allowed

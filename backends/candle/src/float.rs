@@ -10,6 +10,8 @@
 //! order at every batch size. Rows are shared out to candle's thread pool;
 //! an F16 or BF16 row is widened once and used for every token.
 
+use std::ops::Range;
+
 use half::{bf16, f16};
 
 use crate::attention::dot;
@@ -76,9 +78,10 @@ impl FloatWeight {
         (self.rows * self.cols * each) as u64
     }
 
-    /// Row `r` as `f32`, widened into `buf` unless already stored so.
-    fn row<'a>(&'a self, r: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
-        let span = r * self.cols..(r + 1) * self.cols;
+    /// Columns `cols` of row `r` as `f32`, widened into `buf` unless
+    /// already stored so.
+    fn row<'a>(&'a self, r: usize, cols: Range<usize>, buf: &'a mut Vec<f32>) -> &'a [f32] {
+        let span = r * self.cols + cols.start..r * self.cols + cols.end;
         match &self.values {
             Values::F32(v) => &v[span],
             Values::F16(v) => {
@@ -100,28 +103,43 @@ impl FloatWeight {
         let mut out = Vec::with_capacity(ids.len() * self.cols);
         let mut buf = Vec::new();
         for &i in ids {
-            out.extend_from_slice(self.row(i as usize, &mut buf));
+            out.extend_from_slice(self.row(i as usize, 0..self.cols, &mut buf));
         }
         out
     }
 
     /// `out[t * rows + r] = x[t] · row r` for the `m` rows of `x`.
     pub(crate) fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
-        assert!(x.len() == m * self.cols && out.len() == m * self.rows);
+        self.matmul_part(x, m, self.rows, 0..self.cols, out);
+    }
+
+    /// `out[t * rows + r] = x[t] · row r[cols]` for the first `rows` rows
+    /// (`x` holds `m` rows of `cols.len()` values, `out` `m * rows`).
+    pub(crate) fn matmul_part(
+        &self,
+        x: &[f32],
+        m: usize,
+        rows: usize,
+        cols: Range<usize>,
+        out: &mut [f32],
+    ) {
+        let width = cols.len();
+        assert!(rows <= self.rows && cols.end <= self.cols);
+        assert!(x.len() == m * width && out.len() == m * rows);
         let out_at = SendPtr(out.as_mut_ptr());
-        let work = |chunks: std::ops::Range<usize>| {
+        let work = |chunks: Range<usize>| {
             let mut buf = Vec::new();
-            let end = (chunks.end * CHUNK).min(self.rows);
+            let end = (chunks.end * CHUNK).min(rows);
             for r in chunks.start * CHUNK..end {
-                let row = self.row(r, &mut buf);
-                for (t, xt) in x.chunks_exact(self.cols).enumerate() {
+                let row = self.row(r, cols.clone(), &mut buf);
+                for (t, xt) in x.chunks_exact(width).enumerate() {
                     // SAFETY: `out` holds `m * rows` values and each row
                     // index is handed to one thread only.
-                    unsafe { *out_at.get().add(t * self.rows + r) = dot(xt, row) };
+                    unsafe { *out_at.get().add(t * rows + r) = dot(xt, row) };
                 }
             }
         };
-        candle_core::utils::barrier_pool().execute_chunked(self.rows.div_ceil(CHUNK), work);
+        candle_core::utils::barrier_pool().execute_chunked(rows.div_ceil(CHUNK), work);
     }
 }
 
@@ -163,7 +181,7 @@ mod tests {
                 // And the products are the matrix's.
                 let mut buf = Vec::new();
                 let want: f32 = fw
-                    .row(5, &mut buf)
+                    .row(5, 0..cols, &mut buf)
                     .iter()
                     .zip(&x[t * cols..])
                     .map(|(a, b)| a * b)

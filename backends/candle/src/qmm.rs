@@ -179,27 +179,73 @@ impl QWeight {
 
     /// `out[t * rows + r] = x[t] · row r` for the `m` rows of `x`.
     pub(crate) fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        self.matmul_on(vnni(), x, m, out);
-        #[cfg(not(target_arch = "x86_64"))]
-        unreachable!("QWeight is only built where the kernels run ({m} rows)");
+        self.matmul_part(x, m, &self.whole(), out);
     }
 
-    /// [`Self::matmul`] with the AVX-512 VNNI kernels or the AVX2 ones
-    /// (`with_vnni` only where the CPU has them).
+    /// The whole matrix as a [`Part`].
+    pub(crate) fn whole(&self) -> Part {
+        Part {
+            rows: self.rows,
+            blocks: 0..self.cols / self.kind.block_len(),
+        }
+    }
+
+    /// The part of the first `rows` rows over input columns `cols`, if the
+    /// kernels can multiply it in place: `cols` on block boundaries, and
+    /// `rows` whole groups of eight where rows are interleaved.
+    pub(crate) fn part(&self, rows: usize, cols: &Range<usize>) -> Option<Part> {
+        let len = self.kind.block_len();
+        let fits = rows > 0
+            && rows <= self.rows
+            && (rows >= self.grouped || rows.is_multiple_of(groups::ROWS))
+            && cols.start < cols.end
+            && cols.end <= self.cols
+            && cols.start.is_multiple_of(len)
+            && cols.end.is_multiple_of(len);
+        fits.then(|| Part {
+            rows,
+            blocks: cols.start / len..cols.end / len,
+        })
+    }
+
+    /// `out[t * part.rows + r] = x[t] · row r's blocks part.blocks` for the
+    /// `m` rows of `x` (each as wide as those blocks): the part read in
+    /// place, with the bits of the part cut out as a matrix of its own.
+    pub(crate) fn matmul_part(&self, x: &[f32], m: usize, part: &Part, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        self.matmul_on(vnni(), x, m, part, out);
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("QWeight is only built where the kernels run ({m} rows, {part:?})");
+    }
+
+    /// [`Self::matmul_part`] with the AVX-512 VNNI kernels or the AVX2
+    /// ones (`with_vnni` only where the CPU has them).
     #[cfg(target_arch = "x86_64")]
-    fn matmul_on(&self, with_vnni: bool, x: &[f32], m: usize, out: &mut [f32]) {
-        assert!(x.len() == m * self.cols && out.len() == m * self.rows);
+    fn matmul_on(&self, with_vnni: bool, x: &[f32], m: usize, part: &Part, out: &mut [f32]) {
+        let width = part.blocks.len() * self.kind.block_len();
+        assert!(x.len() == m * width && out.len() == m * part.rows);
+        assert!(
+            self.part(
+                part.rows,
+                &(part.blocks.start * self.kind.block_len()
+                    ..part.blocks.end * self.kind.block_len())
+            )
+            .as_ref()
+                == Some(part),
+            "{part:?} is not a part of a {}x{} matrix",
+            self.rows,
+            self.cols
+        );
         assert!(!with_vnni || vnni(), "this CPU lacks AVX-512 VNNI");
-        let act = Activations::quantize(self.kind, x, m, self.cols);
+        let act = Activations::quantize(self.kind, x, m, width);
         let out_at = SendPtr(out.as_mut_ptr());
         // Row chunks small enough to balance two threads, large enough that
         // each grab does real work.
         let chunk = 16;
-        let n_chunks = self.rows.div_ceil(chunk);
+        let n_chunks = part.rows.div_ceil(chunk);
         let pool = candle_core::utils::barrier_pool();
         let work = |range: Range<usize>| {
-            let span = range.start * chunk..(range.end * chunk).min(self.rows);
+            let span = range.start * chunk..(range.end * chunk).min(part.rows);
             // Whole chunks are whole groups of eight rows.
             let split = span.end.min(self.grouped_rows()).max(span.start);
             let (grouped, single) = (span.start..split, split..span.end);
@@ -208,16 +254,24 @@ impl QWeight {
             // writes never overlap.
             unsafe {
                 if with_vnni {
-                    vnni::groups(self, &act, m, grouped, out_at);
-                    vnni::rows(self, &act, m, single, out_at)
+                    vnni::groups(self, part, &act, m, grouped, out_at);
+                    vnni::rows(self, part, &act, m, single, out_at)
                 } else {
-                    avx2::groups(self, &act, m, grouped, out_at);
-                    avx2::rows(self, &act, m, single, out_at)
+                    avx2::groups(self, part, &act, m, grouped, out_at);
+                    avx2::rows(self, part, &act, m, single, out_at)
                 }
             };
         };
         pool.execute_chunked(n_chunks, work);
     }
+}
+
+/// A part of a weight matrix: its first `rows` rows, over a range of
+/// each row's blocks (see [`QWeight::part`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Part {
+    pub(crate) rows: usize,
+    pub(crate) blocks: Range<usize>,
 }
 
 /// A pointer the pool's threads write through, each to its own elements,
@@ -371,7 +425,7 @@ fn as_bytes<T>(blocks: &[T]) -> &[u8] {
 macro_rules! kernels {
     ($name:ident, $features:literal, vnni: $vnni:literal) => {
         pub(super) mod $name {
-            use super::{Activations, Kind, Q6K_ACT, Q8K_BYTES, Q8K_SUMS, QWeight, SendPtr};
+            use super::{Activations, Kind, Part, Q6K_ACT, Q8K_BYTES, Q8K_SUMS, QWeight, SendPtr};
             use std::arch::x86_64::*;
             use std::ops::Range;
             use std::ptr::read_unaligned;
@@ -405,13 +459,20 @@ macro_rules! kernels {
             #[target_feature(enable = $features)]
             pub(super) unsafe fn rows(
                 w: &QWeight,
+                part: &Part,
                 act: &Activations,
                 m: usize,
                 rows: Range<usize>,
                 out: SendPtr<f32>,
             ) {
-                let nb = w.cols / w.kind.block_len();
-                let row_bytes = nb * w.kind.block_bytes();
+                // Blocks computed per row; a row's blocks are a stride.
+                let nb = part.blocks.len();
+                let row_bytes = w.cols / w.kind.block_len() * w.kind.block_bytes();
+                let base = unsafe {
+                    w.bytes
+                        .as_ptr()
+                        .add(part.blocks.start * w.kind.block_bytes())
+                };
                 let width = if matches!(w.kind, Kind::Q5_0 | Kind::Q8_0) {
                     TILE_Q8
                 } else {
@@ -458,6 +519,9 @@ macro_rules! kernels {
                                 };
                                 let at = Tile {
                                     w,
+                                    base,
+                                    nb,
+                                    out_rows: part.rows,
                                     row_bytes,
                                     r,
                                     act,
@@ -508,6 +572,12 @@ macro_rules! kernels {
             /// as results after the `last`.
             struct Tile<'a> {
                 w: &'a QWeight,
+                /// The first block of row 0 in the part; `nb` blocks of
+                /// each row are computed, rows `row_bytes` apart, into an
+                /// output of `out_rows` values per token.
+                base: *const u8,
+                nb: usize,
+                out_rows: usize,
                 row_bytes: usize,
                 r: usize,
                 act: &'a Activations,
@@ -524,6 +594,9 @@ macro_rules! kernels {
             unsafe fn tile<const R: usize, const T: usize>(at: Tile<'_>) {
                 let Tile {
                     w,
+                    base,
+                    nb,
+                    out_rows,
                     row_bytes,
                     r,
                     act,
@@ -536,9 +609,8 @@ macro_rules! kernels {
                     out,
                 } = at;
                 const { assert!(T <= TILE && R <= ROWS) };
-                let nb = w.cols / w.kind.block_len();
                 let wr: [*const u8; R] =
-                    std::array::from_fn(|i| unsafe { w.bytes.as_ptr().add((r + i) * row_bytes) });
+                    std::array::from_fn(|i| unsafe { base.add((r + i) * row_bytes) });
                 let a: [*const u8; T] = std::array::from_fn(|t| unsafe {
                     act.bytes.as_ptr().add((t0 + t) * act.stride)
                 });
@@ -594,7 +666,7 @@ macro_rules! kernels {
                         if w.kind == Kind::Q4K {
                             v += hsum4(mins[i][t]);
                         }
-                        unsafe { *out.get().add((t0 + t) * w.rows + r + i) = v };
+                        unsafe { *out.get().add((t0 + t) * out_rows + r + i) = v };
                     }
                 }
             }
@@ -614,26 +686,29 @@ macro_rules! kernels {
             #[target_feature(enable = $features)]
             pub(super) unsafe fn groups(
                 w: &QWeight,
+                part: &Part,
                 act: &Activations,
                 m: usize,
                 rows: Range<usize>,
                 out: SendPtr<f32>,
             ) {
                 debug_assert!(rows.start % 8 == 0 && rows.end % 8 == 0 && rows.end <= w.rows);
-                let nb = w.cols / 256;
+                // Group blocks per group, and those computed.
+                let (stride, nb) = (w.cols / 256, part.blocks.len());
                 let (bytes, offsets) = match w.kind {
                     Kind::Q4K => (super::q4k8::BYTES, false),
                     _ => (super::q6k8::BYTES, act.stride == nb * Q6K_ACT),
                 };
                 for r in rows.step_by(8) {
-                    let g = unsafe { w.bytes.as_ptr().add(r / 8 * nb * bytes) };
+                    let at = (r / 8 * stride + part.blocks.start) * bytes;
+                    let g = unsafe { w.bytes.as_ptr().add(at) };
                     let mut t0 = 0;
                     while t0 < m {
                         let n = (m - t0).min(TILE_G);
                         let at = Group {
-                            w,
                             g,
                             nb,
+                            out_rows: part.rows,
                             r,
                             act,
                             t0,
@@ -661,9 +736,10 @@ macro_rules! kernels {
             /// One group kernel call: the `nb` group blocks at `g` (rows
             /// `r..r + 8`) against tokens `t0..t0 + T`.
             struct Group<'a> {
-                w: &'a QWeight,
                 g: *const u8,
                 nb: usize,
+                /// Output values per token.
+                out_rows: usize,
                 r: usize,
                 act: &'a Activations,
                 t0: usize,
@@ -678,9 +754,9 @@ macro_rules! kernels {
             unsafe fn q4k8<const T: usize>(at: Group<'_>) {
                 use super::q4k8::{BYTES, PICK, QUANTS_AT, SCALES_AT};
                 let Group {
-                    w,
                     g,
                     nb,
+                    out_rows,
                     r,
                     act,
                     t0,
@@ -793,7 +869,7 @@ macro_rules! kernels {
                     let (main, mins) = (hsum_rows(&acc[t]), hsum4_rows(&acc_m[t]));
                     unsafe {
                         _mm256_storeu_ps(
-                            out.get().add((t0 + t) * w.rows + r),
+                            out.get().add((t0 + t) * out_rows + r),
                             _mm256_add_ps(main, mins),
                         )
                     };
@@ -808,9 +884,9 @@ macro_rules! kernels {
             unsafe fn q6k8<const T: usize, const OFFSETS: bool>(at: Group<'_>) {
                 use super::q6k8::{BYTES, DOUBLE, QUANTS_AT, SCALES_AT};
                 let Group {
-                    w,
                     g,
                     nb,
+                    out_rows,
                     r,
                     act,
                     t0,
@@ -877,7 +953,7 @@ macro_rules! kernels {
                 }
                 for (t, x) in acc.iter().enumerate() {
                     let v = hsum_rows(x);
-                    unsafe { _mm256_storeu_ps(out.get().add((t0 + t) * w.rows + r), v) };
+                    unsafe { _mm256_storeu_ps(out.get().add((t0 + t) * out_rows + r), v) };
                 }
             }
 

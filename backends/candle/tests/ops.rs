@@ -202,11 +202,7 @@ fn rope_matches_reference_in_both_styles() {
 fn attention_and_cache_edits_match_reference() {
     let be = CandleBackend::with_f32_attention();
     let mut g = Gen(4);
-    let h = Heads {
-        n_heads: 4,
-        n_kv_heads: 2,
-        head_dim: 8,
-    };
+    let h = Heads::grouped(4, 2, 8);
     let kvd = 16;
     let mut kv = be.kv_new(&h).unwrap();
     let (mut ks, mut vs) = (Vec::new(), Vec::new());
@@ -289,11 +285,7 @@ fn attention_and_cache_edits_match_reference() {
 #[test]
 fn default_attention_rounds_operands_to_f16() {
     let (f16, f32) = (CandleBackend::new(), CandleBackend::with_f32_attention());
-    let h = Heads {
-        n_heads: 2,
-        n_kv_heads: 1,
-        head_dim: 4,
-    };
+    let h = Heads::grouped(2, 1, 4);
     let mut g = Gen(5);
     let (k, v, q) = (g.vec(3 * 4), g.vec(3 * 4), g.vec(8));
     let round = |x: &[f32]| {
@@ -328,11 +320,7 @@ fn default_attention_rounds_operands_to_f16() {
 fn parallel_attention_matches_reference() {
     let be = CandleBackend::with_f32_attention();
     let mut g = Gen(6);
-    let h = Heads {
-        n_heads: 4,
-        n_kv_heads: 2,
-        head_dim: 8,
-    };
+    let h = Heads::grouped(4, 2, 8);
     let (n, past) = (96, 96);
     let t = n + past;
     let (k, v, q) = (g.vec(t * 16), g.vec(t * 16), g.vec(n * 32));
@@ -426,5 +414,102 @@ fn batched_matmul_rows_equal_single_row_matmuls_bit_for_bit() {
                 );
             }
         }
+    }
+}
+
+/// Elastic parts: float weights and weights under our kernels read their
+/// part in place, candle-held weights through the padded default; all
+/// equal the host product of the slice. Interleaved heads read the KV
+/// head the reference says.
+#[test]
+fn weight_parts_and_interleaved_heads_match_host_math() {
+    let (m, k) = (24, 64);
+    let mut g = Gen(21);
+    let w = g.vec(m * k);
+    let q8 = arbor_gguf::quantize_q8_0(&w);
+    let values = arbor_gguf::dequantize(GgmlType::Q8_0, &q8, m * k).unwrap();
+    let f32_bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+    for (be, ty, bytes, vals, tol) in [
+        (CandleBackend::new(), GgmlType::F32, &f32_bytes, &w, 1e-5),
+        (CandleBackend::new(), GgmlType::Q8_0, &q8, &values, 0.05),
+        (
+            CandleBackend::new().with_candle_kernels(),
+            GgmlType::Q8_0,
+            &q8,
+            &values,
+            0.05,
+        ),
+    ] {
+        let wt = be
+            .weight(WeightData {
+                name: "w",
+                ty,
+                rows: m,
+                cols: k,
+                bytes,
+            })
+            .unwrap();
+        for (rows, cols, xk) in [(8, 0..64, 64), (16, 32..64, 64), (24, 0..32, 40)] {
+            let x = g.vec(3 * xk);
+            let got = be
+                .to_vec(
+                    &be.matmul_part(&be.tensor(&x, 3, xk).unwrap(), &wt, rows, cols.clone())
+                        .unwrap(),
+                )
+                .unwrap();
+            let xs: Vec<f32> = x
+                .chunks_exact(xk)
+                .flat_map(|r| r[cols.clone()].to_vec())
+                .collect();
+            let ws: Vec<f32> = (vals.chunks_exact(k).take(rows))
+                .flat_map(|r| r[cols.clone()].to_vec())
+                .collect();
+            let want = host_matmul(&xs, &ws, 3, cols.len(), rows);
+            assert_close(&got, &want, tol, &format!("{ty} part ..{rows} {cols:?}"));
+        }
+        let x = be.tensor(&g.vec(2 * k), 2, k).unwrap();
+        assert!(be.matmul_part(&x, &wt, 25, 0..k).is_err());
+        assert!(be.matmul_part(&x, &wt, 8, 0..k + 32).is_err());
+    }
+    // Columns inside a quantization block are refused.
+    let be = CandleBackend::new();
+    let wt = be
+        .weight(WeightData {
+            name: "w",
+            ty: GgmlType::Q8_0,
+            rows: m,
+            cols: k,
+            bytes: &q8,
+        })
+        .unwrap();
+    let x = be.tensor(&g.vec(2 * k), 2, k).unwrap();
+    assert!(be.matmul_part(&x, &wt, 8, 4..36).is_err());
+
+    let be = CandleBackend::with_f32_attention();
+    let grouped = Heads::grouped(4, 2, 8);
+    let mut kv = be.kv_new(&grouped).unwrap();
+    let (ks, vs) = (g.vec(5 * 16), g.vec(5 * 16));
+    be.kv_append(
+        &mut kv,
+        &be.tensor(&ks, 5, 16).unwrap(),
+        &be.tensor(&vs, 5, 16).unwrap(),
+    )
+    .unwrap();
+    for (n_heads, run) in [(4, 1), (4, 2), (2, 1)] {
+        let h = Heads {
+            n_heads,
+            order: arbor_tensor::HeadOrder::Interleaved { run },
+            ..grouped
+        };
+        let q = g.vec(2 * n_heads * 8);
+        let mask = Mask::causal(3, 2);
+        let got = be
+            .to_vec(
+                &be.attention(&be.tensor(&q, 2, n_heads * 8).unwrap(), &kv, &mask, &h)
+                    .unwrap(),
+            )
+            .unwrap();
+        let want = reference::attention(&q, &ks, &vs, &mask, &h);
+        assert_close(&got, &want, 1e-5, &format!("{h:?}"));
     }
 }

@@ -37,9 +37,15 @@ pub struct GenerateArgs {
     /// candle, flex, ndarray or wgpu.
     #[arg(long)]
     backend: Option<String>,
-    /// Draft model (path or short name) for the speculative strategies.
+    /// Draft for the speculative strategies: a model (path or short
+    /// name), `lookup`, `self`, or `elastic:LEVEL` (a level of an elastic
+    /// target, e.g. elastic:0.5).
     #[arg(long)]
     draft: Option<String>,
+    /// Run an elastic target (`arbor elastic build`) at this level: a
+    /// fraction in (0, 1], rounded down to the nearest built level.
+    #[arg(long)]
+    level: Option<f64>,
     #[arg(long, help = format!(
         "How tokens are produced: {} (default: tree with a draft, autoregressive without \
          or when a memory budget holds the whole target; auto under a memory budget: it picks \
@@ -84,6 +90,7 @@ impl GenerateArgs {
                 seed: self.seed,
             },
             max_tokens: self.max_tokens,
+            level: self.level,
             context: self.context,
         }
     }

@@ -73,6 +73,10 @@ enum Command {
         max_tokens: Option<usize>,
         #[arg(long)]
         backend: Option<String>,
+        /// Level of an elastic model: a fraction in (0, 1], rounded down to
+        /// the nearest built level.
+        #[arg(long)]
+        level: Option<f64>,
     },
     /// Measure this machine's facts (latency curves, disk bandwidth) and
     /// cache them; runs measure what is missing by themselves.
@@ -80,7 +84,8 @@ enum Command {
     /// Derive a slim draft from a draft model: its output head restricted
     /// to the K most frequent tokens of a corpus, layers requantized.
     Slim(slim::SlimArgs),
-    /// Elastic sub-models (ELMS): unit importance so far.
+    /// Elastic sub-models (ELMS): unit importance, masked levels, and the
+    /// elastic file whose weight prefixes are smaller models.
     Elastic {
         #[command(subcommand)]
         which: elastic::ElasticCommand,
@@ -135,10 +140,12 @@ fn run() -> Result<()> {
             ctx,
             max_tokens,
             backend,
+            level,
         } => {
             let config = device.merge(RunConfig {
                 target: Some(model),
                 backend,
+                level,
                 ..RunConfig::default()
             });
             perplexity(&config.target_only(), &file, ctx, max_tokens)

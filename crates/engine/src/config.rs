@@ -37,6 +37,10 @@ pub struct RunConfig {
     pub sampling: Sampling,
     /// Most new tokens per generation.
     pub max_tokens: Option<usize>,
+    /// The level an elastic target runs at (a fraction in `(0, 1]`; the
+    /// nearest built level at or below it; see `arbor elastic build`).
+    /// `None` is the whole model.
+    pub level: Option<f64>,
     /// Longest prompt plus new tokens one generation may hold. Under a
     /// memory budget the KV caches are planned for it (a longer request is
     /// refused); `None` is `max_tokens` + [`PROMPT_ALLOWANCE`].
@@ -108,6 +112,7 @@ impl RunConfig {
             tuning: self.tuning.merge(over.tuning),
             sampling: self.sampling.merge(over.sampling),
             max_tokens: over.max_tokens.or(self.max_tokens),
+            level: over.level.or(self.level),
             context: over.context.or(self.context),
         }
     }

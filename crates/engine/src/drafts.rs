@@ -7,7 +7,9 @@
 //!   so far ([`arbor_drafts::PromptLookup`]);
 //! - `self`: the target's resident layers, skipping those streamed from
 //!   disk ([`arbor_model::Decoder::self_draft`]); it needs a memory budget
-//!   that streams some layers (otherwise it would be the target itself).
+//!   that streams some layers (otherwise it would be the target itself);
+//! - `elastic:LEVEL`: a lower level of an elastic target (`arbor elastic
+//!   build`), sharing its weights ([`arbor_model::Decoder::elastic_draft`]).
 
 use std::path::PathBuf;
 
@@ -24,6 +26,8 @@ pub enum DraftSource {
     Lookup,
     /// The target's resident layers.
     SelfLayers,
+    /// A level of an elastic target.
+    Elastic(f64),
 }
 
 impl DraftSource {
@@ -31,10 +35,21 @@ impl DraftSource {
     pub const LOOKUP: &str = "lookup";
     /// The name of the self draft in `draft`.
     pub const SELF: &str = "self";
+    /// The prefix of an elastic draft in `draft` (`elastic:0.5`).
+    pub const ELASTIC: &str = "elastic:";
 
     /// The source `name` stands for; a model name is resolved (and fetched
     /// when it is a registered model that is missing).
     pub fn resolve(name: &str, progress: &mut dyn FnMut(OpenEvent<'_>)) -> Result<Self> {
+        if let Some(level) = name.strip_prefix(Self::ELASTIC) {
+            return match level.parse::<f64>() {
+                Ok(l) if l > 0.0 && l <= 1.0 => Ok(Self::Elastic(l)),
+                _ => Err(crate::EngineError::Invalid(format!(
+                    "draft `{name}`: an elastic draft's level is a fraction in (0, 1], e.g. \
+                     elastic:0.5"
+                ))),
+            };
+        }
         Ok(match name {
             Self::LOOKUP | "prompt-lookup" => Self::Lookup,
             Self::SELF => Self::SelfLayers,
@@ -43,15 +58,16 @@ impl DraftSource {
     }
 
     /// The latency curve of a source without a file of its own: prompt
-    /// lookup costs next to nothing; a self draft costs the target's curve
-    /// scaled by the share of layers it runs.
+    /// lookup costs next to nothing; a self or elastic draft costs the
+    /// target's curve scaled by `running`, the share of the target's
+    /// layer weights it multiplies.
     pub fn derived_profile(&self, target: &LatencyProfile, running: f64) -> Option<LatencyProfile> {
         match self {
             Self::Model(_) => None,
             Self::Lookup => Some(LatencyProfile {
                 points: vec![(1, 20e-6), (64, 400e-6)],
             }),
-            Self::SelfLayers => Some(LatencyProfile {
+            Self::SelfLayers | Self::Elastic(_) => Some(LatencyProfile {
                 points: target
                     .points
                     .iter()
@@ -81,6 +97,14 @@ mod tests {
             DraftSource::resolve("self", none).unwrap(),
             DraftSource::SelfLayers
         );
+        assert_eq!(
+            DraftSource::resolve("elastic:0.5", none).unwrap(),
+            DraftSource::Elastic(0.5)
+        );
+        for bad in ["elastic:0", "elastic:1.5", "elastic:half", "elastic:"] {
+            let e = DraftSource::resolve(bad, none).unwrap_err().to_string();
+            assert!(e.contains("(0, 1]"), "{bad}: {e}");
+        }
         assert!(DraftSource::resolve("/no/such/model.gguf", none).is_err());
     }
 

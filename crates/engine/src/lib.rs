@@ -185,11 +185,12 @@ impl Engine {
             let model = backends::load(backend, &dfile, progress)?;
             draft_model = Some(arbor_drafts::slim::widen_if_slim(dfile.header(), model)?);
         }
-        // A self draft keeps its own KV cache and logits: planned like a
-        // draft with the target's shape.
+        // A self or elastic draft keeps its own KV cache and logits:
+        // planned like a draft with the target's shape.
         let self_draft = draft == Some(&DraftSource::SelfLayers);
+        let own_cache = self_draft || matches!(draft, Some(DraftSource::Elastic(_)));
         let target_config = arbor_model::Layout::from_gguf(file.header())?.config;
-        let draft_config = match (&draft_model, self_draft) {
+        let draft_config = match (&draft_model, own_cache) {
             (Some(d), _) => Some(d.config().clone()),
             (None, true) => Some(target_config),
             (None, false) => None,
@@ -214,9 +215,30 @@ impl Engine {
         match (draft, draft_model.or(own_draft)) {
             (_, Some(d)) => engine.set_draft(d)?,
             (Some(DraftSource::Lookup), None) => engine.attach_lookup()?,
+            (Some(DraftSource::Elastic(level)), None) => engine.attach_elastic(*level)?,
             _ => {}
         }
         Ok(engine)
+    }
+
+    /// Attaches a level of this elastic target as the draft (every layer
+    /// must be resident).
+    pub fn attach_elastic(&mut self, level: f64) -> Result<()> {
+        let draft = self.model.elastic_draft(level)?;
+        self.set_draft(draft)
+    }
+
+    /// The share of the whole target's layer weights that `level` of this
+    /// elastic target multiplies per token.
+    pub fn elastic_share(&self, level: f64) -> Result<f64> {
+        let file = arbor_gguf::GgufFile::open(&self.path)?;
+        let layout = arbor_model::Layout::from_gguf(file.header())?;
+        let e = layout.elastic.as_ref().ok_or_else(|| {
+            EngineError::Invalid(format!("{} is not an elastic model", self.path.display()))
+        })?;
+        let at = e.level_index(level)?;
+        let whole = e.level_bytes(&layout, e.levels.len() - 1).max(1);
+        Ok(e.level_bytes(&layout, at) as f64 / whole as f64)
     }
 
     /// Attaches prompt lookup as the draft.

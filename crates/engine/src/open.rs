@@ -182,8 +182,14 @@ impl Engine {
                 Err(e) => return Err(e),
             }
         }
-        let (config, (engine, strategy, draft)) = opened.expect("at least one attempt");
+        let (config, (mut engine, strategy, draft)) = opened.expect("at least one attempt");
         let config = &config;
+        if let Some(level) = config.level {
+            let at = engine.model_mut().set_level(level)?;
+            progress(OpenEvent::Note(&format!(
+                "elastic: the target runs at level {at}"
+            )));
+        }
         let mut run = Run {
             engine,
             backend,
@@ -301,6 +307,7 @@ fn attach(
             .load_draft(path, backend, &mut load_events(path, progress))
             .map_err(loading(path)),
         DraftSource::Lookup => engine.attach_lookup(),
+        DraftSource::Elastic(level) => engine.attach_elastic(*level),
         DraftSource::SelfLayers => Err(EngineError::Invalid(
             "a self draft runs the target's resident layers: it needs a memory budget under \
              which some layers stream (--memory-budget), opened with it"
@@ -578,9 +585,12 @@ impl Run {
             let (record, note) = self.latency(&target_path, false, read == 0, progress)?;
             (record.profile(), note.is_some() && read > 0)
         };
-        let running = self.engine.memory().map_or(1.0, |m| {
-            1.0 - m.plan.streamed() as f64 / m.plan.resident.len().max(1) as f64
-        });
+        let running = match &self.draft {
+            Some(DraftSource::Elastic(level)) => self.engine.elastic_share(*level)?,
+            _ => self.engine.memory().map_or(1.0, |m| {
+                1.0 - m.plan.streamed() as f64 / m.plan.resident.len().max(1) as f64
+            }),
+        };
         let draft = match self.draft.clone() {
             Some(DraftSource::Model(path)) => {
                 Some(self.latency(&path, false, true, progress)?.0.profile())

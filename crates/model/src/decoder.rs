@@ -64,6 +64,10 @@ pub struct Decoder<B: Backend> {
     pub(crate) kept: Option<B::Tensor>,
     /// Column scales multiplied into each layer (see [`crate::Probes`]).
     pub(crate) probes: Option<Vec<crate::Probes<B::Tensor>>>,
+    /// The levels of an elastic file, and the one passes run at (an index
+    /// into its levels; the last is the whole model).
+    pub(crate) elastic: Option<Arc<crate::Elastic>>,
+    pub(crate) level: usize,
 }
 
 /// A tensor's index entry and bytes in `file`.
@@ -202,6 +206,8 @@ impl<B: Backend> Decoder<B> {
             keep_last: false,
             kept: None,
             probes: None,
+            level: layout.elastic.as_ref().map_or(0, |e| e.levels.len() - 1),
+            elastic: layout.elastic.clone().map(Arc::new),
         })
     }
 
@@ -316,7 +322,19 @@ impl<B: Backend> Decoder<B> {
                 None => Ok(t),
             }
         };
+        let elastic = self.elastic.as_deref();
+        let whole = crate::Cut {
+            heads: c.heads.n_heads,
+            neurons: c.ffn_hidden,
+        };
         for (i, block) in self.blocks.iter().enumerate() {
+            // What this layer keeps at the level passes run at.
+            let cut = elastic.map_or(whole, |e| e.cuts[self.level][i]);
+            let heads = match elastic {
+                Some(e) => e.heads(&c.heads, cut.heads),
+                None => c.heads,
+            };
+            let (d, q_cols) = (c.hidden, cut.heads * c.heads.head_dim);
             let lease;
             let block = match block {
                 Block::Skipped => continue,
@@ -335,21 +353,27 @@ impl<B: Backend> Decoder<B> {
             // Attention
             let h = b.rms_norm(&x, &block.attn_norm, c.rms_eps)?;
             let a = &block.attn;
-            let q = biased(b, probe(b.matmul(&h, &a.q)?, i, |p| &p.q)?, &a.q_bias)?;
+            let q = probe(part(b, &h, &a.q, q_cols, d)?, i, |p| &p.q)?;
+            let q = match &a.q_bias {
+                Some(bias) if q_cols < b.shape(bias).1 => {
+                    b.add(&q, &b.narrow_cols(bias, 0..q_cols)?)?
+                }
+                bias => biased(b, q, bias)?,
+            };
             let k = biased(b, b.matmul(&h, &a.k)?, &a.k_bias)?;
             let v = biased(b, b.matmul(&h, &a.v)?, &a.v_bias)?;
             let q = b.rope(&q, positions, &c.rope)?;
             let k = b.rope(&k, positions, &c.rope)?;
             b.kv_append(kv, &k, &v)?;
-            let att = probe(b.attention(&q, kv, mask, &c.heads)?, i, |p| &p.attn)?;
-            x = b.add(&x, &b.matmul(&att, &a.o)?)?;
+            let att = probe(b.attention(&q, kv, mask, &heads)?, i, |p| &p.attn)?;
+            x = b.add(&x, &part(b, &att, &a.o, d, q_cols)?)?;
             // MLP
             let h = b.rms_norm(&x, &block.ffn_norm, c.rms_eps)?;
             let m = &block.mlp;
-            let gate = probe(b.matmul(&h, &m.gate)?, i, |p| &p.gate)?;
-            let up = probe(b.matmul(&h, &m.up)?, i, |p| &p.up)?;
+            let gate = probe(part(b, &h, &m.gate, cut.neurons, d)?, i, |p| &p.gate)?;
+            let up = probe(part(b, &h, &m.up, cut.neurons, d)?, i, |p| &p.up)?;
             let act = probe(b.swiglu(&gate, &up)?, i, |p| &p.down)?;
-            x = b.add(&x, &b.matmul(&act, &m.down)?)?;
+            x = b.add(&x, &part(b, &act, &m.down, d, cut.neurons)?)?;
         }
         Ok(x)
     }
@@ -480,6 +504,18 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         &self.config
     }
 
+    fn levels(&self) -> Option<&[f64]> {
+        self.elastic.as_deref().map(|e| e.levels.as_slice())
+    }
+
+    fn set_level(&mut self, level: f64) -> Result<f64> {
+        Decoder::set_level(self, level)
+    }
+
+    fn elastic_draft(&self, level: f64) -> Result<Box<dyn LanguageModel>> {
+        Ok(Box::new(Decoder::elastic_draft(self, level)?))
+    }
+
     fn backend_name(&self) -> &'static str {
         self.backend.name()
     }
@@ -489,6 +525,21 @@ impl<B: Backend> LanguageModel for Decoder<B> {
             source.notify_waits(tx);
         }
     }
+}
+
+/// `x · wᵀ` over the first `rows` rows and `cols` columns of `w`: the
+/// whole matmul when that is all of it, else an elastic level's prefix.
+fn part<B: Backend>(
+    b: &B,
+    x: &B::Tensor,
+    w: &B::Weight,
+    rows: usize,
+    cols: usize,
+) -> Result<B::Tensor> {
+    Ok(match b.weight_shape(w) == (rows, cols) {
+        true => b.matmul(x, w)?,
+        false => b.matmul_part(x, w, rows, 0..cols)?,
+    })
 }
 
 fn biased<B: Backend>(b: &B, x: B::Tensor, bias: &Option<B::Tensor>) -> Result<B::Tensor> {

@@ -81,9 +81,8 @@ impl Config {
             ffn_hidden: h.get_usize(&key("feed_forward_length"))?,
             n_layers: h.get_usize(&key("block_count"))?,
             heads: Heads {
-                n_heads,
-                n_kv_heads,
-                head_dim,
+                order: crate::Elastic::head_order(h)?,
+                ..Heads::grouped(n_heads, n_kv_heads, head_dim)
             },
             rms_eps: h.get_f64(&key("attention.layer_norm_rms_epsilon"))? as f32,
             rope: Rope {
@@ -161,6 +160,8 @@ pub struct Layout {
     pub norm: TensorEntry,
     /// Each layer's tensors, in the order the forward pass uses them.
     pub layers: Vec<Vec<TensorEntry>>,
+    /// The levels of an elastic file (see [`crate::Elastic`]).
+    pub elastic: Option<crate::Elastic>,
 }
 
 impl Layout {
@@ -184,12 +185,14 @@ impl Layout {
             }
             Err(_) => None,
         };
+        let elastic = crate::Elastic::from_header(h, &config)?;
         Ok(Self {
             config,
             embedding,
             head,
             norm,
             layers,
+            elastic,
         })
     }
 

@@ -13,6 +13,7 @@
 
 mod check;
 pub mod decoder;
+pub mod elastic;
 pub mod layout;
 mod probes;
 mod self_draft;
@@ -22,6 +23,7 @@ pub mod weights;
 pub use arbor_tensor::Mask;
 pub use check::{check_logit_rows, check_pass, check_tokens};
 pub use decoder::Decoder;
+pub use elastic::{Cut, Elastic};
 pub use layout::{Config, Layout, TensorEntry};
 pub use probes::Probes;
 pub use weights::{LayerSource, LayerWeights, Lease, RowSource, held_bytes};
@@ -183,6 +185,31 @@ pub trait LanguageModel: Send {
     fn config(&self) -> &Config;
     /// Backend name (`candle`, `flex`, ...).
     fn backend_name(&self) -> &'static str;
+
+    /// The levels an elastic model runs at (`None`: only the whole model;
+    /// see [`Elastic`]).
+    fn levels(&self) -> Option<&[f64]> {
+        None
+    }
+
+    /// Runs later passes at the built level nearest at or below `level`
+    /// and returns it (see [`Decoder::set_level`]); models that are not
+    /// elastic refuse.
+    fn set_level(&mut self, level: f64) -> Result<f64> {
+        Err(ModelError::Input(format!(
+            "level {level} asked of a model that is not elastic"
+        )))
+    }
+
+    /// A draft that runs this elastic model at `level`, sharing its
+    /// weights (see [`Decoder::elastic_draft`]); models that are not
+    /// elastic refuse.
+    fn elastic_draft(&self, level: f64) -> Result<Box<dyn LanguageModel>> {
+        Err(ModelError::Input(format!(
+            "an elastic draft at level {level} asked of a model that is not elastic (build one \
+             with `arbor elastic build`)"
+        )))
+    }
 
     /// Reports [`WeightWait`]s of later forward passes to `tx` (`None`
     /// stops and drops the sender). Models whose weights are all in memory

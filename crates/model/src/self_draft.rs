@@ -77,6 +77,8 @@ impl<B: Backend + Clone> Decoder<B> {
             keep_last: false,
             kept: None,
             probes: None,
+            elastic: self.elastic.clone(),
+            level: self.level,
         })
     }
 

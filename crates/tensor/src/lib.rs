@@ -78,12 +78,59 @@ pub struct Rope {
 }
 
 /// Attention head layout (grouped-query attention when `n_kv_heads <
-/// n_heads`; query head `h` reads KV head `h / (n_heads / n_kv_heads)`).
+/// n_heads`): which KV head each query head reads is set by `order`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Heads {
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
+    pub order: HeadOrder,
+}
+
+/// How query heads map to KV heads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HeadOrder {
+    /// Query head `h` reads KV head `h / (n_heads / n_kv_heads)`: each KV
+    /// head's query heads side by side, as model files store them.
+    #[default]
+    Grouped,
+    /// Runs of `run` query heads take the KV heads in turn: head `h` reads
+    /// KV head `(h / run) % n_kv_heads`. Elastic models store their heads
+    /// so, most important first, so that any prefix of whole rounds keeps
+    /// the same number of heads for every KV head.
+    Interleaved { run: usize },
+}
+
+impl Heads {
+    /// Heads of the usual grouped order.
+    pub const fn grouped(n_heads: usize, n_kv_heads: usize, head_dim: usize) -> Self {
+        Self {
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            order: HeadOrder::Grouped,
+        }
+    }
+
+    /// The KV head query head `h` reads.
+    pub fn kv_head(&self, h: usize) -> usize {
+        match self.order {
+            HeadOrder::Grouped => h / (self.n_heads / self.n_kv_heads).max(1),
+            HeadOrder::Interleaved { run } => (h / run.max(1)) % self.n_kv_heads.max(1),
+        }
+    }
+
+    /// Whether the layout is consistent: heads divide evenly among the KV
+    /// heads (and, interleaved, into whole rounds of runs).
+    pub fn is_valid(&self) -> bool {
+        let whole = |n: usize| n > 0 && self.n_heads.is_multiple_of(n);
+        self.head_dim > 0
+            && whole(self.n_kv_heads)
+            && match self.order {
+                HeadOrder::Grouped => true,
+                HeadOrder::Interleaved { run } => whole(run * self.n_kv_heads),
+            }
+    }
 }
 
 /// A boolean attention mask: `rows` new tokens × `cols` key positions
@@ -162,7 +209,7 @@ pub const KV_STEP: usize = 128;
 /// The operations a transformer forward pass is written against.
 ///
 /// Shapes are given as `[rows, cols]`; `x` always has one row per token.
-pub trait Backend: Send + Sync + 'static {
+pub trait Backend: Clone + Send + Sync + 'static {
     type Tensor: Clone + Send + Sync;
     type Weight: Send + Sync;
     type Kv: Send + Sync;
@@ -207,6 +254,29 @@ pub trait Backend: Send + Sync + 'static {
     fn embed(&self, table: &Self::Weight, ids: &[u32]) -> Result<Self::Tensor>;
     /// `x [n, in] · wᵀ` for `w [out, in]` → `[n, out]`.
     fn matmul(&self, x: &Self::Tensor, w: &Self::Weight) -> Result<Self::Tensor>;
+    /// `[out, in]` of a weight.
+    fn weight_shape(&self, w: &Self::Weight) -> (usize, usize);
+    /// A part of `w [out, in]` without copying it: its first `rows` rows
+    /// over the input columns `cols`, times the same columns of `x [n, k]`
+    /// (`k ≥ cols.end`) → `[n, rows]`. Elastic sub-models multiply such
+    /// prefixes. `cols` must start and end on the weight's quantization
+    /// blocks, and backends that hold rows in groups may need `rows` to be
+    /// a whole number of groups (eight rows: every elastic unit is).
+    /// Results equal [`Backend::matmul`] of that part cut out as a matrix
+    /// of its own, bit for bit where the backend's matmul is exact.
+    ///
+    /// The default zero-fills the other columns of `x` and multiplies the
+    /// whole weight (a zero block adds exactly nothing), then keeps the
+    /// first `rows` outputs: right, not fast.
+    fn matmul_part(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        rows: usize,
+        cols: std::ops::Range<usize>,
+    ) -> Result<Self::Tensor> {
+        matmul_part_padded(self, x, w, rows, cols)
+    }
     /// Elementwise `a + b`; `b` may be a single row broadcast over `a`'s rows.
     fn add(&self, a: &Self::Tensor, b: &Self::Tensor) -> Result<Self::Tensor>;
     /// `silu(gate) * up`, elementwise.
@@ -221,6 +291,21 @@ pub trait Backend: Send + Sync + 'static {
     fn rope(&self, x: &Self::Tensor, positions: &[u32], rope: &Rope) -> Result<Self::Tensor>;
     /// Keeps only the listed rows, in order.
     fn select_rows(&self, x: &Self::Tensor, rows: &[usize]) -> Result<Self::Tensor>;
+    /// Columns `cols` of `x` (an elastic sub-model's share of a bias).
+    fn narrow_cols(&self, x: &Self::Tensor, cols: std::ops::Range<usize>) -> Result<Self::Tensor> {
+        let (n, c) = self.shape(x);
+        if cols.start >= cols.end || cols.end > c {
+            return Err(Error::Shape {
+                op: "narrow_cols",
+                detail: format!("columns {cols:?} of [{n}, {c}]"),
+            });
+        }
+        let host = self.to_vec(x)?;
+        let kept: Vec<f32> = (host.chunks_exact(c))
+            .flat_map(|r| r[cols.clone()].iter().copied())
+            .collect();
+        self.tensor(&kept, n, cols.len())
+    }
 
     /// An empty KV cache for one layer.
     fn kv_new(&self, heads: &Heads) -> Result<Self::Kv>;
@@ -243,6 +328,52 @@ pub trait Backend: Send + Sync + 'static {
         mask: &Mask,
         heads: &Heads,
     ) -> Result<Self::Tensor>;
+}
+
+/// Checks a [`Backend::matmul_part`] request against a weight of shape
+/// `[out, width]` and an input of `x_cols` columns.
+pub fn check_part(
+    op: &'static str,
+    (out, width): (usize, usize),
+    rows: usize,
+    cols: &std::ops::Range<usize>,
+    x_cols: usize,
+) -> Result<()> {
+    if rows == 0 || rows > out || cols.start >= cols.end || cols.end > width || x_cols < cols.end {
+        return Err(Error::Shape {
+            op,
+            detail: format!(
+                "rows ..{rows} and columns {cols:?} of a [{out}, {width}] weight for an input of \
+                 {x_cols} columns"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// [`Backend::matmul_part`] by zero-filling `x` outside `cols` and
+/// multiplying the whole weight (through the host): the default, and the
+/// fallback of backends for weights their own kernels do not hold.
+pub fn matmul_part_padded<B: Backend>(
+    b: &B,
+    x: &B::Tensor,
+    w: &B::Weight,
+    rows: usize,
+    cols: std::ops::Range<usize>,
+) -> Result<B::Tensor> {
+    let (out, width) = b.weight_shape(w);
+    let (n, c) = b.shape(x);
+    check_part("matmul_part", (out, width), rows, &cols, c)?;
+    let host = b.to_vec(x)?;
+    let mut wide = vec![0f32; n * width];
+    for (dst, src) in wide.chunks_exact_mut(width).zip(host.chunks_exact(c)) {
+        dst[cols.clone()].copy_from_slice(&src[cols.clone()]);
+    }
+    let full = b.to_vec(&b.matmul(&b.tensor(&wide, n, width)?, w)?)?;
+    let kept: Vec<f32> = (full.chunks_exact(out))
+        .flat_map(|r| r[..rows].iter().copied())
+        .collect();
+    b.tensor(&kept, n, rows)
 }
 
 /// Reference implementations on host slices, used by backends for the odd op

@@ -39,13 +39,12 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], mask: &Mask, h: &Heads) -> Vec
     let (qc, kc) = (h.n_heads * d, h.n_kv_heads * d);
     let n = q.len() / qc;
     let t = k.len() / kc;
-    let group = h.n_heads / h.n_kv_heads;
     let scale = 1.0 / (d as f32).sqrt();
     let mut out = vec![0.0; n * qc];
     let mut scores = vec![0.0f32; t];
     for i in 0..n {
         for head in 0..h.n_heads {
-            let kvh = head / group;
+            let kvh = h.kv_head(head);
             let qi = &q[i * qc + head * d..][..d];
             let mut max = f32::NEG_INFINITY;
             for (j, s) in scores.iter_mut().enumerate() {
@@ -136,11 +135,7 @@ mod tests {
 
     #[test]
     fn attention_with_one_visible_key_returns_its_value() {
-        let h = Heads {
-            n_heads: 2,
-            n_kv_heads: 1,
-            head_dim: 2,
-        };
+        let h = Heads::grouped(2, 1, 2);
         let q = [1.0, 0.0, 0.0, 1.0];
         let k = [1.0, 1.0, -1.0, 3.0];
         let v = [10.0, 20.0, 30.0, 40.0];

@@ -91,7 +91,7 @@ fn check(kind: Kind, ty: GgmlType, scale_at: &[usize]) {
             };
             for with_vnni in [false, vnni()] {
                 let mut got = vec![0f32; m * rows];
-                w.matmul_on(with_vnni, &x, m, &mut got);
+                w.matmul_on(with_vnni, &x, m, &w.whole(), &mut got);
                 for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                     assert!(a.is_finite(), "{ty}: non-finite output {a}");
                     assert_eq!(
@@ -145,7 +145,7 @@ fn q5_0_equals_its_q8_0_repacking_bit_for_bit() {
         for with_vnni in [false, vnni()] {
             for w in [&q5, &q8] {
                 let mut got = vec![0f32; m * rows];
-                w.matmul_on(with_vnni, &x, m, &mut got);
+                w.matmul_on(with_vnni, &x, m, &w.whole(), &mut got);
                 let same = got
                     .iter()
                     .zip(&want)
@@ -183,7 +183,7 @@ fn every_row_is_computed_for_any_shape() {
                 for with_vnni in [false, vnni()] {
                     // NaN marks outputs the kernel never wrote.
                     let mut got = vec![f32::NAN; m * rows];
-                    w.matmul_on(with_vnni, &x, m, &mut got);
+                    w.matmul_on(with_vnni, &x, m, &w.whole(), &mut got);
                     let same = got
                         .iter()
                         .zip(&want)
@@ -191,6 +191,74 @@ fn every_row_is_computed_for_any_shape() {
                     assert!(same, "{ty}: {rows} rows, {m} tokens, vnni {with_vnni}");
                 }
             }
+        }
+    }
+}
+
+/// A part read in place (leading rows, a range of each row's blocks) gives
+/// the bits of the same part cut out as a matrix of its own, for every
+/// kernel type, interleaved or not, one token or many.
+#[test]
+fn parts_equal_the_part_cut_out_bit_for_bit() {
+    if !available() {
+        return;
+    }
+    let mut g = Gen(0x99);
+    for (kind, ty, scale_at) in [
+        (Kind::Q8_0, GgmlType::Q8_0, &[0][..]),
+        (Kind::Q5_0, GgmlType::Q5_0, &[0][..]),
+        (Kind::Q4K, GgmlType::Q4_K, &[0, 2][..]),
+        (Kind::Q6K, GgmlType::Q6_K, &[208][..]),
+    ] {
+        let (rows, nb) = (37, 7);
+        let (len, size) = (kind.block_len(), kind.block_bytes());
+        let cols = nb * len;
+        let bytes = blocks(kind, rows * nb, &mut g, scale_at);
+        for interleave in [true, false] {
+            let w = QWeight::with_layout(ty, rows, cols, &bytes, interleave).unwrap();
+            // Row prefixes of whole groups of eight, or the whole matrix.
+            for (keep, blocks) in [(16, 0..nb), (24, 2..5), (37, 1..7), (8, 6..7), (37, 0..nb)] {
+                let part = w
+                    .part(keep, &(blocks.start * len..blocks.end * len))
+                    .unwrap();
+                let cut: Vec<u8> = (0..keep)
+                    .flat_map(|r| {
+                        &bytes[(r * nb + blocks.start) * size..(r * nb + blocks.end) * size]
+                    })
+                    .copied()
+                    .collect();
+                let width = blocks.len() * len;
+                let alone = QWeight::with_layout(ty, keep, width, &cut, interleave).unwrap();
+                for m in [1usize, 3, 9] {
+                    let x: Vec<f32> = (0..m * width).map(|_| g.f32()).collect();
+                    for with_vnni in [false, vnni()] {
+                        let mut got = vec![f32::NAN; m * keep];
+                        w.matmul_on(with_vnni, &x, m, &part, &mut got);
+                        let mut want = vec![0f32; m * keep];
+                        alone.matmul_on(with_vnni, &x, m, &alone.whole(), &mut want);
+                        let same = got
+                            .iter()
+                            .zip(&want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(
+                            same,
+                            "{ty}: rows ..{keep}, blocks {blocks:?}, {m} tokens, vnni {with_vnni}, interleaved {interleave}"
+                        );
+                    }
+                }
+            }
+            // Parts the kernels cannot read in place are refused.
+            if interleave && matches!(kind, Kind::Q4K | Kind::Q6K) {
+                assert!(
+                    w.part(12, &(0..cols)).is_none(),
+                    "{ty}: half a group of rows"
+                );
+            }
+            assert!(
+                w.part(8, &(1..cols)).is_none(),
+                "{ty}: columns inside a block"
+            );
+            assert!(w.part(38, &(0..cols)).is_none(), "{ty}: too many rows");
         }
     }
 }

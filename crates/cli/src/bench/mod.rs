@@ -30,6 +30,9 @@ pub enum BenchCommand {
         prompt_tokens: usize,
         #[arg(long)]
         backend: Option<String>,
+        /// Level of an elastic model (a fraction in (0, 1]).
+        #[arg(long)]
+        level: Option<f64>,
     },
     /// Speculative strategies against autoregressive decoding on a prompt
     /// set: a table (or JSON lines) and a bar chart.
@@ -46,12 +49,14 @@ pub fn run(which: BenchCommand, device: RunConfig) -> Result<()> {
             tokens,
             prompt_tokens,
             backend,
+            level,
         } => {
             if tokens == 0 || prompt_tokens == 0 {
                 bail!("--tokens and --prompt-tokens must be at least 1");
             }
             let device = device.merge(RunConfig {
                 backend,
+                level,
                 ..RunConfig::default()
             });
             for m in &model {
