@@ -51,3 +51,39 @@ fn log_softmax_at(row: &[f32], i: usize) -> f64 {
     let sum: f64 = row.iter().map(|&l| (l as f64 - max).exp()).sum();
     row[i] as f64 - max - sum.ln()
 }
+
+/// How often `model`'s greedy choice is the next token of `text` where
+/// that token is at or after `from` (a reference continuation after its
+/// prompt), read in one causal pass from an empty cache: `(agreeing,
+/// counted)`.
+pub fn greedy_agreement(
+    model: &mut dyn LanguageModel,
+    text: &[u32],
+    from: usize,
+) -> Result<(usize, usize)> {
+    if from == 0 || from >= text.len() {
+        return Err(EngineError::Invalid(format!(
+            "agreement over tokens {from}.. of a text of {}",
+            text.len()
+        )));
+    }
+    model.truncate_cache(0)?;
+    let (mut agree, mut count) = (0, 0);
+    for (ci, chunk) in text[..text.len() - 1].chunks(CHUNK).enumerate() {
+        let past = ci * CHUNK;
+        let positions: Vec<u32> = (past..past + chunk.len()).map(|p| p as u32).collect();
+        // Rows whose next token is counted.
+        let rows: Vec<usize> = (0..chunk.len()).filter(|r| past + r + 1 >= from).collect();
+        let mask = Mask::causal(past, chunk.len());
+        if rows.is_empty() {
+            model.forward(chunk, &positions, &mask, &[chunk.len() - 1])?;
+            continue;
+        }
+        let logits = model.forward(chunk, &positions, &mask, &rows)?;
+        for (k, &r) in rows.iter().enumerate() {
+            agree += usize::from(crate::argmax(logits.row(k)) == Some(text[past + r + 1]));
+            count += 1;
+        }
+    }
+    Ok((agree, count))
+}

@@ -512,6 +512,10 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         Decoder::set_level(self, level)
     }
 
+    fn without_layers(&self, keep: &[bool]) -> Result<Box<dyn LanguageModel>> {
+        Ok(Box::new(self.self_draft_with(keep)?))
+    }
+
     fn elastic_draft(&self, level: f64) -> Result<Box<dyn LanguageModel>> {
         Ok(Box::new(Decoder::elastic_draft(self, level)?))
     }

@@ -201,6 +201,14 @@ pub trait LanguageModel: Send {
         )))
     }
 
+    /// This model without the layers `keep` marks `false` (the residual
+    /// passes through them), sharing its weights, with a cache of its own
+    /// (see [`Decoder::self_draft_with`]); models that cannot refuse.
+    fn without_layers(&self, keep: &[bool]) -> Result<Box<dyn LanguageModel>> {
+        let _ = keep;
+        Err(ModelError::Input("this model cannot drop layers".into()))
+    }
+
     /// A draft that runs this elastic model at `level`, sharing its
     /// weights (see [`Decoder::elastic_draft`]); models that are not
     /// elastic refuse.

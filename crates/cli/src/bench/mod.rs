@@ -7,6 +7,7 @@
 mod budget;
 mod cgroup;
 mod decode;
+mod elastic;
 mod peer;
 mod ppd;
 mod spec;
@@ -40,6 +41,9 @@ pub enum BenchCommand {
     /// PPD prompt tokens: top-k accuracy by distance on a model's own
     /// greedy text, then `ppd` decoding's tokens per pass and speed.
     Ppd(ppd::BenchPpdArgs),
+    /// Elastic levels against unreordered prefixes, magnitude order and
+    /// dropped layers: perplexity, greedy agreement, speed.
+    Elastic(Box<elastic::BenchElasticArgs>),
 }
 
 pub fn run(which: BenchCommand, device: RunConfig) -> Result<()> {
@@ -70,5 +74,6 @@ pub fn run(which: BenchCommand, device: RunConfig) -> Result<()> {
         }
         BenchCommand::Spec(args) => spec::run(&args, &device),
         BenchCommand::Ppd(args) => ppd::run(&args, &device),
+        BenchCommand::Elastic(args) => elastic::run(&args, &device),
     }
 }

@@ -66,6 +66,31 @@ pub(crate) fn default_out(model: &Path, order: Order) -> PathBuf {
         .join(format!("{stem}.elastic{tag}.gguf"))
 }
 
+/// `order`'s elastic file of `model` at its default place, built with the
+/// defaults when missing.
+pub(crate) fn ensure_built(model: &Path, order: Order) -> Result<PathBuf> {
+    let out = default_out(model, order);
+    if !out.exists() {
+        eprintln!(
+            "building {} (arbor elastic build --order {})",
+            out.display(),
+            order.name()
+        );
+        build(&BuildArgs {
+            model: model.display().to_string(),
+            out: Some(out.clone()),
+            levels: vec![0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
+            order: order.name().into(),
+            down: "q8_0".into(),
+            anchors: 0.2,
+            importance: None,
+            calibration: "brown".into(),
+            tokens: 4096,
+        })?;
+    }
+    Ok(out)
+}
+
 pub(super) fn build(args: &BuildArgs) -> Result<()> {
     let order: Order = args.order.parse()?;
     let down: DownType = args.down.parse()?;

@@ -9,6 +9,8 @@ mod build;
 mod eval;
 mod importance;
 
+pub(crate) use build::ensure_built;
+
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
