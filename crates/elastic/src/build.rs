@@ -205,6 +205,18 @@ pub fn build(
                 _ => (e.ty, bytes.to_vec()),
             };
             let info = h.tensor(&e.name)?;
+            if role == "ffn_down.weight" && !anchor {
+                // Again as column segments between the levels' cuts, so a
+                // split layer reads its held and its streamed part whole.
+                let ends: Vec<usize> = elastic.cuts.iter().map(|c| c[i].neurons).collect();
+                for (k, (cols, seg)) in column_segments(&data, e.rows, ty, &ends)
+                    .into_iter()
+                    .enumerate()
+                {
+                    let name = format!("{}.seg{k}", e.name);
+                    w.add_tensor(&name, &[cols as u64, e.rows as u64], ty, seg);
+                }
+            }
             w.add_tensor(&e.name, &info.dims, ty, data);
             file.release(info);
         }
@@ -329,4 +341,31 @@ fn requantize_cols(e: &TensorEntry, bytes: &[u8], cols: &[usize], to: DownType) 
         permuted.extend(cols.iter().map(|&c| r[c]));
     }
     Ok(to.quantize(&permuted))
+}
+
+/// The columns of a row-major `[rows, ·]` matrix of type `ty` cut at the
+/// distinct `ends` (increasing; the last is every column), each piece a
+/// row-major matrix of its own: `(columns, bytes)`.
+fn column_segments(
+    data: &[u8],
+    rows: usize,
+    ty: GgmlType,
+    ends: &[usize],
+) -> Vec<(usize, Vec<u8>)> {
+    let (bl, bb) = (ty.block_len(), ty.block_bytes());
+    let row_bytes = data.len() / rows;
+    let mut cuts: Vec<usize> = ends.to_vec();
+    cuts.dedup();
+    let mut out = Vec::with_capacity(cuts.len());
+    let mut start = 0;
+    for &end in &cuts {
+        let (a, b) = (start / bl * bb, end / bl * bb);
+        let mut seg = Vec::with_capacity(rows * (b - a));
+        for r in 0..rows {
+            seg.extend_from_slice(&data[r * row_bytes + a..r * row_bytes + b]);
+        }
+        out.push((end - start, seg));
+        start = end;
+    }
+    out
 }

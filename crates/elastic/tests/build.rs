@@ -3,134 +3,15 @@
 //! units it drops masked out, an elastic draft drafts losslessly, and bad
 //! files and levels are refused.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use arbor_backend_candle::CandleBackend;
-use arbor_elastic::{BuildOptions, DownType, Order, Scores, build};
+use arbor_elastic::{Order, build};
 use arbor_gguf::{GgmlType, GgufFile, GgufWriter, Value};
-use arbor_model::testing::TinyModel;
-use arbor_model::{Decoder, Elastic, LanguageModel, Layout, Probes};
-use arbor_sampling::SamplingParams;
-use arbor_speculative::{DecodeOptions, Decoding, Strategy, TreeConfig, Verification, decode};
+use arbor_model::{Elastic, LanguageModel, Layout, Probes};
+use arbor_speculative::{Decoding, TreeConfig, decode};
 use arbor_tensor::Backend;
 
-type Model = Decoder<CandleBackend>;
-
-/// A path in the cargo scratch directory, its file deleted on drop.
-struct Temp(PathBuf);
-
-impl Temp {
-    fn new(tag: &str) -> Self {
-        static COUNT: AtomicUsize = AtomicUsize::new(0);
-        let n = COUNT.fetch_add(1, Ordering::Relaxed);
-        Self(Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "arbor-elastic-{tag}-{}-{n}.gguf",
-            std::process::id()
-        )))
-    }
-    fn write(w: &GgufWriter, tag: &str) -> Self {
-        let t = Self::new(tag);
-        w.write(&t.0).unwrap();
-        t
-    }
-}
-
-impl Drop for Temp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// Eight 16-wide heads over two KV heads, 256 neurons: Q8_0 blocks (32)
-/// hold two heads, so heads move in runs of two.
-fn tiny(weight_type: GgmlType, seed: u64) -> TinyModel {
-    TinyModel {
-        arch: "qwen2",
-        vocab: 200,
-        hidden: 128,
-        heads: 8,
-        kv_heads: 2,
-        ffn: 256,
-        layers: 4,
-        weight_type,
-        seed,
-        ..TinyModel::default()
-    }
-}
-
-fn random_scores(m: &TinyModel, seed: u64) -> Scores {
-    let mut s = seed | 1;
-    let mut next = || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 11) as f64 / (1u64 << 53) as f64 - 0.5
-    };
-    Scores {
-        heads: (0..m.layers)
-            .map(|_| (0..m.heads).map(|_| next()).collect())
-            .collect(),
-        neurons: (0..m.layers)
-            .map(|_| (0..m.ffn).map(|_| next()).collect())
-            .collect(),
-    }
-}
-
-fn options(order: Order) -> BuildOptions {
-    BuildOptions {
-        levels: vec![0.25, 0.5, 0.75],
-        anchors: vec![0],
-        order,
-        down: DownType::Q8_0,
-    }
-}
-
-fn load(path: &Path) -> Model {
-    Decoder::load(
-        CandleBackend::new(),
-        &GgufFile::open(path).unwrap(),
-        &mut |_, _| {},
-    )
-    .unwrap()
-}
-
-/// An elastic file of `m` ranked by random scores.
-fn elastic(m: &TinyModel, tag: &str) -> (Temp, Temp) {
-    let source = Temp::write(&m.writer(), tag);
-    let out = Temp::new(&format!("{tag}-elastic"));
-    let report = build(
-        &source.0,
-        &out.0,
-        Some(&random_scores(m, m.seed)),
-        &options(Order::Importance),
-        &mut |_, _| {},
-    )
-    .unwrap();
-    assert_eq!(report.levels, vec![0.25, 0.5, 0.75, 1.0]);
-    assert!(
-        report.level_bytes.windows(2).all(|w| w[0] < w[1]),
-        "{report:?}"
-    );
-    (source, out)
-}
-
-/// The last token's logits after each of a few steps.
-fn run(m: &mut dyn LanguageModel) -> Vec<Vec<f32>> {
-    m.truncate_cache(0).unwrap();
-    let mut out = vec![m.step(&[3, 17, 150, 5]).unwrap()];
-    for t in [9, 41, 3] {
-        out.push(m.step(&[t]).unwrap());
-    }
-    out
-}
-
-fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
-    (a.iter().flatten())
-        .zip(b.iter().flatten())
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
+mod common;
+use common::*;
 
 #[test]
 fn the_whole_level_is_the_original_model_up_to_rounding() {
@@ -260,16 +141,6 @@ fn file_order_keeps_the_units_where_they_were() {
             &mut |_, _| {},
         );
         assert!(e.unwrap_err().to_string().contains("needs scores"));
-    }
-}
-
-fn opts(decoding: Decoding) -> DecodeOptions {
-    DecodeOptions {
-        max_tokens: 40,
-        sampling: SamplingParams::default(),
-        stop_tokens: vec![],
-        strategy: Strategy::new(decoding),
-        verification: Verification::Exact,
     }
 }
 

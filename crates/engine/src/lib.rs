@@ -190,7 +190,18 @@ impl Engine {
         // planned like a draft with the target's shape.
         let self_draft = draft == Some(&DraftSource::SelfLayers);
         let own_cache = self_draft || matches!(draft, Some(DraftSource::Elastic(_)));
-        let target_config = arbor_model::Layout::from_gguf(file.header())?.config;
+        let layout = arbor_model::Layout::from_gguf(file.header())?;
+        // An elastic draft runs every layer's prefix at its level: those
+        // stay held, and only the rest of a layer can stream.
+        let mut options = *options;
+        if let Some(DraftSource::Elastic(level)) = draft {
+            let e = layout.elastic.as_ref().ok_or_else(|| {
+                EngineError::Invalid(format!("{} is not an elastic model", path.display()))
+            })?;
+            options.split = Some(e.level_index(*level)?);
+        }
+        let options = &options;
+        let target_config = layout.config;
         let draft_config = match (&draft_model, own_cache) {
             (Some(d), _) => Some(d.config().clone()),
             (None, true) => Some(target_config),

@@ -36,6 +36,13 @@ pub(crate) enum Block<B: Backend> {
     Resident(Arc<LayerWeights<B>>),
     /// Lent by the decoder's [`LayerSource`] for each pass.
     Streamed,
+    /// Held up to `neurons` MLP neurons (an elastic level's prefix); the
+    /// rest of the MLP is lent by the [`LayerSource`] for passes that run
+    /// more (see [`crate::split`]).
+    Split {
+        prefix: Arc<LayerWeights<B>>,
+        neurons: usize,
+    },
     /// Not run: the residual stream passes through unchanged (a self
     /// draft's stand-in for the target's streamed layers). Has no KV cache.
     Skipped,
@@ -336,15 +343,27 @@ impl<B: Backend> Decoder<B> {
             };
             let (d, q_cols) = (c.hidden, cut.heads * c.heads.head_dim);
             let lease;
+            let mut suffix = None;
+            let no_source =
+                || ModelError::Input(format!("layer {i} is not resident and has no source"));
             let block = match block {
                 Block::Skipped => continue,
                 Block::Resident(block) => block.as_ref(),
                 Block::Streamed => {
-                    let source = self.source.as_mut().ok_or_else(|| {
-                        ModelError::Input(format!("layer {i} is not resident and has no source"))
-                    })?;
-                    lease = source.layer(i)?;
+                    lease = self.source.as_mut().ok_or_else(no_source)?.layer(i)?;
                     &lease.weights
+                }
+                Block::Split { prefix, neurons } => {
+                    if probes.is_some() {
+                        return Err(ModelError::Input(format!(
+                            "layer {i} is split: probes need whole layers"
+                        )));
+                    }
+                    if cut.neurons > *neurons {
+                        let lent = self.source.as_mut().ok_or_else(no_source)?.mlp_suffix(i)?;
+                        suffix = Some((lent, *neurons));
+                    }
+                    prefix.as_ref()
                 }
             };
             let kv = caches
@@ -370,10 +389,20 @@ impl<B: Backend> Decoder<B> {
             // MLP
             let h = b.rms_norm(&x, &block.ffn_norm, c.rms_eps)?;
             let m = &block.mlp;
-            let gate = probe(part(b, &h, &m.gate, cut.neurons, d)?, i, |p| &p.gate)?;
-            let up = probe(part(b, &h, &m.up, cut.neurons, d)?, i, |p| &p.up)?;
+            // A split layer's held neurons first, then the lent rest.
+            let own = suffix.as_ref().map_or(cut.neurons, |(_, held)| *held);
+            let gate = probe(part(b, &h, &m.gate, own, d)?, i, |p| &p.gate)?;
+            let up = probe(part(b, &h, &m.up, own, d)?, i, |p| &p.up)?;
             let act = probe(b.swiglu(&gate, &up)?, i, |p| &p.down)?;
-            x = b.add(&x, &part(b, &act, &m.down, d, cut.neurons)?)?;
+            x = b.add(&x, &part(b, &act, &m.down, d, own)?)?;
+            if let Some((lent, held)) = &suffix {
+                let (s, rest) = (&lent.mlp, cut.neurons - held);
+                let act = b.swiglu(
+                    &part(b, &h, &s.gate, rest, d)?,
+                    &part(b, &h, &s.up, rest, d)?,
+                )?;
+                x = b.add(&x, &part(b, &act, &s.down, d, rest)?)?;
+            }
         }
         Ok(x)
     }

@@ -293,6 +293,18 @@ impl<B: Backend> Decoder<B> {
         }
         let mut d = self.self_draft_with(&vec![true; self.blocks.len()])?;
         d.set_level(level)?;
+        let cuts = &self.elastic.as_ref().expect("checked above").cuts[d.level];
+        for (i, block) in self.blocks.iter().enumerate() {
+            if let crate::decoder::Block::Split { neurons, .. } = block
+                && cuts[i].neurons > *neurons
+            {
+                return Err(ModelError::Input(format!(
+                    "an elastic draft at level {level} needs {} neurons of layer {i}, \
+                     which holds {neurons}",
+                    cuts[i].neurons
+                )));
+            }
+        }
         Ok(d)
     }
 }

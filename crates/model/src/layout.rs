@@ -162,6 +162,10 @@ pub struct Layout {
     pub layers: Vec<Vec<TensorEntry>>,
     /// The levels of an elastic file (see [`crate::Elastic`]).
     pub elastic: Option<crate::Elastic>,
+    /// Each layer's down projection stored again as column segments between
+    /// consecutive elastic levels (`blk.N.ffn_down.weight.segK`), for split
+    /// layers (see [`crate::split`]); empty where the file has none.
+    pub down_segments: Vec<Vec<TensorEntry>>,
 }
 
 impl Layout {
@@ -186,6 +190,9 @@ impl Layout {
             Err(_) => None,
         };
         let elastic = crate::Elastic::from_header(h, &config)?;
+        let down_segments = (0..config.n_layers)
+            .map(|i| down_segments(&config, h, i))
+            .collect::<Result<_>>()?;
         Ok(Self {
             config,
             embedding,
@@ -193,6 +200,7 @@ impl Layout {
             norm,
             layers,
             elastic,
+            down_segments,
         })
     }
 
@@ -228,4 +236,30 @@ fn layer_tensors(c: &Config, h: &Header, layer: usize) -> Result<Vec<TensorEntry
         .into_iter()
         .map(|(n, rows, cols)| TensorEntry::find(h, &format!("blk.{layer}.{n}"), rows, cols))
         .collect()
+}
+
+/// Layer `layer`'s stored down segments, in column order; they must cover
+/// every column.
+fn down_segments(c: &Config, h: &Header, layer: usize) -> Result<Vec<TensorEntry>> {
+    let mut segs: Vec<TensorEntry> = Vec::new();
+    loop {
+        let name = format!("blk.{layer}.ffn_down.weight.seg{}", segs.len());
+        let Ok(info) = h.tensor(&name) else { break };
+        let (rows, cols) = dims2(info)?;
+        if rows != c.hidden {
+            return Err(ModelError::Invalid(format!(
+                "`{name}` has {rows} rows, expected {}",
+                c.hidden
+            )));
+        }
+        segs.push(TensorEntry::find(h, &name, rows, cols)?);
+    }
+    let cols: usize = segs.iter().map(|s| s.cols).sum();
+    if !segs.is_empty() && cols != c.ffn_hidden {
+        return Err(ModelError::Invalid(format!(
+            "layer {layer}'s down segments cover {cols} of {} columns",
+            c.ffn_hidden
+        )));
+    }
+    Ok(segs)
 }

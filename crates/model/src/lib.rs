@@ -17,6 +17,7 @@ pub mod elastic;
 pub mod layout;
 mod probes;
 mod self_draft;
+pub mod split;
 pub mod testing;
 pub mod weights;
 
@@ -26,7 +27,8 @@ pub use decoder::Decoder;
 pub use elastic::{Cut, Elastic};
 pub use layout::{Config, Layout, TensorEntry};
 pub use probes::Probes;
-pub use weights::{LayerSource, LayerWeights, Lease, RowSource, held_bytes};
+pub use split::{SuffixLease, is_suffix, join_columns};
+pub use weights::{LayerSource, LayerWeights, Lease, Mlp, RowSource, held_bytes};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {

@@ -43,6 +43,9 @@ impl<B: Backend + Clone> Decoder<B> {
         for (i, (block, &k)) in self.blocks.iter().zip(keep).enumerate() {
             blocks.push(match (block, k) {
                 (Block::Resident(w), true) => Block::Resident(Arc::clone(w)),
+                // An elastic draft at (or below) the split level runs the
+                // held prefix (checked by `Decoder::elastic_draft`).
+                (Block::Split { prefix, .. }, true) => Block::Resident(Arc::clone(prefix)),
                 (_, true) => {
                     return Err(ModelError::Input(format!(
                         "layer {i} is not resident: a self draft cannot run it"

@@ -20,7 +20,8 @@ pub(crate) struct Attention<B: Backend> {
     pub(crate) o: B::Weight,
 }
 
-pub(crate) struct Mlp<B: Backend> {
+/// An MLP's weights (a whole layer's, or a split layer's streamed part).
+pub struct Mlp<B: Backend> {
     pub(crate) gate: B::Weight,
     pub(crate) up: B::Weight,
     pub(crate) down: B::Weight,
@@ -53,6 +54,14 @@ impl<B: Backend> Deref for Lease<B> {
 pub trait LayerSource<B: Backend>: Send {
     /// The weights of layer `layer`, waiting until they are loaded.
     fn layer(&mut self, layer: usize) -> Result<Lease<B>>;
+
+    /// The streamed part of split layer `layer` (see [`crate::split`]),
+    /// waiting until it is loaded.
+    fn mlp_suffix(&mut self, layer: usize) -> Result<crate::SuffixLease<B>> {
+        Err(ModelError::Input(format!(
+            "layer {layer} is split but its source streams no split layers"
+        )))
+    }
 
     /// Reports waits in [`layer`](Self::layer) to `tx` (see
     /// [`LanguageModel::notify_waits`](crate::LanguageModel::notify_waits)).

@@ -33,6 +33,10 @@ pub struct MemoryOptions {
     /// draft); `None` measures this process's resident memory. Set it when
     /// the process holds other things that the budget should not cover.
     pub base: Option<u64>,
+    /// An elastic target that drafts for itself at this level index: its
+    /// layers are resident or split at that level (see [`crate::split_plan`]),
+    /// never streamed whole.
+    pub split: Option<usize>,
 }
 
 impl MemoryOptions {
@@ -48,6 +52,7 @@ impl MemoryOptions {
             logit_rows: 64,
             draft_logit_rows: 64,
             base: None,
+            split: None,
         }
     }
 
@@ -151,6 +156,23 @@ fn plan_target<B: Backend>(
     let logits = logit_scratch(c, options.logit_rows)
         + draft.map_or(0, |d| logit_scratch(d, options.draft_logit_rows));
     let fixed = base + head + kv + logits + SLACK;
+    if let Some(level) = options.split {
+        let costs = crate::split::split_costs(backend, layout, level)?;
+        let lists: Vec<&[arbor_model::TensorEntry]> =
+            costs.iter().filter_map(|(_, s)| s.as_deref()).collect();
+        let buffers = crate::streamer::entry_buffer_bytes(&lists) * buffer_sets(options.mode);
+        let costs: Vec<_> = costs.iter().map(|(c, _)| *c).collect();
+        let plan = crate::split_plan(
+            options.budget,
+            fixed,
+            level,
+            &costs,
+            options.slots(),
+            buffers,
+        )
+        .map_err(paging)?;
+        return Ok((plan, base));
+    }
     let all: Vec<usize> = (0..layout.layers.len()).collect();
     let plan = plan(
         options.budget,
@@ -262,17 +284,29 @@ pub fn load_target<B: Backend + Clone>(
         rows,
         progress,
     )?;
+    let streamed: Vec<usize> = (0..plan.resident.len())
+        .filter(|&i| !plan.resident[i])
+        .collect();
+    let mut units: Vec<(usize, Vec<arbor_model::TensorEntry>)> = streamed
+        .iter()
+        .map(|&i| (i, layout.layers[i].clone()))
+        .collect();
+    if let Some((level, _)) = &plan.split {
+        model.split_layers(file, &layout, *level, &streamed)?;
+        let costs = crate::split::split_costs(&backend, &layout, *level)?;
+        for (i, entries) in &mut units {
+            *entries = costs[*i].1.clone().ok_or_else(|| {
+                arbor_model::ModelError::Invalid(format!("layer {i} cannot be split"))
+            })?;
+        }
+    }
     let target_resident_bytes = model.resident_bytes();
     let mut monitor = None;
     if plan.streamed() > 0 {
-        let streamed: Vec<usize> = (0..plan.resident.len())
-            .filter(|&i| !plan.resident[i])
-            .collect();
-        let streamer = Streamer::new(
+        let streamer = Streamer::with_units(
             backend,
             file.path(),
-            &layout,
-            &streamed,
+            units,
             Ledger::new(plan.stream_reserve),
             options.mode,
         )?;

@@ -47,6 +47,7 @@ mod budget;
 mod monitor;
 mod plan;
 mod rows;
+mod split;
 mod streamer;
 
 pub use budget::{
@@ -56,6 +57,7 @@ pub use budget::{
 pub use monitor::{Monitor, Span, SpanKind, StreamStats};
 pub use plan::{LayerCost, Plan, plan};
 pub use rows::DiskRows;
+pub use split::{SplitCost, split_plan};
 pub use streamer::{Streamer, buffer_sets, read_buffer_bytes};
 
 /// How streamed layers are loaded.

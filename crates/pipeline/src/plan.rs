@@ -28,6 +28,10 @@ pub struct Plan {
     pub stream_reserve: u64,
     /// Bytes read from disk per forward pass.
     pub read_per_pass: u64,
+    /// Layers that are split (see [`crate::split_plan`]): their prefix at
+    /// this elastic level index is held and the rest of their MLP streams.
+    /// Split layers are not `resident`.
+    pub split: Option<(usize, Vec<bool>)>,
 }
 
 impl Plan {
@@ -38,7 +42,7 @@ impl Plan {
 
 /// Layer indices to stream when `count` of `n` layers are streamed: spread
 /// evenly, so resident layers' compute sits between consecutive reads.
-fn spread(n: usize, count: usize) -> Vec<usize> {
+pub(crate) fn spread(n: usize, count: usize) -> Vec<usize> {
     (0..count).map(|j| (2 * j + 1) * n / (2 * count)).collect()
 }
 
@@ -65,6 +69,7 @@ pub fn plan(
             slots: 0,
             stream_reserve: 0,
             read_per_pass: 0,
+            split: None,
         });
     }
     let slots = slots.max(1);
@@ -89,6 +94,7 @@ pub fn plan(
                 slots,
                 stream_reserve: reserve,
                 read_per_pass: streamed.iter().map(|&i| layers[i].read).sum(),
+                split: None,
             });
         }
     }

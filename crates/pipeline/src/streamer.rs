@@ -9,8 +9,8 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use arbor_model::{
-    LayerSource, LayerWeights, Layout, Lease, ModelError, Result, TensorEntry, WeightWait,
-    held_bytes,
+    LayerSource, LayerWeights, Layout, Lease, Mlp, ModelError, Result, SuffixLease, TensorEntry,
+    WeightWait, held_bytes, is_suffix,
 };
 use arbor_paging::{AlignedBuf, DirectReader, Ledger, PagingError, Reservation};
 use arbor_tensor::Backend;
@@ -27,6 +27,11 @@ pub fn read_buffer_bytes(layout: &Layout, layers: &[usize]) -> u64 {
         .map(|&l| layout.layers[l].as_slice())
         .collect();
     buffer_caps(&entries).iter().map(|&c| c as u64).sum()
+}
+
+/// Bytes of read buffers a streamer needs for any of these entry lists.
+pub(crate) fn entry_buffer_bytes(lists: &[&[TensorEntry]]) -> u64 {
+    buffer_caps(lists).iter().map(|&c| c as u64).sum()
 }
 
 fn buffer_caps(layers: &[&[TensorEntry]]) -> Vec<usize> {
@@ -114,7 +119,7 @@ impl<B: Backend> Builder<B> {
         entries: &[TensorEntry],
         set: &BufSet,
         starts: &[usize],
-    ) -> Result<Lease<B>> {
+    ) -> Result<Built<B>> {
         let held = held_bytes(&self.backend, entries);
         if held > self.room {
             return Err(paging(PagingError::OverBudget {
@@ -135,18 +140,43 @@ impl<B: Backend> Builder<B> {
             .zip(starts)
             .map(|((s, buf), &at)| &buf.as_slice()[at..at + s.len])
             .collect();
-        let weights = LayerWeights::from_bytes(&self.backend, entries, &slices, true)?;
+        let built = match is_suffix(entries) {
+            true => Lent::Suffix(Mlp::suffix_from_bytes(
+                &self.backend,
+                entries,
+                &slices,
+                true,
+            )?),
+            false => Lent::Layer(LayerWeights::from_bytes(
+                &self.backend,
+                entries,
+                &slices,
+                true,
+            )?),
+        };
         let t1 = Instant::now();
         self.monitor.add(|st| {
             st.layers += 1;
             st.build_secs += (t1 - t0).as_secs_f64();
         });
         self.monitor.span(SpanKind::Build, layer, t0, t1);
-        Ok(Lease {
-            weights,
-            hold: Box::new(reservation),
+        let hold = Box::new(reservation);
+        Ok(match built {
+            Lent::Layer(weights) => Built::Layer(Lease { weights, hold }),
+            Lent::Suffix(mlp) => Built::Suffix(SuffixLease { mlp, hold }),
         })
     }
+}
+
+enum Lent<B: Backend> {
+    Layer(LayerWeights<B>),
+    Suffix(Mlp<B>),
+}
+
+/// What the builder lends: a whole layer, or a split layer's streamed part.
+enum Built<B: Backend> {
+    Layer(Lease<B>),
+    Suffix(SuffixLease<B>),
 }
 
 enum Inner<B: Backend> {
@@ -160,7 +190,7 @@ enum Inner<B: Backend> {
     },
     Pipelined {
         streamed: Vec<usize>,
-        rx: Receiver<Result<(usize, Lease<B>)>>,
+        rx: Receiver<Result<(usize, Built<B>)>>,
         stop: Arc<AtomicBool>,
         threads: Vec<JoinHandle<()>>,
     },
@@ -203,6 +233,19 @@ impl<B: Backend + Clone> Streamer<B> {
             .iter()
             .map(|&l| (l, layout.layers[l].clone()))
             .collect();
+        Self::with_units(backend, path, layers, ledger, mode)
+    }
+
+    /// A streamer for explicit units, in forward order: each a layer index
+    /// and the entries to read for it — a whole layer's, or a split
+    /// layer's streamed part ([`Layout::split_entries`]).
+    pub fn with_units(
+        backend: B,
+        path: &Path,
+        layers: Vec<(usize, Vec<TensorEntry>)>,
+        ledger: Arc<Ledger>,
+        mode: Mode,
+    ) -> Result<Self> {
         let monitor = Monitor::default();
         let file = DirectReader::open(path).map_err(paging)?;
         let entries: Vec<&[TensorEntry]> = layers.iter().map(|(_, s)| s.as_slice()).collect();
@@ -311,7 +354,7 @@ fn run_builder<B: Backend>(
     layers: &[(usize, Vec<TensorEntry>)],
     read: &Receiver<Result<ReadLayer>>,
     free: &Sender<BufSet>,
-    out: &Sender<Result<(usize, Lease<B>)>>,
+    out: &Sender<Result<(usize, Built<B>)>>,
     stop: &AtomicBool,
 ) {
     while let Ok(item) = read.recv() {
@@ -337,6 +380,31 @@ fn run_builder<B: Backend>(
 
 impl<B: Backend> LayerSource<B> for Streamer<B> {
     fn layer(&mut self, layer: usize) -> Result<Lease<B>> {
+        match self.take(layer)? {
+            Built::Layer(lease) => Ok(lease),
+            Built::Suffix(_) => Err(ModelError::Input(format!(
+                "layer {layer} is split: its source lends only the rest of its MLP"
+            ))),
+        }
+    }
+
+    fn mlp_suffix(&mut self, layer: usize) -> Result<SuffixLease<B>> {
+        match self.take(layer)? {
+            Built::Suffix(lease) => Ok(lease),
+            Built::Layer(_) => Err(ModelError::Input(format!(
+                "layer {layer} is streamed whole, not split"
+            ))),
+        }
+    }
+
+    fn notify_waits(&mut self, tx: Option<std::sync::mpsc::Sender<WeightWait>>) {
+        self.waits = tx;
+    }
+}
+
+impl<B: Backend> Streamer<B> {
+    /// What the source lends for `layer`, waiting until it is built.
+    fn take(&mut self, layer: usize) -> Result<Built<B>> {
         let Self {
             inner,
             monitor,
@@ -394,10 +462,6 @@ impl<B: Backend> LayerSource<B> for Streamer<B> {
             monitor.span(SpanKind::Wait, layer, t0, t1);
         }
         lease
-    }
-
-    fn notify_waits(&mut self, tx: Option<std::sync::mpsc::Sender<WeightWait>>) {
-        self.waits = tx;
     }
 }
 

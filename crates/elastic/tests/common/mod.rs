@@ -1,0 +1,142 @@
+//! Helpers shared by the elastic integration tests: tiny random models,
+//! their elastic files, and a few steps of logits.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use arbor_backend_candle::CandleBackend;
+use arbor_elastic::{BuildOptions, DownType, Order, Scores, build};
+use arbor_gguf::{GgmlType, GgufFile, GgufWriter};
+use arbor_model::testing::TinyModel;
+use arbor_model::{Decoder, LanguageModel};
+use arbor_sampling::SamplingParams;
+use arbor_speculative::{DecodeOptions, Decoding, Strategy, Verification};
+
+pub type Model = Decoder<CandleBackend>;
+
+/// A path in the cargo scratch directory, its file deleted on drop.
+pub struct Temp(pub PathBuf);
+
+impl Temp {
+    pub fn new(tag: &str) -> Self {
+        static COUNT: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNT.fetch_add(1, Ordering::Relaxed);
+        Self(Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "arbor-elastic-{tag}-{}-{n}.gguf",
+            std::process::id()
+        )))
+    }
+    pub fn write(w: &GgufWriter, tag: &str) -> Self {
+        let t = Self::new(tag);
+        w.write(&t.0).unwrap();
+        t
+    }
+}
+
+impl Drop for Temp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Eight 16-wide heads over two KV heads, 256 neurons: Q8_0 blocks (32)
+/// hold two heads, so heads move in runs of two.
+pub fn tiny(weight_type: GgmlType, seed: u64) -> TinyModel {
+    TinyModel {
+        arch: "qwen2",
+        vocab: 200,
+        hidden: 128,
+        heads: 8,
+        kv_heads: 2,
+        ffn: 256,
+        layers: 4,
+        weight_type,
+        seed,
+        ..TinyModel::default()
+    }
+}
+
+pub fn random_scores(m: &TinyModel, seed: u64) -> Scores {
+    let mut s = seed | 1;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+    };
+    Scores {
+        heads: (0..m.layers)
+            .map(|_| (0..m.heads).map(|_| next()).collect())
+            .collect(),
+        neurons: (0..m.layers)
+            .map(|_| (0..m.ffn).map(|_| next()).collect())
+            .collect(),
+    }
+}
+
+pub fn options(order: Order) -> BuildOptions {
+    BuildOptions {
+        levels: vec![0.25, 0.5, 0.75],
+        anchors: vec![0],
+        order,
+        down: DownType::Q8_0,
+    }
+}
+
+pub fn load(path: &Path) -> Model {
+    Decoder::load(
+        CandleBackend::new(),
+        &GgufFile::open(path).unwrap(),
+        &mut |_, _| {},
+    )
+    .unwrap()
+}
+
+/// An elastic file of `m` ranked by random scores.
+pub fn elastic(m: &TinyModel, tag: &str) -> (Temp, Temp) {
+    let source = Temp::write(&m.writer(), tag);
+    let out = Temp::new(&format!("{tag}-elastic"));
+    let report = build(
+        &source.0,
+        &out.0,
+        Some(&random_scores(m, m.seed)),
+        &options(Order::Importance),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(report.levels, vec![0.25, 0.5, 0.75, 1.0]);
+    assert!(
+        report.level_bytes.windows(2).all(|w| w[0] < w[1]),
+        "{report:?}"
+    );
+    (source, out)
+}
+
+/// The last token's logits after each of a few steps.
+pub fn run(m: &mut dyn LanguageModel) -> Vec<Vec<f32>> {
+    m.truncate_cache(0).unwrap();
+    let mut out = vec![m.step(&[3, 17, 150, 5]).unwrap()];
+    for t in [9, 41, 3] {
+        out.push(m.step(&[t]).unwrap());
+    }
+    out
+}
+
+pub fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    (a.iter().flatten())
+        .zip(b.iter().flatten())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+pub fn opts(decoding: Decoding) -> DecodeOptions {
+    DecodeOptions {
+        max_tokens: 40,
+        sampling: SamplingParams::default(),
+        stop_tokens: vec![],
+        strategy: Strategy::new(decoding),
+        verification: Verification::Exact,
+    }
+}

@@ -1,0 +1,214 @@
+//! Split layers of an elastic file: each layer's prefix at the draft's
+//! level held, the rest of its MLP streamed from the file. The split
+//! target runs the whole model (up to the order of the down projection's
+//! sums), its levels at or below the split exactly as the whole file does,
+//! and an elastic draft over the held prefixes drafts for it losslessly.
+
+mod common;
+use common::*;
+
+use arbor_backend_candle::CandleBackend;
+use arbor_gguf::{GgmlType, GgufFile};
+use arbor_model::{Decoder, Layout, TensorEntry};
+use arbor_paging::{Ledger, PagingError};
+use arbor_pipeline::{MemoryOptions, Mode, Streamer, load_target};
+use arbor_speculative::{Decoding, TreeConfig, decode};
+
+/// `path` with the non-anchor layers split at level index `level`, their
+/// rest streamed in `mode`.
+fn split(path: &std::path::Path, level: usize, mode: Mode) -> Model {
+    let file = GgufFile::open(path).unwrap();
+    let layout = Layout::from_gguf(file.header()).unwrap();
+    let cuts = &layout.elastic.as_ref().unwrap().cuts[level];
+    let layers: Vec<usize> = (1..layout.layers.len()).collect();
+    let mut resident = vec![false; layout.layers.len()];
+    resident[0] = true;
+    let mut model = Decoder::load_partial(
+        CandleBackend::new(),
+        &file,
+        &layout,
+        &resident,
+        None,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    model.split_layers(&file, &layout, level, &layers).unwrap();
+    let units: Vec<(usize, Vec<TensorEntry>)> = layers
+        .iter()
+        .map(|&i| (i, layout.split_entries(i, cuts[i].neurons).unwrap().1))
+        .collect();
+    let streamer = Streamer::with_units(
+        CandleBackend::new(),
+        file.path(),
+        units,
+        Ledger::new(1 << 30),
+        mode,
+    )
+    .unwrap();
+    model.set_layer_source(Box::new(streamer));
+    model
+}
+
+#[test]
+fn the_file_stores_down_segments_between_levels() {
+    let m = tiny(GgmlType::Q8_0, 21);
+    let (_source, out) = elastic(&m, "segments");
+    let layout = Layout::from_gguf(GgufFile::open(&out.0).unwrap().header()).unwrap();
+    let e = layout.elastic.as_ref().unwrap();
+    assert!(
+        layout.down_segments[0].is_empty(),
+        "the anchor is never split"
+    );
+    for l in 1..4 {
+        let ends: Vec<usize> = layout.down_segments[l]
+            .iter()
+            .scan(0, |end, s| {
+                *end += s.cols;
+                Some(*end)
+            })
+            .collect();
+        let cuts: Vec<usize> = e.cuts.iter().map(|c| c[l].neurons).collect();
+        assert_eq!(ends, cuts, "layer {l}");
+        // A split reads the rest of gate and up and the later segments.
+        let (hold, stream) = layout.split_entries(l, cuts[1]).unwrap();
+        assert_eq!(stream.len(), 2 + 2);
+        let read: usize = stream.iter().map(|t| t.len).sum();
+        let held: usize = hold
+            .iter()
+            .filter(|t| t.name.contains("ffn_"))
+            .map(|t| t.len)
+            .sum();
+        let whole: usize = layout.layers[l]
+            .iter()
+            .filter(|t| t.name.contains("ffn_"))
+            .map(|t| t.len)
+            .sum();
+        assert_eq!(read + held, whole);
+    }
+    assert!(
+        layout.split_entries(1, 100).is_none(),
+        "not a level boundary"
+    );
+}
+
+#[test]
+fn a_split_model_runs_the_whole_model_and_its_levels() {
+    let m = tiny(GgmlType::Q8_0, 23);
+    let (_source, out) = elastic(&m, "split");
+    let mut whole = load(&out.0);
+    let reference = run(&mut whole);
+    for mode in [Mode::OnDemand, Mode::Pipelined { depth: 1 }] {
+        let mut model = split(&out.0, 1, mode);
+        let got = run(&mut model);
+        let scale = reference.iter().flatten().fold(0f32, |a, x| a.max(x.abs()));
+        assert!(max_diff(&got, &reference) <= 1e-5 * scale, "{mode:?}");
+        // At or below the split nothing streams, and the sums are the
+        // whole file's, bit for bit.
+        for level in [0.25, 0.5] {
+            whole.set_level(level).unwrap();
+            model.set_level(level).unwrap();
+            assert_eq!(run(&mut model), run(&mut whole), "level {level}, {mode:?}");
+        }
+        whole.set_level(1.0).unwrap();
+    }
+}
+
+#[test]
+fn an_elastic_draft_over_held_prefixes_is_lossless() {
+    let m = tiny(GgmlType::Q8_0, 29);
+    let (_source, out) = elastic(&m, "split-draft");
+    let mut target = split(&out.0, 1, Mode::Pipelined { depth: 1 });
+    let e = target
+        .elastic_draft(0.75)
+        .err()
+        .expect("0.75 is above the split");
+    assert!(e.to_string().contains("holds"), "{e}");
+    let prompt: Vec<u32> = (0..20).map(|i| i * 31 % 29 + 1).collect();
+    let plain = decode(
+        &mut target,
+        None,
+        &prompt,
+        &opts(Decoding::Autoregressive),
+        &mut |_| {},
+    )
+    .unwrap();
+    let mut accepted = 0;
+    for level in [0.25, 0.5] {
+        let mut draft = target.elastic_draft(level).unwrap();
+        for d in [
+            Decoding::Chain { gamma: 4 },
+            Decoding::Tree(TreeConfig::default()),
+        ] {
+            let spec = decode(
+                &mut target,
+                Some(&mut draft),
+                &prompt,
+                &opts(d.clone()),
+                &mut |_| {},
+            )
+            .unwrap();
+            assert_eq!(spec.tokens, plain.tokens, "level {level}, {d:?}");
+            accepted += spec.stats.accepted_draft_tokens;
+        }
+    }
+    assert!(accepted > 0);
+}
+
+#[test]
+fn a_budget_splits_layers_and_says_its_minimum() {
+    // Enough layers that splitting saves more than the streaming reserve
+    // costs.
+    let m = arbor_model::testing::TinyModel {
+        layers: 12,
+        ..tiny(GgmlType::Q8_0, 31)
+    };
+    let (_source, out) = elastic(&m, "split-budget");
+    let file = GgufFile::open(&out.0).unwrap();
+    let config = Layout::from_gguf(file.header()).unwrap().config;
+    let options = |budget| MemoryOptions {
+        base: Some(0),
+        context: 64,
+        logit_rows: 8,
+        draft_logit_rows: 8,
+        split: Some(1),
+        ..MemoryOptions::new(budget, true)
+    };
+    let e = load_target(
+        CandleBackend::new(),
+        &file,
+        Some(&config),
+        &options(1),
+        &mut |_, _| {},
+    )
+    .err()
+    .expect("one byte is too small");
+    let Some(PagingError::TooSmall { minimum, .. }) = e.source_as::<PagingError>() else {
+        panic!("expected TooSmall, got {e}");
+    };
+    let (mut model, report) = load_target(
+        CandleBackend::new(),
+        &file,
+        Some(&config),
+        &options(*minimum),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let (level, split) = report.plan.split.clone().unwrap();
+    assert_eq!(level, 1);
+    assert!(!split[0], "the anchor is never split");
+    assert!(split.iter().filter(|&&s| s).count() > 6, "{split:?}");
+    let more = load_target(
+        CandleBackend::new(),
+        &file,
+        Some(&config),
+        &options(*minimum - 1),
+        &mut |_, _| {},
+    );
+    assert!(more.is_err(), "below the minimum");
+    assert!(report.plan.read_per_pass > 0);
+    let mut whole = load(&out.0);
+    let (a, b) = (run(&mut model), run(&mut whole));
+    let scale = b.iter().flatten().fold(0f32, |a, x| a.max(x.abs()));
+    assert!(max_diff(&a, &b) <= 1e-5 * scale);
+    assert!(model.elastic_draft(0.5).is_ok());
+}
