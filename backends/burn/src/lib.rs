@@ -318,6 +318,17 @@ impl arbor_tensor::Backend for BurnBackend {
         Ok(BurnTensor(x.matmul(part)))
     }
 
+    fn matmul_tensor(&self, x: &BurnTensor, m: &BurnTensor) -> Result<BurnTensor> {
+        let ([xr, xc], [mr, mc]) = (x.0.dims(), m.0.dims());
+        if xc != mr {
+            return Err(shape_err(
+                "matmul_tensor",
+                format!("[{xr}, {xc}] · [{mr}, {mc}]"),
+            ));
+        }
+        Ok(BurnTensor(x.0.clone().matmul(m.0.clone())))
+    }
+
     fn add(&self, a: &BurnTensor, b: &BurnTensor) -> Result<BurnTensor> {
         let ([ar, ac], [br, bc]) = (a.0.dims(), b.0.dims());
         if ac != bc || (br != ar && br != 1) {

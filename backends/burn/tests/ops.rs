@@ -224,6 +224,25 @@ fn scale_cols(be: &BurnBackend) {
     assert!(be.scale_cols(&be.tensor(&x, n, c).unwrap(), &tall).is_err());
 }
 
+fn matmul_tensor(be: &BurnBackend) {
+    let mut rng = Rng(14);
+    let (n, k, m) = (3, 5, 2);
+    let (x, w) = (rng.vec(n * k), rng.vec(k * m));
+    let y = be
+        .matmul_tensor(&be.tensor(&x, n, k).unwrap(), &be.tensor(&w, k, m).unwrap())
+        .unwrap();
+    let want: Vec<f32> = (0..n * m)
+        .map(|o| (0..k).map(|j| x[o / m * k + j] * w[j * m + o % m]).sum())
+        .collect();
+    assert_eq!(be.shape(&y), (n, m));
+    assert_close(&be.to_vec(&y).unwrap(), &want, "matmul_tensor");
+    let wrong = be.tensor(&w, m, k).unwrap();
+    assert!(
+        be.matmul_tensor(&be.tensor(&x, n, k).unwrap(), &wrong)
+            .is_err()
+    );
+}
+
 fn rms_norm(be: &BurnBackend) {
     let mut rng = Rng(9);
     let (n, c, eps) = (4, 32, 1e-5);
@@ -524,6 +543,10 @@ macro_rules! device_tests {
             #[test]
             fn scale_cols() {
                 super::scale_cols(&be());
+            }
+            #[test]
+            fn matmul_tensor() {
+                super::matmul_tensor(&be());
             }
             #[test]
             fn rms_norm() {

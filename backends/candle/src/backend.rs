@@ -207,6 +207,29 @@ impl Backend for CandleBackend {
         })
     }
 
+    fn matmul_tensor(&self, x: &HostTensor, m: &HostTensor) -> Result<HostTensor> {
+        if x.cols != m.rows {
+            return Err(shape_err(
+                "matmul_tensor",
+                format!("[{}, {}] · [{}, {}]", x.rows, x.cols, m.rows, m.cols),
+            ));
+        }
+        let mut data = vec![0.0f32; x.rows * m.cols];
+        for (out, row) in data
+            .chunks_exact_mut(m.cols)
+            .zip(x.data.chunks_exact(x.cols))
+        {
+            for (&v, mrow) in row.iter().zip(m.data.chunks_exact(m.cols)) {
+                out.iter_mut().zip(mrow).for_each(|(o, w)| *o += v * w);
+            }
+        }
+        Ok(HostTensor {
+            data,
+            rows: x.rows,
+            cols: m.cols,
+        })
+    }
+
     fn add(&self, a: &HostTensor, b: &HostTensor) -> Result<HostTensor> {
         if a.cols != b.cols || (b.rows != a.rows && b.rows != 1) {
             return Err(shape_err(

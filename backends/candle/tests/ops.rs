@@ -172,6 +172,21 @@ fn elementwise_ops_match_host_math() {
     assert_eq!(sel[..4], a[8..12]);
     assert_eq!(sel[4..], a[..4]);
     assert!(be.add(&at, &be.tensor(&a[..8], 2, 4).unwrap()).is_err());
+
+    // [3, 4] · [4, 2], and a row alone gives the same bits as in the batch.
+    let m = g.vec(8);
+    let mt = be.tensor(&m, 4, 2).unwrap();
+    let prod = be.to_vec(&be.matmul_tensor(&at, &mt).unwrap()).unwrap();
+    let expect: Vec<f32> = (0..6)
+        .map(|o| (0..4).map(|j| a[o / 2 * 4 + j] * m[j * 2 + o % 2]).sum())
+        .collect();
+    assert_close(&prod, &expect, 1e-6, "matmul_tensor");
+    let row = be.tensor(&a[4..8], 1, 4).unwrap();
+    assert_eq!(
+        be.to_vec(&be.matmul_tensor(&row, &mt).unwrap()).unwrap(),
+        prod[2..4]
+    );
+    assert!(be.matmul_tensor(&at, &at).is_err());
 }
 
 #[test]

@@ -277,6 +277,11 @@ pub trait Backend: Clone + Send + Sync + 'static {
     ) -> Result<Self::Tensor> {
         matmul_part_padded(self, x, w, rows, cols)
     }
+    /// `x [n, k] · m [k, m_cols]` for a small float matrix held as a tensor
+    /// (a LoRA adapter's factors; tracked where the backend trains). Sums
+    /// run over `k` in order, one output at a time, so a row's result does
+    /// not depend on the rows beside it.
+    fn matmul_tensor(&self, x: &Self::Tensor, m: &Self::Tensor) -> Result<Self::Tensor>;
     /// Elementwise `a + b`; `b` may be a single row broadcast over `a`'s rows.
     fn add(&self, a: &Self::Tensor, b: &Self::Tensor) -> Result<Self::Tensor>;
     /// `silu(gate) * up`, elementwise.
