@@ -46,6 +46,10 @@ pub struct GenerateArgs {
     /// fraction in (0, 1], rounded down to the nearest built level.
     #[arg(long)]
     level: Option<f64>,
+    /// LoRA adapters of an elastic level (`arbor elastic lora`): the target
+    /// runs at their level with them attached.
+    #[arg(long)]
+    lora: Option<String>,
     #[arg(long, help = format!(
         "How tokens are produced: {} (default: tree with a draft, autoregressive without \
          or when a memory budget holds the whole target; auto under a memory budget: it picks \
@@ -91,6 +95,7 @@ impl GenerateArgs {
             },
             max_tokens: self.max_tokens,
             level: self.level,
+            lora: self.lora.clone(),
             context: self.context,
         }
     }

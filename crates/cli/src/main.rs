@@ -77,6 +77,9 @@ enum Command {
         /// the nearest built level.
         #[arg(long)]
         level: Option<f64>,
+        /// LoRA adapters of an elastic level (`arbor elastic lora`).
+        #[arg(long)]
+        lora: Option<String>,
     },
     /// Measure this machine's facts (latency curves, disk bandwidth) and
     /// cache them; runs measure what is missing by themselves.
@@ -141,11 +144,13 @@ fn run() -> Result<()> {
             max_tokens,
             backend,
             level,
+            lora,
         } => {
             let config = device.merge(RunConfig {
                 target: Some(model),
                 backend,
                 level,
+                lora,
                 ..RunConfig::default()
             });
             perplexity(&config.target_only(), &file, ctx, max_tokens)

@@ -13,13 +13,16 @@
 //!   or a pair of heads where a head is half a block); the down
 //!   projection's neurons sit inside blocks, so it is dequantized,
 //!   permuted and quantized again (Q8_0 by default, nearly exact).
+//! - [`lora`]: a level's LoRA recovery adapters on the host and their file.
 
 pub mod build;
 pub mod levels;
+pub mod lora;
 pub mod order;
 
 pub use build::{BuildOptions, BuildReport, DownType, build};
 pub use levels::cuts;
+pub use lora::{HostPair, LoraFile};
 pub use order::{Order, Scores, magnitude_scores};
 
 #[derive(Debug, thiserror::Error)]

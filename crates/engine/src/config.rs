@@ -41,6 +41,10 @@ pub struct RunConfig {
     /// nearest built level at or below it; see `arbor elastic build`).
     /// `None` is the whole model.
     pub level: Option<f64>,
+    /// LoRA adapters recovering a level of an elastic target (`arbor elastic
+    /// lora`); the target runs at their level unless `level` says otherwise,
+    /// which must then be the same.
+    pub lora: Option<String>,
     /// Longest prompt plus new tokens one generation may hold. Under a
     /// memory budget the KV caches are planned for it (a longer request is
     /// refused); `None` is `max_tokens` + [`PROMPT_ALLOWANCE`].
@@ -113,6 +117,7 @@ impl RunConfig {
             sampling: self.sampling.merge(over.sampling),
             max_tokens: over.max_tokens.or(self.max_tokens),
             level: over.level.or(self.level),
+            lora: over.lora.or(self.lora),
             context: over.context.or(self.context),
         }
     }

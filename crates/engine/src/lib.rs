@@ -12,6 +12,7 @@ mod choose;
 mod config;
 mod drafts;
 mod generate;
+pub mod lora;
 mod memory;
 mod open;
 mod perplexity;

@@ -190,6 +190,12 @@ impl Engine {
                 "elastic: the target runs at level {at}"
             )));
         }
+        if let Some(path) = &config.lora {
+            let at = crate::lora::attach(engine.model_mut(), Path::new(path), config.level)?;
+            progress(OpenEvent::Note(&format!(
+                "elastic: LoRA adapters of {path} attached at level {at}"
+            )));
+        }
         let mut run = Run {
             engine,
             backend,

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use arbor_gguf::{GgmlType, GgufFile, TensorInfo};
 use arbor_tensor::{Backend, Mask, WeightData};
 
+use crate::lora::{Proj, side};
 use crate::weights::held_bytes;
 use crate::{
     Config, LanguageModel, LayerSource, LayerWeights, Layout, Logits, ModelError, Result, Row,
@@ -75,6 +76,9 @@ pub struct Decoder<B: Backend> {
     /// into its levels; the last is the whole model).
     pub(crate) elastic: Option<Arc<crate::Elastic>>,
     pub(crate) level: usize,
+    /// LoRA adapters per level index, shared with drafts (see
+    /// [`crate::lora`]); passes apply the current level's.
+    pub(crate) lora: Vec<Option<Arc<crate::Lora<B::Tensor>>>>,
 }
 
 /// A tensor's index entry and bytes in `file`.
@@ -215,6 +219,7 @@ impl<B: Backend> Decoder<B> {
             probes: None,
             level: layout.elastic.as_ref().map_or(0, |e| e.levels.len() - 1),
             elastic: layout.elastic.clone().map(Arc::new),
+            lora: Vec::new(),
         })
     }
 
@@ -330,6 +335,8 @@ impl<B: Backend> Decoder<B> {
             }
         };
         let elastic = self.elastic.as_deref();
+        let lora = self.lora.get(self.level).and_then(|l| l.as_deref());
+        let pair = |i: usize, p: Proj| lora.and_then(|l| l.pair(i, p));
         let whole = crate::Cut {
             heads: c.heads.n_heads,
             neurons: c.ffn_hidden,
@@ -372,36 +379,65 @@ impl<B: Backend> Decoder<B> {
             // Attention
             let h = b.rms_norm(&x, &block.attn_norm, c.rms_eps)?;
             let a = &block.attn;
-            let q = probe(part(b, &h, &a.q, q_cols, d)?, i, |p| &p.q)?;
+            let q = side(
+                b,
+                part(b, &h, &a.q, q_cols, d)?,
+                &h,
+                pair(i, Proj::Q),
+                None,
+                None,
+            )?;
+            let q = probe(q, i, |p| &p.q)?;
             let q = match &a.q_bias {
                 Some(bias) if q_cols < b.shape(bias).1 => {
                     b.add(&q, &b.narrow_cols(bias, 0..q_cols)?)?
                 }
                 bias => biased(b, q, bias)?,
             };
-            let k = biased(b, b.matmul(&h, &a.k)?, &a.k_bias)?;
-            let v = biased(b, b.matmul(&h, &a.v)?, &a.v_bias)?;
+            let k = side(b, b.matmul(&h, &a.k)?, &h, pair(i, Proj::K), None, None)?;
+            let v = side(b, b.matmul(&h, &a.v)?, &h, pair(i, Proj::V), None, None)?;
+            let (k, v) = (biased(b, k, &a.k_bias)?, biased(b, v, &a.v_bias)?);
             let q = b.rope(&q, positions, &c.rope)?;
             let k = b.rope(&k, positions, &c.rope)?;
             b.kv_append(kv, &k, &v)?;
             let att = probe(b.attention(&q, kv, mask, &heads)?, i, |p| &p.attn)?;
-            x = b.add(&x, &part(b, &att, &a.o, d, q_cols)?)?;
+            let o = part(b, &att, &a.o, d, q_cols)?;
+            x = b.add(&x, &side(b, o, &att, pair(i, Proj::O), None, None)?)?;
             // MLP
             let h = b.rms_norm(&x, &block.ffn_norm, c.rms_eps)?;
             let m = &block.mlp;
             // A split layer's held neurons first, then the lent rest.
             let own = suffix.as_ref().map_or(cut.neurons, |(_, held)| *held);
-            let gate = probe(part(b, &h, &m.gate, own, d)?, i, |p| &p.gate)?;
-            let up = probe(part(b, &h, &m.up, own, d)?, i, |p| &p.up)?;
+            // Adapters over the held neurons, then over the lent ones.
+            let mlp = |w, p, n: std::ops::Range<usize>| {
+                side(
+                    b,
+                    part(b, &h, w, n.len(), d)?,
+                    &h,
+                    pair(i, p),
+                    None,
+                    Some(n),
+                )
+            };
+            let gate = probe(mlp(&m.gate, Proj::Gate, 0..own)?, i, |p| &p.gate)?;
+            let up = probe(mlp(&m.up, Proj::Up, 0..own)?, i, |p| &p.up)?;
             let act = probe(b.swiglu(&gate, &up)?, i, |p| &p.down)?;
-            x = b.add(&x, &part(b, &act, &m.down, d, own)?)?;
+            let down = part(b, &act, &m.down, d, own)?;
+            x = b.add(
+                &x,
+                &side(b, down, &act, pair(i, Proj::Down), Some(0..own), None)?,
+            )?;
             if let Some((lent, held)) = &suffix {
-                let (s, rest) = (&lent.mlp, cut.neurons - held);
+                let (s, rest) = (&lent.mlp, *held..cut.neurons);
                 let act = b.swiglu(
-                    &part(b, &h, &s.gate, rest, d)?,
-                    &part(b, &h, &s.up, rest, d)?,
+                    &mlp(&s.gate, Proj::Gate, rest.clone())?,
+                    &mlp(&s.up, Proj::Up, rest.clone())?,
                 )?;
-                x = b.add(&x, &part(b, &act, &s.down, d, rest)?)?;
+                let down = part(b, &act, &s.down, d, rest.len())?;
+                x = b.add(
+                    &x,
+                    &side(b, down, &act, pair(i, Proj::Down), Some(rest), None)?,
+                )?;
             }
         }
         Ok(x)
@@ -547,6 +583,12 @@ impl<B: Backend> LanguageModel for Decoder<B> {
 
     fn elastic_draft(&self, level: f64) -> Result<Box<dyn LanguageModel>> {
         Ok(Box::new(Decoder::elastic_draft(self, level)?))
+    }
+
+    fn attach_lora(&mut self, lora: &crate::Lora<crate::HostMatrix>) -> Result<()> {
+        let b = self.backend.clone();
+        let lora = lora.try_map(|m| b.tensor(&m.data, m.rows, m.cols))?;
+        Decoder::attach_lora(self, lora)
     }
 
     fn backend_name(&self) -> &'static str {

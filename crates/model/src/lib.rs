@@ -15,6 +15,7 @@ mod check;
 pub mod decoder;
 pub mod elastic;
 pub mod layout;
+pub mod lora;
 mod probes;
 mod self_draft;
 pub mod split;
@@ -26,6 +27,7 @@ pub use check::{check_logit_rows, check_pass, check_tokens};
 pub use decoder::Decoder;
 pub use elastic::{Cut, Elastic};
 pub use layout::{Config, Layout, TensorEntry};
+pub use lora::{HostMatrix, Lora, LoraPair, Proj};
 pub use probes::Probes;
 pub use split::{SuffixLease, is_suffix, join_columns};
 pub use weights::{LayerSource, LayerWeights, Lease, Mlp, RowSource, held_bytes};
@@ -218,6 +220,15 @@ pub trait LanguageModel: Send {
         Err(ModelError::Input(format!(
             "an elastic draft at level {level} asked of a model that is not elastic (build one \
              with `arbor elastic build`)"
+        )))
+    }
+
+    /// Holds LoRA adapters for their level (see [`Decoder::attach_lora`]);
+    /// models without adapters refuse.
+    fn attach_lora(&mut self, lora: &Lora<HostMatrix>) -> Result<()> {
+        Err(ModelError::Input(format!(
+            "adapters for level {} given to a model that takes none",
+            lora.level
         )))
     }
 

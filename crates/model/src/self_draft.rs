@@ -82,6 +82,7 @@ impl<B: Backend + Clone> Decoder<B> {
             probes: None,
             elastic: self.elastic.clone(),
             level: self.level,
+            lora: self.lora.clone(),
         })
     }
 

@@ -109,7 +109,10 @@ fn sum(v: &[f32]) -> f32 {
 
 /// The summed next-token loss (nats) of `tokens` from an empty cache,
 /// `[1, 1]` (tracked where the model's probes are).
-fn next_token_loss(model: &mut Decoder<BurnBackend>, tokens: &[u32]) -> Result<BurnTensor> {
+pub(crate) fn next_token_loss(
+    model: &mut Decoder<BurnBackend>,
+    tokens: &[u32],
+) -> Result<BurnTensor> {
     let n = tokens.len();
     if n < 2 {
         return Err(TrainError::Input(

@@ -10,15 +10,18 @@
 //! with its budget, validation and checkpoint. [`importance`]: the
 //! first-order importance of heads and neurons (elastic sub-models), from
 //! the gradients of probes multiplied into the pass; [`prune`]: the units
-//! a level keeps, evaluated by zeroing the others' probes.
+//! a level keeps, evaluated by zeroing the others' probes; [`lora`]: LoRA
+//! adapters that recover an elastic level, trained on next-token loss.
 
 pub mod importance;
+pub mod lora;
 pub mod optim;
 pub mod ppd;
 pub mod prune;
 pub mod run;
 
 pub use importance::{Importance, ImportanceFile, layer_costs, mean_loss};
+pub use lora::{attach_lora, lora_step};
 pub use optim::{AdamState, AdamW, cosine_at, cosine_lr};
 pub use ppd::{Batch, ppd_loss, student_logits, teacher_log_probs};
 pub use run::{Example, Run, Settings, Validation, choose_points, shuffle};
@@ -29,6 +32,8 @@ pub enum TrainError {
     Model(#[from] arbor_model::ModelError),
     #[error(transparent)]
     Tensor(#[from] arbor_tensor::Error),
+    #[error(transparent)]
+    Elastic(#[from] arbor_elastic::ElasticError),
     #[error("bad training input: {0}")]
     Input(String),
 }

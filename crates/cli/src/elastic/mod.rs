@@ -8,6 +8,7 @@
 mod build;
 mod eval;
 mod importance;
+mod lora;
 
 pub(crate) use build::ensure_built;
 
@@ -30,6 +31,10 @@ pub enum ElasticCommand {
     /// Writes the elastic version of a model: units reordered by
     /// importance (measured first if need be), levels in the metadata.
     Build(build::BuildArgs),
+    /// Trains rank-r LoRA adapters that recover one level of an elastic
+    /// file (next-token loss; resumable), and reports the held-out
+    /// perplexity before and after.
+    Lora(lora::LoraArgs),
 }
 
 #[derive(Args)]
@@ -95,6 +100,7 @@ pub fn run(which: ElasticCommand) -> Result<()> {
         ElasticCommand::Importance(args) => importance::importance(&args),
         ElasticCommand::Eval(args) => eval::eval(&args),
         ElasticCommand::Build(args) => build::build(&args),
+        ElasticCommand::Lora(args) => lora::lora(&args),
     }
 }
 
