@@ -178,10 +178,11 @@ pub fn split_entry<'a>(entry: &'a str, draft: &'a str) -> (&'a str, &'a str) {
 }
 
 /// A benchmark entry as tables and file names show it: a draft given as a
-/// path by its file stem (`tree@/x/slim-k32768.gguf` → `tree@slim-k32768`).
+/// path by its file stem (`tree@/x/slim-k32768.gguf` → `tree@slim-k32768`);
+/// other drafts as written (`tree@elastic:0.5`).
 pub fn entry_label(entry: &str) -> String {
     match entry.split_once('@') {
-        Some((strategy, draft)) => {
+        Some((strategy, draft)) if draft.contains('/') || draft.ends_with(".gguf") => {
             let stem = std::path::Path::new(draft)
                 .file_stem()
                 .map_or_else(|| draft.to_string(), |s| s.to_string_lossy().into_owned());
@@ -213,12 +214,14 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
         let at = match runs.iter().position(|(k, _)| k == key) {
             Some(at) => at,
             None => {
+                // The entry's own draft (`tree@lookup`), opened plainly;
+                // its strategy is set below.
                 let opening = if strategy == arbor_engine::AUTO {
-                    name
+                    name.clone()
                 } else {
-                    "autoregressive"
+                    format!("autoregressive@{draft}")
                 };
-                let config = args.config(device, opening);
+                let config = args.config(device, &opening);
                 runs.push((key.to_string(), Engine::open(&config, &mut events)?));
                 runs.len() - 1
             }
@@ -372,4 +375,26 @@ fn draw(rows: &[Row], path: &Path, args: &BenchSpecArgs) -> Result<()> {
     };
     arbor_plot::bar_chart(&chart, path).with_context(|| format!("drawing {}", path.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_keep_their_drafts_and_labels() {
+        assert_eq!(
+            split_entry("tree@elastic:0.5", "d"),
+            ("tree", "elastic:0.5")
+        );
+        assert_eq!(split_entry("tree", "d"), ("tree", "d"));
+        assert_eq!(entry_label("tree@elastic:0.5"), "tree@elastic:0.5");
+        assert_eq!(entry_label("chain@lookup"), "chain@lookup");
+        assert_eq!(entry_label("tree@/x/slim-k32768.gguf"), "tree@slim-k32768");
+        assert_eq!(
+            entry_label("tree@qwen2.5-coder-0.5b.gguf"),
+            "tree@qwen2.5-coder-0.5b"
+        );
+        assert_eq!(entry_label("ppd"), "ppd");
+    }
 }
