@@ -35,15 +35,25 @@ pub fn trained_path(target: &Path) -> PathBuf {
         .join(format!("{stem}.ppd.safetensors"))
 }
 
-/// The catalog name of the model at `target`: its file name, or its size.
+/// The catalog name of the model at `target`: its file name, or its size;
+/// for an elastic file (`arbor elastic build`), its source model's — the
+/// reordering keeps the token embeddings, so the source's prompt tokens fit.
 fn catalog_name(target: &Path) -> Option<&'static str> {
     let name = target.file_name()?.to_string_lossy().into_owned();
     let size = std::fs::metadata(target).ok()?.len();
-    arbor_fetch::MODELS
-        .iter()
-        .find(|m| m.file_name == name || m.size == size)
-        .map(|m| m.name)
+    let by = |name: &str, size: u64| {
+        (arbor_fetch::MODELS.iter())
+            .find(|m| m.file_name == name || m.size == size)
+            .map(|m| m.name)
+    };
+    by(&name, size).or_else(|| {
+        let file = arbor_gguf::GgufFile::open(target).ok()?;
+        by(file.header().get_str(ELASTIC_SOURCE).ok()?, 0)
+    })
 }
+
+/// The metadata key in which `arbor elastic build` names its source file.
+const ELASTIC_SOURCE: &str = "arbor.elastic.source";
 
 /// The prompt tokens for the model at `target` (`hidden` wide) and where
 /// they came from; an error when none exist or they do not fit.
@@ -136,6 +146,21 @@ fn into_tokens(file: PromptFile, hidden: usize) -> std::result::Result<PromptTok
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_elastic_file_takes_its_source_models_prompt_tokens() {
+        use arbor_gguf::{GgufWriter, Value};
+        let entry = arbor_fetch::model_entry("qwen2.5-coder-1.5b").unwrap();
+        let mut w = GgufWriter::new();
+        w.add_meta(ELASTIC_SOURCE, Value::String(entry.file_name.to_string()));
+        let path = arbor_model::testing::write_temp(&w, "ppd-elastic-source");
+        assert_eq!(catalog_name(&path), Some("qwen2.5-coder-1.5b"));
+        let mut w = GgufWriter::new();
+        w.add_meta(ELASTIC_SOURCE, Value::String("elsewhere.gguf".into()));
+        let other = arbor_model::testing::write_temp(&w, "ppd-elastic-other");
+        assert_eq!(catalog_name(&other), None);
+        let _ = (std::fs::remove_file(path), std::fs::remove_file(other));
+    }
 
     #[test]
     fn every_shipped_file_reads_and_names_a_catalog_model() {

@@ -76,7 +76,9 @@ pub(crate) fn ensure_built(model: &Path, order: Order) -> Result<PathBuf> {
             out.display(),
             order.name()
         );
-        build(&BuildArgs {
+        // Called by other commands: the table goes to stderr, their stdout
+        // (JSON with --json) stays theirs.
+        let table = write(&BuildArgs {
             model: model.display().to_string(),
             out: Some(out.clone()),
             levels: vec![0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
@@ -87,11 +89,19 @@ pub(crate) fn ensure_built(model: &Path, order: Order) -> Result<PathBuf> {
             calibration: "brown".into(),
             tokens: 4096,
         })?;
+        eprint!("{table}");
     }
     Ok(out)
 }
 
+/// `arbor elastic build`: the table of levels goes to stdout.
 pub(super) fn build(args: &BuildArgs) -> Result<()> {
+    print!("{}", write(args)?);
+    Ok(())
+}
+
+/// Builds the file; returns the table of levels.
+fn write(args: &BuildArgs) -> Result<String> {
     let order: Order = args.order.parse()?;
     let down: DownType = args.down.parse()?;
     if !(0.0..1.0).contains(&args.anchors) {
@@ -179,14 +189,15 @@ pub(super) fn build(args: &BuildArgs) -> Result<()> {
         }
     );
     let whole = *report.level_bytes.last().unwrap_or(&1) as f64;
-    println!("| level | layer weights read per token (MB) | share of the whole |");
-    println!("|---|---|---|");
+    let mut table = String::from(
+        "| level | layer weights read per token (MB) | share of the whole |\n|---|---|---|\n",
+    );
     for (l, b) in report.levels.iter().zip(&report.level_bytes) {
-        println!(
-            "| {l:.2} | {:.1} | {:.3} |",
+        table.push_str(&format!(
+            "| {l:.2} | {:.1} | {:.3} |\n",
             *b as f64 / 1e6,
             *b as f64 / whole
-        );
+        ));
     }
-    Ok(())
+    Ok(table)
 }
