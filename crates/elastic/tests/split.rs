@@ -9,7 +9,7 @@ use common::*;
 
 use arbor_backend_candle::CandleBackend;
 use arbor_gguf::{GgmlType, GgufFile};
-use arbor_model::{Decoder, Layout, TensorEntry};
+use arbor_model::{Decoder, LanguageModel, Layout, TensorEntry};
 use arbor_paging::{Ledger, PagingError};
 use arbor_pipeline::{MemoryOptions, Mode, Streamer, load_target};
 use arbor_speculative::{Decoding, TreeConfig, decode};
@@ -211,4 +211,81 @@ fn a_budget_splits_layers_and_says_its_minimum() {
     let scale = b.iter().flatten().fold(0f32, |a, x| a.max(x.abs()));
     assert!(max_diff(&a, &b) <= 1e-5 * scale);
     assert!(model.elastic_draft(0.5).is_ok());
+}
+
+/// On a real elastic file (`ARBOR_ELASTIC_FILE`, ignored otherwise): the
+/// non-anchor layers split at level `ARBOR_SPLIT_LEVEL` (default 0.5), the
+/// whole level's logits of a prompt and a few steps against the unsplit
+/// file's, in both streaming modes.
+#[test]
+#[ignore]
+fn a_real_split_model_against_the_whole_file() {
+    let Ok(path) = std::env::var("ARBOR_ELASTIC_FILE") else {
+        return;
+    };
+    let path = std::path::Path::new(&path);
+    let level: f64 = std::env::var("ARBOR_SPLIT_LEVEL").map_or(0.5, |v| v.parse().unwrap());
+    let file = GgufFile::open(path).unwrap();
+    let layout = Layout::from_gguf(file.header()).unwrap();
+    let e = layout.elastic.as_ref().unwrap();
+    let at = e.level_index(level).unwrap();
+    // `ARBOR_SPLIT_NONE`: the same loader with every layer held whole.
+    let none = std::env::var("ARBOR_SPLIT_NONE").is_ok();
+    let layers: Vec<usize> = (0..layout.layers.len())
+        .filter(|i| !none && !e.anchors.contains(i))
+        .collect();
+    let resident: Vec<bool> = (0..layout.layers.len())
+        .map(|i| none || e.anchors.contains(&i))
+        .collect();
+    let prompt: Vec<u32> = (0..40).map(|i| 100 + i * 37 % 5000).collect();
+    let steps = |m: &mut Model| -> Vec<Vec<f32>> {
+        m.truncate_cache(0).unwrap();
+        let mut out = vec![m.step(&prompt).unwrap()];
+        for t in [9u32, 41, 3, 1000, 77] {
+            out.push(m.step(&[t]).unwrap());
+        }
+        out
+    };
+    let mut whole = load(path);
+    let want = steps(&mut whole);
+    for mode in [Mode::OnDemand, Mode::Pipelined { depth: 1 }] {
+        let mut model = Decoder::load_partial(
+            CandleBackend::new(),
+            &file,
+            &layout,
+            &resident,
+            None,
+            &mut |_, _| {},
+        )
+        .unwrap();
+        model.split_layers(&file, &layout, at, &layers).unwrap();
+        let units = (layers.iter())
+            .map(|&i| (i, layout.split_entries(i, e.cuts[at][i].neurons).unwrap().1))
+            .collect();
+        let streamer = Streamer::with_units(
+            CandleBackend::new(),
+            file.path(),
+            units,
+            Ledger::new(1 << 32),
+            mode,
+        )
+        .unwrap();
+        model.set_layer_source(Box::new(streamer));
+        let got = steps(&mut model);
+        let argmax = |v: &[f32]| (0..v.len()).max_by(|&a, &b| v[a].total_cmp(&v[b])).unwrap();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let d = g
+                .iter()
+                .zip(w)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            eprintln!(
+                "{mode:?} step {i}: max |Δlogit| {d:.2e}, argmax {} vs {}",
+                argmax(g),
+                argmax(w)
+            );
+        }
+        let scale = want.iter().flatten().fold(0f32, |a, x| a.max(x.abs()));
+        assert!(max_diff(&got, &want) <= 1e-3 * scale, "{mode:?}");
+    }
 }
