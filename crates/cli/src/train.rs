@@ -299,6 +299,20 @@ fn validation_line(v: &Validation) -> String {
     )
 }
 
+/// Each point's `y` replaced by the mean of the last `window` points' (the
+/// loss curves' smoothed line).
+pub(crate) fn running_mean(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
+    (0..points.len())
+        .map(|i| {
+            let w = &points[i.saturating_sub(window.max(1) - 1)..=i];
+            (
+                points[i].0,
+                w.iter().map(|p| p.1).sum::<f64>() / w.len() as f64,
+            )
+        })
+        .collect()
+}
+
 /// `<out>.loss.png` (each step's loss and a running mean against minutes)
 /// and `<out>.accuracy.png` (validation top-1 and top-5 by distance).
 fn plots(run: &Run, out: &Path) -> Result<()> {
@@ -308,16 +322,7 @@ fn plots(run: &Run, out: &Path) -> Result<()> {
         .map(|&(s, l)| (s / 60.0, l as f64))
         .collect();
     let window = 25;
-    let smooth = (0..raw.len())
-        .map(|i| {
-            let lo = i.saturating_sub(window - 1);
-            let w = &raw[lo..=i];
-            (
-                raw[i].0,
-                w.iter().map(|p| p.1).sum::<f64>() / w.len() as f64,
-            )
-        })
-        .collect();
+    let smooth = running_mean(&raw, window);
     line_chart(
         &LineChart {
             title: "PPD prompt tokens: training loss (sum over prompt tokens of 0.8^i KL)".into(),

@@ -100,39 +100,9 @@ fn candle_and_burn_agree_with_adapters() {
 
 #[test]
 fn split_layers_add_adapters_over_held_and_lent_neurons() {
-    use arbor_model::Layout;
-    use arbor_paging::Ledger;
-    use arbor_pipeline::{Mode, Streamer};
     let m = tiny(GgmlType::Q8_0, 37);
     let (_source, out) = elastic(&m, "lora-split");
-    let file = GgufFile::open(&out.0).unwrap();
-    let layout = Layout::from_gguf(file.header()).unwrap();
-    let cuts = &layout.elastic.as_ref().unwrap().cuts[1];
-    let layers: Vec<usize> = (1..layout.layers.len()).collect();
-    let mut resident = vec![false; layout.layers.len()];
-    resident[0] = true;
-    let mut split = Decoder::load_partial(
-        CandleBackend::new(),
-        &file,
-        &layout,
-        &resident,
-        None,
-        &mut |_, _| {},
-    )
-    .unwrap();
-    split.split_layers(&file, &layout, 1, &layers).unwrap();
-    let units = (layers.iter())
-        .map(|&i| (i, layout.split_entries(i, cuts[i].neurons).unwrap().1))
-        .collect();
-    let streamer = Streamer::with_units(
-        CandleBackend::new(),
-        file.path(),
-        units,
-        Ledger::new(1 << 30),
-        Mode::OnDemand,
-    )
-    .unwrap();
-    split.set_layer_source(Box::new(streamer));
+    let mut split = split_model(&out.0, 1, &[1, 2, 3], arbor_pipeline::Mode::OnDemand);
 
     let mut whole = load(&out.0);
     for level in [0.5, 0.75] {

@@ -9,44 +9,19 @@ use common::*;
 
 use arbor_backend_candle::CandleBackend;
 use arbor_gguf::{GgmlType, GgufFile};
-use arbor_model::{Decoder, LanguageModel, Layout, TensorEntry};
-use arbor_paging::{Ledger, PagingError};
-use arbor_pipeline::{MemoryOptions, Mode, Streamer, load_target};
+use arbor_model::{LanguageModel, Layout};
+use arbor_paging::PagingError;
+use arbor_pipeline::{MemoryOptions, Mode, load_target};
 use arbor_speculative::{Decoding, TreeConfig, decode};
 
-/// `path` with the non-anchor layers split at level index `level`, their
-/// rest streamed in `mode`.
+/// `path` with every layer but the first split at level index `level`,
+/// their rest streamed in `mode`.
 fn split(path: &std::path::Path, level: usize, mode: Mode) -> Model {
-    let file = GgufFile::open(path).unwrap();
-    let layout = Layout::from_gguf(file.header()).unwrap();
-    let cuts = &layout.elastic.as_ref().unwrap().cuts[level];
-    let layers: Vec<usize> = (1..layout.layers.len()).collect();
-    let mut resident = vec![false; layout.layers.len()];
-    resident[0] = true;
-    let mut model = Decoder::load_partial(
-        CandleBackend::new(),
-        &file,
-        &layout,
-        &resident,
-        None,
-        &mut |_, _| {},
-    )
-    .unwrap();
-    model.split_layers(&file, &layout, level, &layers).unwrap();
-    let units: Vec<(usize, Vec<TensorEntry>)> = layers
-        .iter()
-        .map(|&i| (i, layout.split_entries(i, cuts[i].neurons).unwrap().1))
-        .collect();
-    let streamer = Streamer::with_units(
-        CandleBackend::new(),
-        file.path(),
-        units,
-        Ledger::new(1 << 30),
-        mode,
-    )
-    .unwrap();
-    model.set_layer_source(Box::new(streamer));
-    model
+    let n = Layout::from_gguf(GgufFile::open(path).unwrap().header())
+        .unwrap()
+        .layers
+        .len();
+    split_model(path, level, &(1..n).collect::<Vec<_>>(), mode)
 }
 
 #[test]
@@ -234,9 +209,6 @@ fn a_real_split_model_against_the_whole_file() {
     let layers: Vec<usize> = (0..layout.layers.len())
         .filter(|i| !none && !e.anchors.contains(i))
         .collect();
-    let resident: Vec<bool> = (0..layout.layers.len())
-        .map(|i| none || e.anchors.contains(&i))
-        .collect();
     let prompt: Vec<u32> = (0..40).map(|i| 100 + i * 37 % 5000).collect();
     let steps = |m: &mut Model| -> Vec<Vec<f32>> {
         m.truncate_cache(0).unwrap();
@@ -249,28 +221,7 @@ fn a_real_split_model_against_the_whole_file() {
     let mut whole = load(path);
     let want = steps(&mut whole);
     for mode in [Mode::OnDemand, Mode::Pipelined { depth: 1 }] {
-        let mut model = Decoder::load_partial(
-            CandleBackend::new(),
-            &file,
-            &layout,
-            &resident,
-            None,
-            &mut |_, _| {},
-        )
-        .unwrap();
-        model.split_layers(&file, &layout, at, &layers).unwrap();
-        let units = (layers.iter())
-            .map(|&i| (i, layout.split_entries(i, e.cuts[at][i].neurons).unwrap().1))
-            .collect();
-        let streamer = Streamer::with_units(
-            CandleBackend::new(),
-            file.path(),
-            units,
-            Ledger::new(1 << 32),
-            mode,
-        )
-        .unwrap();
-        model.set_layer_source(Box::new(streamer));
+        let mut model = split_model(path, at, &layers, mode);
         let got = steps(&mut model);
         let argmax = |v: &[f32]| (0..v.len()).max_by(|&a, &b| v[a].total_cmp(&v[b])).unwrap();
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {

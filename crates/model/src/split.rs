@@ -136,12 +136,13 @@ pub fn join_columns(segments: &[TensorEntry], bytes: &[&[u8]]) -> Result<(Tensor
     Ok((entry, out))
 }
 
+/// A split side's other entries and their bytes, then its joined down
+/// projection and that matrix's bytes.
+type Joined<'a> = (Vec<TensorEntry>, Vec<&'a [u8]>, TensorEntry, Vec<u8>);
+
 /// The entries and bytes of a split side with its down segments joined
 /// into one `ffn_down.weight` entry.
-fn joined<'a>(
-    entries: &[TensorEntry],
-    bytes: &[&'a [u8]],
-) -> Result<(Vec<TensorEntry>, Vec<&'a [u8]>, TensorEntry, Vec<u8>)> {
+fn joined<'a>(entries: &[TensorEntry], bytes: &[&'a [u8]]) -> Result<Joined<'a>> {
     let (segs, rest): (Vec<_>, Vec<_>) = entries
         .iter()
         .zip(bytes)

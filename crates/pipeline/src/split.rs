@@ -91,45 +91,6 @@ pub fn split_plan(
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn layers() -> Vec<SplitCost> {
-        (0..6)
-            .map(|i| SplitCost {
-                whole: 100,
-                split: (i != 0 && i != 5).then_some((40, 60, 55)),
-            })
-            .collect()
-    }
-
-    #[test]
-    fn splits_as_few_layers_as_fit_and_never_anchors() {
-        let ls = layers();
-        let roomy = split_plan(10_000, 1_000, 3, &ls, 2, 10).unwrap();
-        assert_eq!(roomy.streamed(), 0);
-        assert_eq!(roomy.read_per_pass, 0);
-        // Two splits: 4 × 100 + 2 × 40 held, 2 × 60 + 10 reserve.
-        let p = split_plan(1_000 + 480 + 130, 1_000, 3, &ls, 2, 10).unwrap();
-        let (level, split) = p.split.clone().unwrap();
-        assert_eq!(level, 3);
-        assert_eq!(split.iter().filter(|&&s| s).count(), 2);
-        assert!(!split[0] && !split[5]);
-        assert_eq!(p.read_per_pass, 110);
-        assert!(p.fixed + p.stream_reserve + p.resident_bytes <= p.budget);
-    }
-
-    #[test]
-    fn too_small_when_every_split_does_not_fit() {
-        let ls = layers();
-        let min = 1_000 + 2 * 100 + 4 * 40 + 2 * 60 + 10;
-        assert!(split_plan(min, 1_000, 1, &ls, 2, 10).is_ok());
-        let err = split_plan(min - 1, 1_000, 1, &ls, 2, 10).unwrap_err();
-        assert!(matches!(err, PagingError::TooSmall { minimum, .. } if minimum == min));
-    }
-}
-
 /// The split plan of `layout` at level index `level`: each layer's costs
 /// and its two entry lists (held, streamed) where it splits.
 pub(crate) fn split_costs<B: arbor_tensor::Backend>(
@@ -175,4 +136,43 @@ pub(crate) fn split_costs<B: arbor_tensor::Backend>(
             ))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layers() -> Vec<SplitCost> {
+        (0..6)
+            .map(|i| SplitCost {
+                whole: 100,
+                split: (i != 0 && i != 5).then_some((40, 60, 55)),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn splits_as_few_layers_as_fit_and_never_anchors() {
+        let ls = layers();
+        let roomy = split_plan(10_000, 1_000, 3, &ls, 2, 10).unwrap();
+        assert_eq!(roomy.streamed(), 0);
+        assert_eq!(roomy.read_per_pass, 0);
+        // Two splits: 4 × 100 + 2 × 40 held, 2 × 60 + 10 reserve.
+        let p = split_plan(1_000 + 480 + 130, 1_000, 3, &ls, 2, 10).unwrap();
+        let (level, split) = p.split.clone().unwrap();
+        assert_eq!(level, 3);
+        assert_eq!(split.iter().filter(|&&s| s).count(), 2);
+        assert!(!split[0] && !split[5]);
+        assert_eq!(p.read_per_pass, 110);
+        assert!(p.fixed + p.stream_reserve + p.resident_bytes <= p.budget);
+    }
+
+    #[test]
+    fn too_small_when_every_split_does_not_fit() {
+        let ls = layers();
+        let min = 1_000 + 2 * 100 + 4 * 40 + 2 * 60 + 10;
+        assert!(split_plan(min, 1_000, 1, &ls, 2, 10).is_ok());
+        let err = split_plan(min - 1, 1_000, 1, &ls, 2, 10).unwrap_err();
+        assert!(matches!(err, PagingError::TooSmall { minimum, .. } if minimum == min));
+    }
 }

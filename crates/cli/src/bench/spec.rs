@@ -188,7 +188,7 @@ pub fn entry_label(entry: &str) -> String {
                 .map_or_else(|| draft.to_string(), |s| s.to_string_lossy().into_owned());
             format!("{strategy}@{stem}")
         }
-        None => entry.to_string(),
+        _ => entry.to_string(),
     }
 }
 

@@ -74,7 +74,7 @@ pub(super) fn lora(args: &LoraArgs) -> Result<()> {
     if args.minutes.is_some_and(|m| m.is_nan() || m <= 0.0) || args.steps == Some(0) {
         bail!("--minutes and --steps must be positive");
     }
-    if args.chunk < 2 || args.tokens < args.chunk || !(args.lr > 0.0) {
+    if args.chunk < 2 || args.tokens < args.chunk || args.lr.is_nan() || args.lr <= 0.0 {
         bail!("need --chunk ≥ 2, --tokens ≥ --chunk and a positive --lr");
     }
     let projs = (args.projs.iter())
@@ -293,15 +293,7 @@ fn parse_losses(v: Option<&String>) -> Vec<(f64, f64)> {
 fn plot(losses: &[(f64, f64)], level: f64, out: &Path) -> Result<()> {
     let raw: Vec<(f64, f64)> = losses.iter().map(|&(s, l)| (s / 60.0, l)).collect();
     let w = 10;
-    let mean = (0..raw.len())
-        .map(|i| {
-            let part = &raw[i.saturating_sub(w - 1)..=i];
-            (
-                raw[i].0,
-                part.iter().map(|p| p.1).sum::<f64>() / part.len() as f64,
-            )
-        })
-        .collect();
+    let mean = crate::train::running_mean(&raw, w);
     line_chart(
         &LineChart {
             title: format!("LoRA recovery of level {level}: next-token loss"),

@@ -140,3 +140,43 @@ pub fn opts(decoding: Decoding) -> DecodeOptions {
         verification: Verification::Exact,
     }
 }
+
+/// `path` with `layers` split at level index `level` (their rest streamed
+/// in `mode`) and every other layer resident.
+pub fn split_model(
+    path: &Path,
+    level: usize,
+    layers: &[usize],
+    mode: arbor_pipeline::Mode,
+) -> Model {
+    use arbor_model::Layout;
+    let file = GgufFile::open(path).unwrap();
+    let layout = Layout::from_gguf(file.header()).unwrap();
+    let cuts = &layout.elastic.as_ref().unwrap().cuts[level];
+    let resident: Vec<bool> = (0..layout.layers.len())
+        .map(|i| !layers.contains(&i))
+        .collect();
+    let mut model = Decoder::load_partial(
+        CandleBackend::new(),
+        &file,
+        &layout,
+        &resident,
+        None,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    model.split_layers(&file, &layout, level, layers).unwrap();
+    let units = (layers.iter())
+        .map(|&i| (i, layout.split_entries(i, cuts[i].neurons).unwrap().1))
+        .collect();
+    let streamer = arbor_pipeline::Streamer::with_units(
+        CandleBackend::new(),
+        file.path(),
+        units,
+        arbor_paging::Ledger::new(1 << 32),
+        mode,
+    )
+    .unwrap();
+    model.set_layer_source(Box::new(streamer));
+    model
+}
