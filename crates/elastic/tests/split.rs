@@ -218,10 +218,14 @@ fn a_real_split_model_against_the_whole_file() {
         }
         out
     };
+    // `ARBOR_RUN_LEVEL`: both run at this level instead of the whole one.
+    let run_at: f64 = std::env::var("ARBOR_RUN_LEVEL").map_or(1.0, |v| v.parse().unwrap());
     let mut whole = load(path);
+    whole.set_level(run_at).unwrap();
     let want = steps(&mut whole);
     for mode in [Mode::OnDemand, Mode::Pipelined { depth: 1 }] {
         let mut model = split_model(path, at, &layers, mode);
+        model.set_level(run_at).unwrap();
         let got = steps(&mut model);
         let argmax = |v: &[f32]| (0..v.len()).max_by(|&a, &b| v[a].total_cmp(&v[b])).unwrap();
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
@@ -239,4 +243,183 @@ fn a_real_split_model_against_the_whole_file() {
         let scale = want.iter().flatten().fold(0f32, |a, x| a.max(x.abs()));
         assert!(max_diff(&got, &want) <= 1e-3 * scale, "{mode:?}");
     }
+}
+
+/// Lends split layers' suffixes built from the mapped file (no streamer):
+/// separates the reader from the weights when a split model disagrees.
+struct Mapped {
+    file: GgufFile,
+    units: Vec<(usize, Vec<arbor_model::TensorEntry>)>,
+    streamed: bool,
+}
+
+impl arbor_model::LayerSource<CandleBackend> for Mapped {
+    fn layer(&mut self, layer: usize) -> arbor_model::Result<arbor_model::Lease<CandleBackend>> {
+        panic!("layer {layer} asked whole");
+    }
+    fn mlp_suffix(
+        &mut self,
+        layer: usize,
+    ) -> arbor_model::Result<arbor_model::SuffixLease<CandleBackend>> {
+        let (_, entries) = self.units.iter().find(|(l, _)| *l == layer).unwrap();
+        let bytes: Vec<&[u8]> = (entries.iter())
+            .map(|t| &self.file.bytes()[t.offset as usize..t.offset as usize + t.len])
+            .collect();
+        let mlp = arbor_model::Mlp::suffix_from_bytes(
+            &CandleBackend::new(),
+            entries,
+            &bytes,
+            self.streamed,
+        )?;
+        Ok(arbor_model::SuffixLease {
+            mlp,
+            hold: Box::new(()),
+        })
+    }
+}
+
+/// `a_real_split_model_against_the_whole_file` with the suffixes built from
+/// the mapped file, as resident (`false`) and as streamed weights (`true`).
+#[test]
+#[ignore]
+fn a_real_split_model_from_the_mapped_file() {
+    let Ok(path) = std::env::var("ARBOR_ELASTIC_FILE") else {
+        return;
+    };
+    let path = std::path::Path::new(&path);
+    let file = GgufFile::open(path).unwrap();
+    let layout = Layout::from_gguf(file.header()).unwrap();
+    let e = layout.elastic.as_ref().unwrap().clone();
+    let at = e.level_index(0.5).unwrap();
+    let layers: Vec<usize> = (0..layout.layers.len())
+        .filter(|i| !e.anchors.contains(i))
+        .collect();
+    let prompt: Vec<u32> = (0..40).map(|i| 100 + i * 37 % 5000).collect();
+    let mut whole = load(path);
+    whole.truncate_cache(0).unwrap();
+    let want = whole.step(&prompt).unwrap();
+    for streamed in [false, true] {
+        let mut model = split_model(path, at, &layers, Mode::OnDemand);
+        let units = (layers.iter())
+            .map(|&i| (i, layout.split_entries(i, e.cuts[at][i].neurons).unwrap().1))
+            .collect();
+        model.set_layer_source(Box::new(Mapped {
+            file: GgufFile::open(path).unwrap(),
+            units,
+            streamed,
+        }));
+        model.truncate_cache(0).unwrap();
+        let got = model.step(&prompt).unwrap();
+        let d = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        eprintln!("suffix from the mapped file, streamed weights {streamed}: max |Δlogit| {d:.2e}");
+    }
+}
+
+/// One real layer's MLP pieces by backend ops: the suffix's gate rows
+/// against the whole gate's same outputs, and down over the held and lent
+/// segments against the whole down.
+#[test]
+#[ignore]
+fn a_real_layers_suffix_pieces() {
+    use arbor_tensor::{Backend, WeightData};
+    let Ok(path) = std::env::var("ARBOR_ELASTIC_FILE") else {
+        return;
+    };
+    let file = GgufFile::open(std::path::Path::new(&path)).unwrap();
+    let layout = Layout::from_gguf(file.header()).unwrap();
+    let e = layout.elastic.as_ref().unwrap();
+    let at = e.level_index(0.5).unwrap();
+    let i = (0..layout.layers.len())
+        .find(|i| !e.anchors.contains(i))
+        .unwrap();
+    let held = e.cuts[at][i].neurons;
+    let be = CandleBackend::new();
+    let bytes =
+        |t: &arbor_model::TensorEntry| &file.bytes()[t.offset as usize..t.offset as usize + t.len];
+    let weight = |t: &arbor_model::TensorEntry, b: &[u8]| {
+        be.weight(WeightData {
+            name: &t.name,
+            ty: t.ty,
+            rows: t.rows,
+            cols: t.cols,
+            bytes: b,
+        })
+        .unwrap()
+    };
+    let diff = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max)
+    };
+    let find = |role: &str| {
+        layout.layers[i]
+            .iter()
+            .find(|t| t.name.ends_with(role))
+            .unwrap()
+            .clone()
+    };
+    let (gate, down) = (find("ffn_gate.weight"), find("ffn_down.weight"));
+    let ffn = gate.rows;
+    let h: Vec<f32> = (0..gate.cols)
+        .map(|k| (k * 7919 % 113) as f32 / 113.0 - 0.5)
+        .collect();
+    let hx = be.tensor(&h, 1, gate.cols).unwrap();
+    let whole = be
+        .to_vec(&be.matmul(&hx, &weight(&gate, bytes(&gate))).unwrap())
+        .unwrap();
+    let rb = gate.len / gate.rows;
+    let tail = arbor_model::TensorEntry {
+        rows: ffn - held,
+        offset: gate.offset + (held * rb) as u64,
+        len: (ffn - held) * rb,
+        ..gate.clone()
+    };
+    let part = be
+        .to_vec(&be.matmul(&hx, &weight(&tail, bytes(&tail))).unwrap())
+        .unwrap();
+    eprintln!(
+        "layer {i} ({:?} gate): rows past {held}: max |Δ| {:.2e} of {:.2e}",
+        gate.ty,
+        diff(&part, &whole[held..]),
+        whole.iter().fold(0f32, |a, x| a.max(x.abs()))
+    );
+
+    let act: Vec<f32> = (0..ffn)
+        .map(|k| (k * 104729 % 97) as f32 / 97.0 - 0.5)
+        .collect();
+    let ax = be.tensor(&act, 1, ffn).unwrap();
+    let want = be
+        .to_vec(&be.matmul(&ax, &weight(&down, bytes(&down))).unwrap())
+        .unwrap();
+    let segs = &layout.down_segments[i];
+    let split_at = segs
+        .iter()
+        .scan(0, |c, s| {
+            *c += s.cols;
+            Some(*c)
+        })
+        .position(|c| c == held)
+        .unwrap();
+    let join = |ss: &[arbor_model::TensorEntry]| {
+        let b: Vec<&[u8]> = ss.iter().map(&bytes).collect();
+        let (t, data) = arbor_model::join_columns(ss, &b).unwrap();
+        weight(&t, &data)
+    };
+    let (pw, sw) = (join(&segs[..=split_at]), join(&segs[split_at + 1..]));
+    let a1 = be.tensor(&act[..held], 1, held).unwrap();
+    let a2 = be.tensor(&act[held..], 1, ffn - held).unwrap();
+    let y = be
+        .add(&be.matmul(&a1, &pw).unwrap(), &be.matmul(&a2, &sw).unwrap())
+        .unwrap();
+    eprintln!(
+        "layer {i} down ({:?}): held + lent against whole: max |Δ| {:.2e} of {:.2e}",
+        down.ty,
+        diff(&be.to_vec(&y).unwrap(), &want),
+        want.iter().fold(0f32, |a, x| a.max(x.abs()))
+    );
 }

@@ -146,7 +146,7 @@ mod tests {
         (0..6)
             .map(|i| SplitCost {
                 whole: 100,
-                split: (i != 0 && i != 5).then_some((40, 60, 55)),
+                split: (i != 0 && i != 5).then_some((40, 30, 55)),
             })
             .collect()
     }
@@ -157,8 +157,10 @@ mod tests {
         let roomy = split_plan(10_000, 1_000, 3, &ls, 2, 10).unwrap();
         assert_eq!(roomy.streamed(), 0);
         assert_eq!(roomy.read_per_pass, 0);
-        // Two splits: 4 × 100 + 2 × 40 held, 2 × 60 + 10 reserve.
-        let p = split_plan(1_000 + 480 + 130, 1_000, 3, &ls, 2, 10).unwrap();
+        // Whole: 600. One split: 5 × 100 + 40 held, 2 × 30 + 10 reserve =
+        // 610, more than none; two: 4 × 100 + 2 × 40 + 70 = 550, the first
+        // count that fits 550.
+        let p = split_plan(1_000 + 550, 1_000, 3, &ls, 2, 10).unwrap();
         let (level, split) = p.split.clone().unwrap();
         assert_eq!(level, 3);
         assert_eq!(split.iter().filter(|&&s| s).count(), 2);
@@ -170,7 +172,7 @@ mod tests {
     #[test]
     fn too_small_when_every_split_does_not_fit() {
         let ls = layers();
-        let min = 1_000 + 2 * 100 + 4 * 40 + 2 * 60 + 10;
+        let min = 1_000 + 2 * 100 + 4 * 40 + 2 * 30 + 10;
         assert!(split_plan(min, 1_000, 1, &ls, 2, 10).is_ok());
         let err = split_plan(min - 1, 1_000, 1, &ls, 2, 10).unwrap_err();
         assert!(matches!(err, PagingError::TooSmall { minimum, .. } if minimum == min));
