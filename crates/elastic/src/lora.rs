@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use arbor_model::{Config, Cut, Elastic, HostMatrix, Lora, LoraPair, Proj};
+use arbor_model::{Config, Elastic, HostMatrix, Lora, LoraPair, Proj};
 
 use crate::{ElasticError, Result};
 
@@ -56,7 +56,7 @@ impl LoraFile {
         if rank == 0 || rank > 256 {
             return Err(bad(format!("rank {rank} is outside 1..=256")));
         }
-        let cuts = cuts_at(c, elastic, level)?;
+        let (_, cuts) = arbor_model::lora::level_cuts(c, elastic, level)?;
         let mut state = seed;
         let layers = cuts
             .iter()
@@ -265,30 +265,6 @@ impl LoraFile {
             meta,
             adam,
         })
-    }
-}
-
-/// Each layer's cut at `level` (every unit for a plain model at level 1).
-fn cuts_at(c: &Config, elastic: Option<&Elastic>, level: f64) -> Result<Vec<Cut>> {
-    match elastic {
-        Some(e) => {
-            let i = e.level_index(level)?;
-            if e.levels[i] != level {
-                return Err(bad(format!(
-                    "level {level} is not built (nearest {})",
-                    e.levels[i]
-                )));
-            }
-            Ok(e.cuts[i].clone())
-        }
-        None if level == 1.0 => Ok(vec![
-            Cut {
-                heads: c.heads.n_heads,
-                neurons: c.ffn_hidden,
-            };
-            c.n_layers
-        ]),
-        None => Err(bad(format!("level {level} of a model that is not elastic"))),
     }
 }
 

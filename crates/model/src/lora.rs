@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use arbor_tensor::Backend;
 
-use crate::{Cut, Decoder, ModelError, Result};
+use crate::{Config, Cut, Decoder, Elastic, ModelError, Result};
 
 /// The projections a layer's adapters may sit beside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,30 +131,44 @@ impl<T> Lora<T> {
     }
 }
 
+/// Where adapters for `level` go and what they are shaped by: the index of
+/// that level, which an elastic file must build exactly, and each layer's
+/// cut there; a model that is not elastic takes adapters for level 1 only.
+pub fn level_cuts(c: &Config, elastic: Option<&Elastic>, level: f64) -> Result<(usize, Vec<Cut>)> {
+    match elastic {
+        Some(e) => {
+            let i = e.level_index(level)?;
+            if e.levels[i] != level {
+                return Err(ModelError::Input(format!(
+                    "adapters for level {level}, which this file does not build (nearest {})",
+                    e.levels[i]
+                )));
+            }
+            Ok((i, e.cuts[i].clone()))
+        }
+        None if level == 1.0 => Ok((
+            0,
+            vec![
+                Cut {
+                    heads: c.heads.n_heads,
+                    neurons: c.ffn_hidden,
+                };
+                c.n_layers
+            ],
+        )),
+        None => Err(ModelError::Input(format!(
+            "adapters for level {level} given to a model that is not elastic"
+        ))),
+    }
+}
+
 impl<B: Backend> Decoder<B> {
     /// Holds `lora` for its level: passes at that level add its branches
     /// (replacing any set held for it before). Every pair's shapes must
     /// fit that level's cut of its layer.
     pub fn attach_lora(&mut self, lora: Lora<B::Tensor>) -> Result<()> {
         let c = &self.config;
-        let level = match self.elastic.as_deref() {
-            Some(e) => e.level_index(lora.level)?,
-            None if lora.level == 1.0 => 0,
-            None => {
-                return Err(ModelError::Input(format!(
-                    "adapters for level {} given to a model that is not elastic",
-                    lora.level
-                )));
-            }
-        };
-        if let Some(e) = self.elastic.as_deref()
-            && e.levels[level] != lora.level
-        {
-            return Err(ModelError::Input(format!(
-                "adapters for level {}, which this file does not build (nearest {})",
-                lora.level, e.levels[level]
-            )));
-        }
+        let (level, cuts) = level_cuts(c, self.elastic.as_deref(), lora.level)?;
         if lora.layers.len() != c.n_layers {
             return Err(ModelError::Input(format!(
                 "adapters for {} layers given to a model of {}",
@@ -162,8 +176,7 @@ impl<B: Backend> Decoder<B> {
                 c.n_layers
             )));
         }
-        for (i, layer) in lora.layers.iter().enumerate() {
-            let cut = self.cut(level, i);
+        for (i, (layer, &cut)) in lora.layers.iter().zip(&cuts).enumerate() {
             for (p, pair) in Proj::ALL.iter().zip(layer) {
                 let Some(pair) = pair else { continue };
                 let (din, dout) = p.shape(c, cut);
@@ -201,17 +214,6 @@ impl<B: Backend> Decoder<B> {
     /// The adapters passes apply now: those of the current level.
     pub fn active_lora(&self) -> Option<&Lora<B::Tensor>> {
         self.lora.get(self.level).and_then(|l| l.as_deref())
-    }
-
-    /// What layer `i` keeps at level index `level`.
-    pub(crate) fn cut(&self, level: usize, i: usize) -> Cut {
-        match self.elastic.as_deref() {
-            Some(e) => e.cuts[level][i],
-            None => Cut {
-                heads: self.config.heads.n_heads,
-                neurons: self.config.ffn_hidden,
-            },
-        }
     }
 }
 

@@ -16,12 +16,8 @@ use crate::{Result, TrainError};
 /// Attaches `file`'s adapters untracked (for evaluation) and runs later
 /// passes at their level.
 pub fn attach_lora(model: &mut Decoder<BurnBackend>, file: &LoraFile) -> Result<()> {
-    let b = model.backend().clone();
-    let lora = file
-        .to_host()
-        .try_map(|m| b.tensor(&m.data, m.rows, m.cols))?;
     set_level(model, file.level)?;
-    model.attach_lora(lora)?;
+    LanguageModel::attach_lora(model, &file.to_host())?;
     Ok(())
 }
 

@@ -54,16 +54,11 @@ pub struct BuildArgs {
 
 /// Where `order`'s elastic file of `model` goes by default.
 pub(crate) fn default_out(model: &Path, order: Order) -> PathBuf {
-    let stem = model
-        .file_stem()
-        .map_or("model".into(), |s| s.to_string_lossy().into_owned());
     let tag = match order {
         Order::Importance => String::new(),
         o => format!("-{}", o.name()),
     };
-    arbor_fetch::arbor_home()
-        .join("elastic")
-        .join(format!("{stem}.elastic{tag}.gguf"))
+    super::in_home(model, &format!(".elastic{tag}.gguf"))
 }
 
 /// `order`'s elastic file of `model` at its default place, built with the

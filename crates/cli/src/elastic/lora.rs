@@ -188,7 +188,6 @@ pub(super) fn lora(args: &LoraArgs) -> Result<()> {
     );
 
     let opt = AdamW::default();
-    let budget_steps = args.steps.unwrap_or(u64::MAX);
     let fraction = |step: u64, spent: f64| -> f64 {
         let by_steps = args.steps.map_or(0.0, |s| step as f64 / s as f64);
         let by_time = seconds.map_or(0.0, |s| spent / s);
@@ -226,7 +225,7 @@ pub(super) fn lora(args: &LoraArgs) -> Result<()> {
         Ok(())
     };
     let session = Instant::now();
-    while step < budget_steps && fraction(step, spent) < 1.0 {
+    while fraction(step, spent) < 1.0 {
         let t = Instant::now();
         let lr = cosine_at(args.lr, fraction(step, spent));
         let loss = lora_step(
@@ -268,12 +267,7 @@ pub(super) fn lora(args: &LoraArgs) -> Result<()> {
 
 /// Where a level's adapters of `elastic` go by default.
 fn default_out(elastic: &Path, level: f64) -> PathBuf {
-    let stem = elastic
-        .file_stem()
-        .map_or("model".into(), |s| s.to_string_lossy().into_owned());
-    arbor_fetch::arbor_home()
-        .join("elastic")
-        .join(format!("{stem}.lora-{level}.safetensors"))
+    super::in_home(elastic, &format!(".lora-{level}.safetensors"))
 }
 
 fn meta_num(meta: &BTreeMap<String, String>, key: &str) -> f64 {

@@ -105,12 +105,18 @@ pub fn run(which: ElasticCommand) -> Result<()> {
 }
 
 pub(crate) fn default_importance(model: &Path) -> PathBuf {
+    in_home(model, ".importance.safetensors")
+}
+
+/// `$ARBOR_HOME/elastic/<file stem of model><suffix>`: where the elastic
+/// commands keep what they derive from a model.
+pub(crate) fn in_home(model: &Path, suffix: &str) -> PathBuf {
     let stem = model
         .file_stem()
         .map_or("model".into(), |s| s.to_string_lossy().into_owned());
     arbor_fetch::arbor_home()
         .join("elastic")
-        .join(format!("{stem}.importance.safetensors"))
+        .join(format!("{stem}{suffix}"))
 }
 
 pub(crate) fn calibration_text(name: &str) -> Result<String> {
