@@ -161,6 +161,19 @@ fn matmul_part(be: &BurnBackend) {
     let n = be.narrow_cols(&x, 8..24).unwrap();
     assert_eq!(be.shape(&n), (2, 16));
     assert!(be.narrow_cols(&x, 60..70).is_err());
+    let joined = be.concat_cols(&n, &x).unwrap();
+    assert_eq!(be.shape(&joined), (2, 16 + k));
+    let (jv, nv, xv) = (
+        be.to_vec(&joined).unwrap(),
+        be.to_vec(&n).unwrap(),
+        be.to_vec(&x).unwrap(),
+    );
+    assert_eq!(jv[16..16 + k], xv[..k]);
+    assert_eq!(jv[..16], nv[..16]);
+    assert!(
+        be.concat_cols(&n, &be.tensor(&rng.vec(k), 1, k).unwrap())
+            .is_err()
+    );
 }
 
 fn embed(be: &BurnBackend) {

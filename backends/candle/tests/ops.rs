@@ -499,6 +499,21 @@ fn weight_parts_and_interleaved_heads_match_host_math() {
         .unwrap();
     let x = be.tensor(&g.vec(2 * k), 2, k).unwrap();
     assert!(be.matmul_part(&x, &wt, 8, 4..36).is_err());
+    // Columns side by side, and rows that disagree refused.
+    let (a, c) = (g.vec(2 * 3), g.vec(2 * 5));
+    let joined = be
+        .concat_cols(&be.tensor(&a, 2, 3).unwrap(), &be.tensor(&c, 2, 5).unwrap())
+        .unwrap();
+    let want: Vec<f32> = [&a[..3], &c[..5], &a[3..], &c[5..]].concat();
+    assert_eq!(
+        (be.shape(&joined), be.to_vec(&joined).unwrap()),
+        ((2, 8), want)
+    );
+    let three = be.tensor(&g.vec(3 * 5), 3, 5).unwrap();
+    assert!(
+        be.concat_cols(&be.tensor(&a, 2, 3).unwrap(), &three)
+            .is_err()
+    );
 
     let be = CandleBackend::with_f32_attention();
     let grouped = Heads::grouped(4, 2, 8);

@@ -422,23 +422,29 @@ impl<B: Backend> Decoder<B> {
             let gate = probe(mlp(&m.gate, Proj::Gate, 0..own)?, i, |p| &p.gate)?;
             let up = probe(mlp(&m.up, Proj::Up, 0..own)?, i, |p| &p.up)?;
             let act = probe(b.swiglu(&gate, &up)?, i, |p| &p.down)?;
-            let down = part(b, &act, &m.down, d, own)?;
-            x = b.add(
-                &x,
-                &side(b, down, &act, pair(i, Proj::Down), Some(0..own), None)?,
-            )?;
+            let bounds = || {
+                elastic
+                    .into_iter()
+                    .flat_map(|e| e.cuts.iter().map(|c| c[i].neurons))
+            };
+            let mut down = down_sum(b, None, &act, &m.down, d, 0..own, bounds())?;
+            let mut act = act;
             if let Some((lent, held)) = &suffix {
                 let (s, rest) = (&lent.mlp, *held..cut.neurons);
-                let act = b.swiglu(
+                let lent_act = b.swiglu(
                     &mlp(&s.gate, Proj::Gate, rest.clone())?,
                     &mlp(&s.up, Proj::Up, rest.clone())?,
                 )?;
-                let down = part(b, &act, &s.down, d, rest.len())?;
-                x = b.add(
-                    &x,
-                    &side(b, down, &act, pair(i, Proj::Down), Some(rest), None)?,
-                )?;
+                down = down_sum(b, Some(down), &lent_act, &s.down, d, rest, bounds())?;
+                if pair(i, Proj::Down).is_some() {
+                    act = b.concat_cols(&act, &lent_act)?;
+                }
             }
+            let neurons = Some(0..cut.neurons);
+            x = b.add(
+                &x,
+                &side(b, down, &act, pair(i, Proj::Down), neurons, None)?,
+            )?;
         }
         Ok(x)
     }
@@ -604,6 +610,42 @@ impl<B: Backend> LanguageModel for Decoder<B> {
 
 /// `x · wᵀ` over the first `rows` rows and `cols` columns of `w`: the
 /// whole matmul when that is all of it, else an elastic level's prefix.
+/// `acc +` the down projection over the neurons `range` of a layer:
+/// `act`'s and `w`'s column 0 is neuron `range.start`. An elastic layer's
+/// down projection is summed one level segment at a time (`bounds`: the
+/// layer's neuron count at every level, ascending), each added in level
+/// order, so that a split layer — its held prefix, then its lent rest —
+/// gives the same bits as the whole matrix. An ordinary layer (no bounds)
+/// is one product.
+fn down_sum<B: Backend>(
+    b: &B,
+    mut acc: Option<B::Tensor>,
+    act: &B::Tensor,
+    w: &B::Weight,
+    d: usize,
+    range: std::ops::Range<usize>,
+    bounds: impl Iterator<Item = usize>,
+) -> Result<B::Tensor> {
+    let from = range.start;
+    let mut start = from;
+    let ends = bounds.filter(|&e| e > from && e < range.end);
+    for end in ends.chain(std::iter::once(range.end)) {
+        if end <= start {
+            continue;
+        }
+        let product = match (start, end) == (from, range.end) {
+            true => part(b, act, w, d, end - from)?,
+            false => b.matmul_part(act, w, d, start - from..end - from)?,
+        };
+        acc = Some(match acc {
+            Some(a) => b.add(&a, &product)?,
+            None => product,
+        });
+        start = end;
+    }
+    acc.ok_or_else(|| ModelError::Invalid(format!("no neurons in {range:?}")))
+}
+
 fn part<B: Backend>(
     b: &B,
     x: &B::Tensor,

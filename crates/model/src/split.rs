@@ -11,10 +11,14 @@
 //! loading puts the segments of either side side by side again (a copy of
 //! each row's blocks).
 //!
-//! A split layer's full pass computes the prefix's MLP and the suffix's and
-//! adds both to the residual stream: the same sums as the whole matrices,
-//! in another order, so the last bits may differ from a pass over the
-//! whole layer.
+//! A split layer's full pass computes the prefix's MLP and then the
+//! suffix's. Gate and up rows are independent outputs; the down projection
+//! sums over neurons, so every elastic layer — split or whole — sums it one
+//! level segment at a time in level order (`down_sum` in the decoder), and
+//! the split layer's result is the whole layer's bit for bit. (Summed in
+//! any other order the last bits differ, and on a real model a last-bit
+//! difference can flip an activation's 8-bit quantization in a later layer:
+//! the 0.5B's logits moved by ~0.2 from one split layer.)
 
 use std::sync::Arc;
 

@@ -312,6 +312,23 @@ pub trait Backend: Clone + Send + Sync + 'static {
         self.tensor(&kept, n, cols.len())
     }
 
+    /// `[a | b]`: the columns of `b` after those of `a` (rows must agree):
+    /// a split layer's held and lent activations as one input.
+    fn concat_cols(&self, a: &Self::Tensor, b: &Self::Tensor) -> Result<Self::Tensor> {
+        let ((n, ca), (m, cb)) = (self.shape(a), self.shape(b));
+        if n != m {
+            return Err(Error::Shape {
+                op: "concat_cols",
+                detail: format!("[{n}, {ca}] beside [{m}, {cb}]"),
+            });
+        }
+        let (ha, hb) = (self.to_vec(a)?, self.to_vec(b)?);
+        let joined: Vec<f32> = (ha.chunks_exact(ca.max(1)).zip(hb.chunks_exact(cb.max(1))))
+            .flat_map(|(ra, rb)| ra.iter().chain(rb).copied())
+            .collect();
+        self.tensor(&joined, n, ca + cb)
+    }
+
     /// An empty KV cache for one layer.
     fn kv_new(&self, heads: &Heads) -> Result<Self::Kv>;
     /// Number of cached positions.
