@@ -422,12 +422,7 @@ impl<B: Backend> Decoder<B> {
             let gate = probe(mlp(&m.gate, Proj::Gate, 0..own)?, i, |p| &p.gate)?;
             let up = probe(mlp(&m.up, Proj::Up, 0..own)?, i, |p| &p.up)?;
             let act = probe(b.swiglu(&gate, &up)?, i, |p| &p.down)?;
-            let bounds = || {
-                elastic
-                    .into_iter()
-                    .flat_map(|e| e.cuts.iter().map(|c| c[i].neurons))
-            };
-            let mut down = down_sum(b, None, &act, &m.down, d, 0..own, bounds())?;
+            let mut down = down_sum(b, None, &act, &m.down, d, 0..own)?;
             let mut act = act;
             if let Some((lent, held)) = &suffix {
                 let (s, rest) = (&lent.mlp, *held..cut.neurons);
@@ -435,7 +430,7 @@ impl<B: Backend> Decoder<B> {
                     &mlp(&s.gate, Proj::Gate, rest.clone())?,
                     &mlp(&s.up, Proj::Up, rest.clone())?,
                 )?;
-                down = down_sum(b, Some(down), &lent_act, &s.down, d, rest, bounds())?;
+                down = down_sum(b, Some(down), &lent_act, &s.down, d, rest)?;
                 if pair(i, Proj::Down).is_some() {
                     act = b.concat_cols(&act, &lent_act)?;
                 }
@@ -610,40 +605,49 @@ impl<B: Backend> LanguageModel for Decoder<B> {
 
 /// `x · wᵀ` over the first `rows` rows and `cols` columns of `w`: the
 /// whole matmul when that is all of it, else an elastic level's prefix.
-/// `acc +` the down projection over the neurons `range` of a layer:
-/// `act`'s and `w`'s column 0 is neuron `range.start`. An elastic layer's
-/// down projection is summed one level segment at a time (`bounds`: the
-/// layer's neuron count at every level, ascending), each added in level
-/// order, so that a split layer — its held prefix, then its lent rest —
-/// gives the same bits as the whole matrix. An ordinary layer (no bounds)
-/// is one product.
+/// `acc +` the down projection of `act` over the neurons `range`, through
+/// `segs`: the matrices holding the layer's neurons from `range.start` on,
+/// in order (one matrix; an elastic file's segments between levels; a split
+/// layer's held or lent ones). Column 0 of `act` is neuron `range.start`.
+/// Each segment's product is added in turn, so a split layer — its held
+/// segments, then its lent ones — gives the same bits as the whole layer.
 fn down_sum<B: Backend>(
     b: &B,
     mut acc: Option<B::Tensor>,
     act: &B::Tensor,
-    w: &B::Weight,
+    segs: &[B::Weight],
     d: usize,
     range: std::ops::Range<usize>,
-    bounds: impl Iterator<Item = usize>,
 ) -> Result<B::Tensor> {
-    let from = range.start;
-    let mut start = from;
-    let ends = bounds.filter(|&e| e > from && e < range.end);
-    for end in ends.chain(std::iter::once(range.end)) {
-        if end <= start {
-            continue;
+    let mut at = range.start;
+    for w in segs {
+        if at >= range.end {
+            break;
         }
-        let product = match (start, end) == (from, range.end) {
-            true => part(b, act, w, d, end - from)?,
-            false => b.matmul_part(act, w, d, start - from..end - from)?,
+        let take = b.weight_shape(w).1.min(range.end - at);
+        let narrowed;
+        let x = match take == range.len() {
+            true => act,
+            false => {
+                let from = at - range.start;
+                narrowed = b.narrow_cols(act, from..from + take)?;
+                &narrowed
+            }
         };
+        let product = part(b, x, w, d, take)?;
         acc = Some(match acc {
             Some(a) => b.add(&a, &product)?,
             None => product,
         });
-        start = end;
+        at += take;
     }
-    acc.ok_or_else(|| ModelError::Invalid(format!("no neurons in {range:?}")))
+    match (acc, at == range.end) {
+        (Some(acc), true) => Ok(acc),
+        _ => Err(ModelError::Invalid(format!(
+            "down projection segments hold neurons {}..{at}, not {range:?}",
+            range.start
+        ))),
+    }
 }
 
 fn part<B: Backend>(

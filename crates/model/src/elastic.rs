@@ -232,8 +232,15 @@ impl Elastic {
             let cut = self.cuts[level][i];
             let heads = cut.heads as f64 / c.heads.n_heads as f64;
             let neurons = cut.neurons as f64 / c.ffn_hidden as f64;
+            // Where the next down segment's neurons start.
+            let mut seg_start = 0;
             for t in entries.iter().filter(|t| t.rows > 1) {
                 let share = match t.name.rsplit('.').nth(1) {
+                    _ if t.name.contains(".ffn_down.weight.seg") => {
+                        let kept = cut.neurons.saturating_sub(seg_start).min(t.cols);
+                        seg_start += t.cols;
+                        kept as f64 / t.cols as f64
+                    }
                     Some("attn_q" | "attn_output") => heads,
                     Some("ffn_gate" | "ffn_up" | "ffn_down") => neurons,
                     _ => 1.0,

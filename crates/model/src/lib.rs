@@ -29,7 +29,7 @@ pub use elastic::{Cut, Elastic};
 pub use layout::{Config, Layout, TensorEntry};
 pub use lora::{HostMatrix, Lora, LoraPair, Proj};
 pub use probes::Probes;
-pub use split::{SuffixLease, is_suffix, join_columns};
+pub use split::{SuffixLease, is_suffix};
 pub use weights::{LayerSource, LayerWeights, Lease, Mlp, RowSource, held_bytes};
 
 #[derive(Debug, thiserror::Error)]

@@ -6,16 +6,16 @@
 //! and the rest is one contiguous range of the file. The down projection's
 //! neurons are its columns; `arbor elastic build` stores them a second time
 //! as column segments between consecutive levels
-//! (`blk.N.ffn_down.weight.segK`, see [`Layout::down_segments`]), so the
-//! prefix and the suffix are each whole tensors that read contiguously, and
-//! loading puts the segments of either side side by side again (a copy of
-//! each row's blocks).
+//! (`blk.N.ffn_down.weight.segK`, see [`Layout::down_segments`]), and the
+//! decoder holds and multiplies a layer's down projection as those
+//! segments, so the prefix and the suffix are each whole matrices that read
+//! contiguously and load without a copy.
 //!
 //! A split layer's full pass computes the prefix's MLP and then the
 //! suffix's. Gate and up rows are independent outputs; the down projection
-//! sums over neurons, so every elastic layer — split or whole — sums it one
-//! level segment at a time in level order (`down_sum` in the decoder), and
-//! the split layer's result is the whole layer's bit for bit. (Summed in
+//! sums over neurons, so every elastic layer — split or whole — adds its
+//! segments' products one at a time in level order (`down_sum` in the
+//! decoder), and the split layer's result is the whole layer's bit for bit. (Summed in
 //! any other order the last bits differ, and on a real model a last-bit
 //! difference can flip an activation's 8-bit quantization in a later layer:
 //! the 0.5B's logits moved by ~0.2 from one split layer.)
@@ -23,10 +23,10 @@
 use std::sync::Arc;
 
 use arbor_gguf::GgufFile;
-use arbor_tensor::{Backend, WeightData};
+use arbor_tensor::Backend;
 
 use crate::decoder::Block;
-use crate::weights::Mlp;
+use crate::weights::{Mlp, SEGMENT, weight};
 use crate::{Decoder, LayerWeights, Layout, ModelError, Result, TensorEntry};
 
 /// A split layer's streamed part, lent for one forward pass: the rows of
@@ -88,9 +88,9 @@ impl Layout {
         let mut hold: Vec<TensorEntry> = self.layers[layer]
             .iter()
             .filter(|e| {
-                !["ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"]
-                    .iter()
-                    .any(|r| e.name.ends_with(r))
+                !(e.name.ends_with("ffn_gate.weight")
+                    || e.name.ends_with("ffn_up.weight")
+                    || e.name.contains(".ffn_down.weight"))
             })
             .cloned()
             .collect();
@@ -103,61 +103,6 @@ impl Layout {
     }
 }
 
-/// Row-major matrix bytes of `segments` (column blocks of one matrix,
-/// `bytes[i]` for `segments[i]`) side by side: one `[rows, Σ cols]` matrix.
-pub fn join_columns(segments: &[TensorEntry], bytes: &[&[u8]]) -> Result<(TensorEntry, Vec<u8>)> {
-    let first = segments
-        .first()
-        .ok_or_else(|| ModelError::Invalid("no column segments to join".into()))?;
-    let rows = first.rows;
-    if segments.iter().any(|s| s.rows != rows || s.ty != first.ty)
-        || bytes.len() != segments.len()
-        || segments.iter().zip(bytes).any(|(s, b)| b.len() != s.len)
-    {
-        return Err(ModelError::Invalid(format!(
-            "column segments of `{}` do not match",
-            first.name
-        )));
-    }
-    let len: usize = segments.iter().map(|s| s.len).sum();
-    let mut out = Vec::with_capacity(len);
-    for r in 0..rows {
-        for (s, b) in segments.iter().zip(bytes) {
-            let rb = s.len / rows;
-            out.extend_from_slice(&b[r * rb..(r + 1) * rb]);
-        }
-    }
-    let name = first
-        .name
-        .rsplit_once(".seg")
-        .map_or(&first.name[..], |(n, _)| n);
-    let entry = TensorEntry {
-        name: name.to_string(),
-        cols: segments.iter().map(|s| s.cols).sum(),
-        len,
-        ..first.clone()
-    };
-    Ok((entry, out))
-}
-
-/// A split side's other entries and their bytes, then its joined down
-/// projection and that matrix's bytes.
-type Joined<'a> = (Vec<TensorEntry>, Vec<&'a [u8]>, TensorEntry, Vec<u8>);
-
-/// The entries and bytes of a split side with its down segments joined
-/// into one `ffn_down.weight` entry.
-fn joined<'a>(entries: &[TensorEntry], bytes: &[&'a [u8]]) -> Result<Joined<'a>> {
-    let (segs, rest): (Vec<_>, Vec<_>) = entries
-        .iter()
-        .zip(bytes)
-        .partition(|(e, _)| e.name.contains(".ffn_down.weight.seg"));
-    let seg_entries: Vec<TensorEntry> = segs.iter().map(|(e, _)| (*e).clone()).collect();
-    let seg_bytes: Vec<&[u8]> = segs.iter().map(|(_, b)| **b).collect();
-    let (down, data) = join_columns(&seg_entries, &seg_bytes)?;
-    let (e, b) = rest.into_iter().map(|(e, b)| (e.clone(), *b)).unzip();
-    Ok((e, b, down, data))
-}
-
 impl<B: Backend> Mlp<B> {
     /// A split layer's streamed part from the bytes of
     /// [`Layout::split_entries`]' second list.
@@ -167,30 +112,32 @@ impl<B: Backend> Mlp<B> {
         bytes: &[&[u8]],
         streamed: bool,
     ) -> Result<Self> {
-        let (rest, rest_bytes, down, down_bytes) = joined(entries, bytes)?;
-        let matrix = |e: &TensorEntry, b: &[u8]| -> Result<B::Weight> {
-            let w = WeightData {
-                name: &e.name,
-                ty: e.ty,
-                rows: e.rows,
-                cols: e.cols,
-                bytes: b,
-            };
-            Ok(match streamed {
-                true => backend.streamed_weight(w)?,
-                false => backend.weight(w)?,
-            })
-        };
+        if bytes.len() != entries.len() {
+            return Err(ModelError::Invalid(format!(
+                "{} byte ranges for {} split-layer entries",
+                bytes.len(),
+                entries.len()
+            )));
+        }
         let role = |r: &str| {
-            rest.iter()
-                .position(|e| e.name.ends_with(r))
+            (entries.iter().zip(bytes))
+                .find(|(e, _)| e.name.ends_with(r))
                 .ok_or_else(|| ModelError::Invalid(format!("split layer has no `{r}`")))
         };
-        let (g, u) = (role("ffn_gate.weight")?, role("ffn_up.weight")?);
+        let matrix = |(e, b): (&TensorEntry, &&[u8])| weight(backend, e, b, streamed);
+        let down: Vec<B::Weight> = (entries.iter().zip(bytes))
+            .filter(|(e, _)| e.name.contains(SEGMENT))
+            .map(matrix)
+            .collect::<Result<_>>()?;
+        if down.is_empty() {
+            return Err(ModelError::Invalid(
+                "split layer has no down segments".into(),
+            ));
+        }
         Ok(Mlp {
-            gate: matrix(&rest[g], rest_bytes[g])?,
-            up: matrix(&rest[u], rest_bytes[u])?,
-            down: matrix(&down, &down_bytes)?,
+            gate: matrix(role("ffn_gate.weight")?)?,
+            up: matrix(role("ffn_up.weight")?)?,
+            down,
         })
     }
 }
@@ -198,9 +145,7 @@ impl<B: Backend> Mlp<B> {
 /// Whether `entries` are a split layer's streamed part rather than a whole
 /// layer.
 pub fn is_suffix(entries: &[TensorEntry]) -> bool {
-    entries
-        .iter()
-        .any(|e| e.name.contains(".ffn_down.weight.seg"))
+    entries.iter().any(|e| e.name.contains(SEGMENT))
         && !entries.iter().any(|e| e.name.ends_with("attn_norm.weight"))
 }
 
@@ -245,11 +190,8 @@ impl<B: Backend> Decoder<B> {
                         .ok_or_else(|| ModelError::Invalid(format!("`{}` is cut short", t.name)))
                 })
                 .collect::<Result<_>>()?;
-            let (mut rest, mut rest_bytes, down, down_bytes) = joined(&hold, &bytes)?;
-            rest.push(down);
-            rest_bytes.push(&down_bytes);
-            held += crate::held_bytes(&self.backend, &rest);
-            let weights = LayerWeights::from_bytes(&self.backend, &rest, &rest_bytes, false)?;
+            held += crate::held_bytes(&self.backend, &hold);
+            let weights = LayerWeights::from_bytes(&self.backend, &hold, &bytes, false)?;
             self.blocks[i] = Block::Split {
                 prefix: Arc::new(weights),
                 neurons,

@@ -24,7 +24,9 @@ pub(crate) struct Attention<B: Backend> {
 pub struct Mlp<B: Backend> {
     pub(crate) gate: B::Weight,
     pub(crate) up: B::Weight,
-    pub(crate) down: B::Weight,
+    /// The down projection: one matrix, or an elastic file's column
+    /// segments between levels, in order (see [`crate::split`]).
+    pub(crate) down: Vec<B::Weight>,
 }
 
 /// The weights of one decoder layer.
@@ -109,18 +111,7 @@ impl<B: Backend> LayerWeights<B> {
         };
         let matrix = |suffix: &str| -> Result<B::Weight> {
             let (s, b) = need(suffix)?;
-            let w = WeightData {
-                name: &s.name,
-                ty: s.ty,
-                rows: s.rows,
-                cols: s.cols,
-                bytes: b,
-            };
-            Ok(if streamed {
-                backend.streamed_weight(w)?
-            } else {
-                backend.weight(w)?
-            })
+            weight(backend, s, b, streamed)
         };
         let vector = |suffix: &str| -> Result<Option<B::Tensor>> {
             let Some((s, b)) = find(suffix) else {
@@ -150,10 +141,40 @@ impl<B: Backend> LayerWeights<B> {
             mlp: Mlp {
                 gate: matrix("ffn_gate.weight")?,
                 up: matrix("ffn_up.weight")?,
-                down: matrix("ffn_down.weight")?,
+                down: match entries.iter().any(|e| e.name.contains(SEGMENT)) {
+                    true => (entries.iter().zip(bytes))
+                        .filter(|(e, _)| e.name.contains(SEGMENT))
+                        .map(|(e, b)| weight(backend, e, b, streamed))
+                        .collect::<Result<_>>()?,
+                    false => vec![matrix("ffn_down.weight")?],
+                },
             },
         })
     }
+}
+
+/// What names a down projection's column segment (`…ffn_down.weight.segK`).
+pub(crate) const SEGMENT: &str = ".ffn_down.weight.seg";
+
+/// The matrix of entry `e` from its bytes; `streamed` for one pass (see
+/// [`Backend::streamed_weight`]).
+pub(crate) fn weight<B: Backend>(
+    backend: &B,
+    e: &TensorEntry,
+    bytes: &[u8],
+    streamed: bool,
+) -> Result<B::Weight> {
+    let w = WeightData {
+        name: &e.name,
+        ty: e.ty,
+        rows: e.rows,
+        cols: e.cols,
+        bytes,
+    };
+    Ok(match streamed {
+        true => backend.streamed_weight(w)?,
+        false => backend.weight(w)?,
+    })
 }
 
 /// Bytes a layer holds once loaded on `backend`.
