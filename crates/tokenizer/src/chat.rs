@@ -1,13 +1,22 @@
 //! Chat prompts.
 //!
-//! GGUF files carry their chat template as Jinja source. Rather than run
-//! Jinja, arbor recognises the template's family and renders that format
-//! directly. Supported: ChatML (`<|im_start|>role\n...<|im_end|>\n`), used by
-//! Qwen2/2.5, SmolLM2 and many others, including the default system message a
-//! template inserts when the conversation has none (read from the template
-//! itself, e.g. Qwen2.5's "You are Qwen, created by Alibaba Cloud. You are a
-//! helpful assistant.").
+//! GGUF files carry their chat template as Jinja source
+//! (`tokenizer.chat_template`). arbor runs that template (see `template`), so
+//! any model whose template minijinja compiles gets exactly the prompt format
+//! it was trained with. ChatML (`<|im_start|>role\n...<|im_end|>\n`, used by
+//! Qwen2/2.5, SmolLM2 and many others) is also rendered by hand, but only as a
+//! fallback, when the vocabulary has the ChatML tokens and either
+//! - the file has no template, or
+//! - its template does not compile but is visibly ChatML; then the default
+//!   system message the template inserts when the conversation has none is
+//!   read from the template text (e.g. Qwen2.5's "You are Qwen, created by
+//!   Alibaba Cloud. You are a helpful assistant.").
+//!
+//! Any other model without a usable template still loads and generates from
+//! plain prompts; only [`crate::Tokenizer::chat_prompt`] fails, with a typed
+//! error.
 
+use crate::template::{ChatTemplate, TemplateTokens};
 use crate::{Result, TokenizerError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -64,62 +73,88 @@ impl ChatMessage {
 const IM_START: &str = "<|im_start|>";
 const IM_END: &str = "<|im_end|>";
 
-/// The chat format recognised for a model.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How a model's chat prompts are made.
+#[derive(Debug)]
 pub(crate) enum ChatFormat {
+    /// The file's own Jinja template.
+    Template(Box<ChatTemplate>),
+    /// Hand-written ChatML (the fallback described in the module docs).
     ChatMl {
         /// System message used when the conversation does not start with one.
         default_system: Option<String>,
     },
-    /// No format arbor can render; the reason is reported on use.
-    Unsupported(String),
+    /// The file has no template and the vocabulary is not ChatML.
+    Missing,
+    /// The file's template does not compile; the compiler's message.
+    Broken(String),
 }
 
 impl ChatFormat {
-    /// Picks the format from the file's template, or, when the file has none,
-    /// from whether the vocabulary has the ChatML tokens.
-    pub(crate) fn detect(template: Option<&str>, has_chatml_tokens: bool) -> Self {
+    /// Compiles the file's template, falling back to ChatML as described in
+    /// the module docs. Never fails: a template that cannot be used only
+    /// makes chat prompts fail.
+    pub(crate) fn detect(
+        template: Option<&str>,
+        has_chatml_tokens: bool,
+        tokens: TemplateTokens,
+    ) -> Self {
         match template {
-            Some(t) if t.contains(IM_START) && t.contains(IM_END) => Self::ChatMl {
-                default_system: default_system_message(t),
+            Some(src) => match ChatTemplate::compile(src, tokens) {
+                Ok(t) => Self::Template(Box::new(t)),
+                Err(_) if has_chatml_tokens && src.contains(IM_START) && src.contains(IM_END) => {
+                    Self::ChatMl {
+                        default_system: default_system_message(src),
+                    }
+                }
+                Err(e) => Self::Broken(e.to_string()),
             },
-            Some(_) => Self::Unsupported(
-                "the model's chat template is not ChatML, the only format arbor renders".into(),
-            ),
             None if has_chatml_tokens => Self::ChatMl {
                 default_system: None,
             },
-            None => Self::Unsupported("the model file has no chat template".into()),
+            None => Self::Missing,
         }
     }
 
-    pub(crate) fn render(&self, messages: &[crate::ChatMessage]) -> Result<String> {
+    pub(crate) fn render(&self, messages: &[ChatMessage]) -> Result<String> {
         match self {
-            Self::Unsupported(why) => Err(TokenizerError::UnsupportedChatTemplate(why.clone())),
+            Self::Template(t) => t.render(messages),
             Self::ChatMl { default_system } => {
-                let mut out = String::new();
-                let turn = |out: &mut String, role: &str, content: &str| {
-                    out.push_str(IM_START);
-                    out.push_str(role);
-                    out.push('\n');
-                    out.push_str(content);
-                    out.push_str(IM_END);
-                    out.push('\n');
-                };
-                if let Some(sys) = default_system
-                    && messages.first().map(|m| m.role) != Some(Role::System)
-                {
-                    turn(&mut out, "system", sys);
-                }
-                for m in messages {
-                    turn(&mut out, m.role.as_str(), &m.content);
-                }
-                out.push_str(IM_START);
-                out.push_str("assistant\n");
-                Ok(out)
+                Ok(render_chatml(default_system.as_deref(), messages))
             }
+            Self::Missing => Err(TokenizerError::UnsupportedChatTemplate(
+                "the model file has no chat template and its vocabulary is not ChatML".into(),
+            )),
+            Self::Broken(why) => Err(TokenizerError::ChatTemplate(format!(
+                "cannot be compiled: {why}"
+            ))),
         }
     }
+}
+
+/// ChatML turns for `messages`, preceded by `default_system` when the
+/// conversation does not start with a system message, and followed by the
+/// assistant's header.
+fn render_chatml(default_system: Option<&str>, messages: &[ChatMessage]) -> String {
+    let mut out = String::new();
+    let turn = |out: &mut String, role: &str, content: &str| {
+        out.push_str(IM_START);
+        out.push_str(role);
+        out.push('\n');
+        out.push_str(content);
+        out.push_str(IM_END);
+        out.push('\n');
+    };
+    if let Some(sys) = default_system
+        && messages.first().map(|m| m.role) != Some(Role::System)
+    {
+        turn(&mut out, "system", sys);
+    }
+    for m in messages {
+        turn(&mut out, m.role.as_str(), &m.content);
+    }
+    out.push_str(IM_START);
+    out.push_str("assistant\n");
+    out
 }
 
 /// Finds a fixed system turn written out in a ChatML template: a string
@@ -199,14 +234,15 @@ mod tests {
     }
 
     #[test]
-    fn chatml_rendering() {
-        let f = ChatFormat::detect(Some("<|im_start|><|im_end|>"), true);
-        assert_eq!(
+    fn chatml_fallback() {
+        let none = TemplateTokens::default();
+        let f = ChatFormat::detect(None, true, none.clone());
+        assert!(matches!(
             f,
             ChatFormat::ChatMl {
                 default_system: None
             }
-        );
+        ));
         let p = f
             .render(&[ChatMessage::user("hi"), ChatMessage::assistant("yo")])
             .unwrap();
@@ -214,10 +250,20 @@ mod tests {
             p,
             "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nyo<|im_end|>\n<|im_start|>assistant\n"
         );
+        // A ChatML template minijinja cannot compile keeps today's rendering,
+        // default system message included.
+        let broken = "{% frobnicate %}{{ '<|im_start|>system\\nBe nice<|im_end|>\\n' }}";
+        let f = ChatFormat::detect(Some(broken), true, none.clone());
+        assert_eq!(
+            f.render(&[ChatMessage::user("hi")]).unwrap(),
+            "<|im_start|>system\nBe nice<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        );
+        // ...but not when the vocabulary lacks the ChatML tokens.
+        let f = ChatFormat::detect(Some(broken), false, none.clone());
+        assert!(matches!(f, ChatFormat::Broken(_)));
         assert!(matches!(
-            ChatFormat::detect(Some("{{ bos_token }}[INST]"), false).render(&[]),
+            ChatFormat::detect(None, false, none).render(&[]),
             Err(TokenizerError::UnsupportedChatTemplate(_))
         ));
-        assert!(ChatFormat::detect(None, false).render(&[]).is_err());
     }
 }

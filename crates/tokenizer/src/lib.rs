@@ -15,7 +15,8 @@
 //! This file holds the [`Tokenizer`] and its queries; `metadata` builds it
 //! from the GGUF keys, `pretokenize` picks the word splitting, `bpe` builds
 //! the merge model, `packed` stores the token strings, and `bytelevel`,
-//! `stream` and `chat` cover the byte alphabet, streaming and chat prompts.
+//! `stream` and `chat` cover the byte alphabet, streaming and chat prompts,
+//! and `template` runs the file's Jinja chat template.
 
 mod bpe;
 mod bytelevel;
@@ -24,6 +25,7 @@ mod metadata;
 mod packed;
 mod pretokenize;
 mod stream;
+mod template;
 
 use arbor_gguf::GgufError;
 
@@ -45,8 +47,17 @@ pub enum TokenizerError {
     UnsupportedPreTokenizer(String),
     #[error("token id {id} is out of range (vocabulary has {vocab_size} tokens)")]
     TokenOutOfRange { id: u32, vocab_size: usize },
+    /// The model has no chat format arbor can render.
     #[error("unsupported chat template: {0}")]
     UnsupportedChatTemplate(String),
+    /// The model's chat template does not compile, or failed while rendering.
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
+    /// The model's chat template refused the conversation with its own
+    /// `raise_exception(message)` (for example, roles that do not alternate);
+    /// holds that message. This is a problem with the request, not the model.
+    #[error("the chat template rejected the conversation: {0}")]
+    ChatTemplateRejected(String),
     #[error("tokenizer backend: {0}")]
     Backend(#[source] tokenizers::Error),
 }
@@ -236,7 +247,10 @@ impl Tokenizer {
     }
 
     /// The prompt for `messages` in the model's chat format, ending with the
-    /// assistant's generation prefix.
+    /// assistant's generation prefix: the file's Jinja chat template when it
+    /// has one, else ChatML when the vocabulary has its tokens. When
+    /// [`encode`](Self::encode) adds BOS itself, a BOS written at the start
+    /// by the template is left out, so encoding the prompt gives one BOS.
     pub fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<String> {
         self.chat.render(messages)
     }

@@ -8,6 +8,7 @@ use tokenizers::AddedToken;
 use crate::bpe::build_bpe;
 use crate::packed::Packed;
 use crate::pretokenize::PreTokenizerConfig;
+use crate::template::TemplateTokens;
 use crate::{ChatFormat, Result, TokenKind, Tokenizer, TokenizerError, bytelevel};
 
 // GGUF metadata keys.
@@ -198,7 +199,17 @@ impl Tokenizer {
         let has_chatml_tokens = ["<|im_start|>", "<|im_end|>"]
             .iter()
             .all(|t| inner.token_to_id(t).is_some());
-        let chat = ChatFormat::detect(template, has_chatml_tokens);
+        let token_text = |id: Option<u32>| {
+            id.and_then(|id| pieces.get(id))
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .unwrap_or_default()
+        };
+        let tokens = TemplateTokens {
+            bos: token_text(bos),
+            eos: token_text(eos),
+            add_bos,
+        };
+        let chat = ChatFormat::detect(template, has_chatml_tokens, tokens);
 
         Ok(Self {
             inner,

@@ -16,7 +16,7 @@ fn strings(v: &[&str]) -> Value {
 
 /// A byte-level vocabulary: the 256 single bytes (id = byte value), a few
 /// merged words, three control tokens and an unused entry.
-fn tiny_header() -> Header {
+pub(crate) fn tiny_header() -> Header {
     let mut tokens: Vec<String> = (0..=255u8).map(|b| bytelevel::encode(&[b])).collect();
     let merges = [
         "h e", "l l", "he ll", "hell o", "Ġ w", "Ġw o", "Ġwo r", "Ġwor l", "Ġworl d",
@@ -45,7 +45,8 @@ fn tiny_header() -> Header {
         KEY_TEMPLATE.into(),
         Value::String(
             "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nBe brief.<|im_end|>\\n' }}{% endif %}\
-             {% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+             {% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}\
+             {% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
                 .into(),
         ),
     );

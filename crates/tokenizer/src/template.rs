@@ -1,0 +1,342 @@
+//! Rendering a model's own Jinja chat template.
+//!
+//! Models published with Hugging Face transformers describe their prompt
+//! format as a Jinja template, which transformers renders with Python's
+//! jinja2 and GGUF conversions copy into `tokenizer.chat_template`. Running
+//! that template (with minijinja) rather than re-implementing each format by
+//! hand keeps arbor's prompts identical to the ones the model was trained on,
+//! default system messages and odd whitespace included. The environment is
+//! set up the way transformers sets up jinja2:
+//! - `trim_blocks` and `lstrip_blocks` are on, `{% break %}` and
+//!   `{% continue %}` work, output is never HTML-escaped;
+//! - Python methods on strings, dicts and lists (`.strip()`,
+//!   `.startswith()`, `.split()`, `.items()`, ...) come from
+//!   minijinja-contrib's `pycompat` layer;
+//! - the context holds `messages` (a list of `{role, content}`),
+//!   `add_generation_prompt` (always true: arbor renders prompts to generate
+//!   from), `bos_token` and `eos_token`; `tools` and `documents` stay
+//!   undefined, which templates treat as "no tools";
+//! - `raise_exception(msg)` fails the render with `msg`, `strftime_now(fmt)`
+//!   gives the current date, and `tojson` writes JSON the way Python's
+//!   `json.dumps` does (`", "` and `": "` separators, non-ASCII kept, no
+//!   HTML escaping) rather than minijinja's HTML-safe form.
+
+use std::fmt;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use minijinja::value::{Kwargs, Value};
+use minijinja::{AutoEscape, Environment, Error, ErrorKind, context};
+
+use crate::{ChatMessage, Result, TokenizerError};
+
+/// The name the template is stored under in its environment (shows up in
+/// render errors as `(in chat_template:LINE)`).
+const NAME: &str = "chat_template";
+
+/// What a template may refer to besides the messages.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TemplateTokens {
+    /// Text of the BOS token, empty when the vocabulary has none.
+    pub bos: String,
+    /// Text of the EOS token, empty when the vocabulary has none.
+    pub eos: String,
+    /// Whether [`crate::Tokenizer::encode`] prepends BOS itself, in which
+    /// case a BOS written by the template is removed from the prompt.
+    pub add_bos: bool,
+}
+
+/// A compiled chat template with the tokens it renders with.
+pub(crate) struct ChatTemplate {
+    env: Environment<'static>,
+    tokens: TemplateTokens,
+}
+
+impl fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("tokens", &self.tokens)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChatTemplate {
+    /// Compiles `source`; fails on a syntax error or a construct minijinja
+    /// does not support.
+    pub(crate) fn compile(source: &str, tokens: TemplateTokens) -> Result<Self, Error> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_auto_escape_callback(|_| AutoEscape::None);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", tojson);
+        env.add_template_owned(NAME, source.to_owned())?;
+        Ok(Self { env, tokens })
+    }
+
+    /// The prompt for `messages`, ending with the template's generation
+    /// prefix (the assistant header).
+    pub(crate) fn render(&self, messages: &[ChatMessage]) -> Result<String> {
+        let messages: Vec<Value> = messages
+            .iter()
+            .map(|m| context! { role => m.role.as_str(), content => m.content.as_str() })
+            .collect();
+        let ctx = context! {
+            messages,
+            add_generation_prompt => true,
+            bos_token => self.tokens.bos.as_str(),
+            eos_token => self.tokens.eos.as_str(),
+        };
+        let mut out = self
+            .env
+            .get_template(NAME)
+            .and_then(|t| t.render(ctx))
+            .map_err(render_error)?;
+        // Templates for models that start with BOS usually write
+        // `{{ bos_token }}` themselves; when `encode` adds BOS too the prompt
+        // would start with two, so the template's one is dropped (as
+        // llama.cpp does).
+        let bos = self.tokens.bos.as_str();
+        if self.tokens.add_bos && !bos.is_empty() && out.starts_with(bos) {
+            out.drain(..bos.len());
+        }
+        Ok(out)
+    }
+}
+
+/// Marks an error raised by the template's own `raise_exception`, so it can
+/// be told apart from a failure of the template machinery.
+#[derive(Debug)]
+struct Raised(String);
+
+impl fmt::Display for Raised {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Raised {}
+
+/// `raise_exception(msg)`: templates call it to refuse a conversation (roles
+/// that do not alternate, an unknown role, ...).
+fn raise_exception(msg: Value) -> Result<Value, Error> {
+    let msg = msg.to_string();
+    Err(Error::new(ErrorKind::InvalidOperation, msg.clone()).with_source(Raised(msg)))
+}
+
+fn render_error(e: Error) -> TokenizerError {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(c) = cause {
+        if let Some(Raised(msg)) = c.downcast_ref::<Raised>() {
+            return TokenizerError::ChatTemplateRejected(msg.clone());
+        }
+        cause = c.source();
+    }
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    TokenizerError::ChatTemplate(text)
+}
+
+/// `tojson(value, indent=None, ensure_ascii=False)` with the output of
+/// Python's `json.dumps`, which is what the templates were written against:
+/// `{"a": 1, "b": [1, 2]}` on one line, or `indent` spaces per level.
+fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value, Error> {
+    let indent = match indent {
+        Some(v) => Some(v),
+        None => kwargs.get::<Option<Value>>("indent")?,
+    };
+    let indent = match indent {
+        None => None,
+        Some(v) if v.is_none() => None,
+        Some(v) => Some(usize::try_from(v)?),
+    };
+    let ensure_ascii = kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false);
+    kwargs.assert_all_used()?;
+
+    let mut out = Vec::new();
+    let written = match indent {
+        Some(n) => {
+            let spaces = " ".repeat(n);
+            let f = serde_json::ser::PrettyFormatter::with_indent(spaces.as_bytes());
+            serde::Serialize::serialize(
+                value,
+                &mut serde_json::Serializer::with_formatter(&mut out, f),
+            )
+        }
+        None => serde::Serialize::serialize(
+            value,
+            &mut serde_json::Serializer::with_formatter(&mut out, PythonSeparators),
+        ),
+    };
+    written.map_err(|e| {
+        Error::new(ErrorKind::InvalidOperation, "cannot write value as JSON").with_source(e)
+    })?;
+    let text = String::from_utf8(out).map_err(|e| {
+        Error::new(ErrorKind::InvalidOperation, "JSON output is not UTF-8").with_source(e)
+    })?;
+    Ok(Value::from(if ensure_ascii {
+        escape_non_ascii(&text)
+    } else {
+        text
+    }))
+}
+
+/// Compact JSON with Python's default separators.
+struct PythonSeparators;
+
+impl serde_json::ser::Formatter for PythonSeparators {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+}
+
+/// `\uXXXX` escapes (UTF-16, as JSON wants) for every non-ASCII character.
+/// Such characters only occur inside JSON strings, so this is safe on whole
+/// documents.
+fn escape_non_ascii(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+    out
+}
+
+/// `strftime_now(fmt)`: the current time, in UTC (arbor has no time zone
+/// database), formatted with a subset of strftime: `%Y %y %m %d %e %j %H %I
+/// %M %S %p %b %B %h %a %A %F %%`. Other directives are left as written.
+/// Templates use it for a "today's date" line (`%d %b %Y`, `%Y-%m-%d`).
+fn strftime_now(fmt: &str) -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    format_time(fmt, secs)
+}
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+const WEEKDAYS: [&str; 7] = [
+    "Sunday",
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+];
+
+/// `fmt` applied to `secs` seconds after the Unix epoch (UTC).
+pub(crate) fn format_time(fmt: &str, secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let in_day = secs.rem_euclid(86_400);
+    let (year, month, day) = date_from_days(days);
+    let (hour, minute, second) = (in_day / 3600, in_day / 60 % 60, in_day % 60);
+    // 1970-01-01 was a Thursday; index 0 is Sunday.
+    let weekday = WEEKDAYS[(days + 4).rem_euclid(7) as usize];
+    let month_name = MONTHS[month as usize - 1];
+    let day_of_year = days - days_from_date(year, 1, 1) + 1;
+
+    let mut out = String::with_capacity(fmt.len() + 16);
+    let mut chars = fmt.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => out.push_str(&year.to_string()),
+            Some('y') => out.push_str(&format!("{:02}", year.rem_euclid(100))),
+            Some('m') => out.push_str(&format!("{month:02}")),
+            Some('d') => out.push_str(&format!("{day:02}")),
+            Some('e') => out.push_str(&format!("{day:>2}")),
+            Some('j') => out.push_str(&format!("{day_of_year:03}")),
+            Some('H') => out.push_str(&format!("{hour:02}")),
+            Some('I') => out.push_str(&format!("{:02}", (hour + 11) % 12 + 1)),
+            Some('M') => out.push_str(&format!("{minute:02}")),
+            Some('S') => out.push_str(&format!("{second:02}")),
+            Some('p') => out.push_str(if hour < 12 { "AM" } else { "PM" }),
+            Some('B') => out.push_str(month_name),
+            Some('b' | 'h') => out.push_str(&month_name[..3]),
+            Some('A') => out.push_str(weekday),
+            Some('a') => out.push_str(&weekday[..3]),
+            Some('F') => out.push_str(&format!("{year}-{month:02}-{day:02}")),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date. Counts from 1 March
+/// of year 0 so that the leap day falls at the end of each counted year.
+fn days_from_date(year: i64, month: u32, day: u32) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let year_of_era = y.rem_euclid(400);
+    // Months from March: Mar = 0, ..., Feb = 11.
+    let m = (i64::from(month) + 9) % 12;
+    let day_of_year = (153 * m + 2) / 5 + i64::from(day) - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// The inverse of [`days_from_date`]: `(year, month, day)`.
+fn date_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let m = (5 * day_of_year + 2) / 153;
+    let day = (day_of_year - (153 * m + 2) / 5 + 1) as u32;
+    let month = if m < 10 { m + 3 } else { m - 9 } as u32;
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests;
