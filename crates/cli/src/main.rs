@@ -11,6 +11,7 @@ mod profile;
 mod progress;
 mod prompts;
 mod report;
+mod serve;
 mod slim;
 mod sys;
 mod trace;
@@ -52,6 +53,9 @@ enum Command {
     },
     /// Generate text; the text goes to stdout, statistics to stderr.
     Generate(Box<generate::GenerateArgs>),
+    /// Serve an OpenAI-compatible HTTP API (chat and text completions,
+    /// streamed or not) until SIGTERM or Ctrl-C.
+    Serve(Box<serve::ServeArgs>),
     /// Print the token ids of a text as a JSON array.
     Tokenize {
         #[arg(long)]
@@ -130,6 +134,7 @@ fn run() -> Result<()> {
     match cli.command {
         Command::Fetch { names, datasets } => fetch(names, datasets),
         Command::Generate(args) => generate::run(&args, device),
+        Command::Serve(args) => serve::run(&args, device),
         Command::Tokenize { model, text } => {
             let path = arbor_fetch::resolve_model(&model)?;
             let file = arbor_gguf::GgufFile::open(&path)?;

@@ -1,4 +1,4 @@
-//! What this process holds: peak resident memory (Linux).
+//! What this process holds: resident memory and threads (Linux).
 
 fn status_field(name: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -16,4 +16,16 @@ pub fn peak_rss_bytes() -> Option<u64> {
 /// follows (Linux ≥ 4.0; a no-op elsewhere).
 pub fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Resident set size of this process now (Linux), in bytes.
+pub fn rss_bytes() -> Option<u64> {
+    status_field("VmRSS:")
+}
+
+/// Threads of this process now (Linux).
+pub fn threads() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("Threads:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }

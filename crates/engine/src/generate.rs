@@ -151,18 +151,28 @@ impl<'t> TextStream<'t> {
     }
 }
 
+/// What watches a generation from outside: a layer streamer's monitor,
+/// and a flag that stops it.
+#[derive(Default, Clone, Copy)]
+pub struct Watch<'a> {
+    pub monitor: Option<&'a Monitor>,
+    /// The cancel flag and the reused prompt prefix.
+    pub control: arbor_speculative::Control<'a>,
+}
+
 /// Generates with `target` (and `draft`), streaming text to `on`; with the
 /// `monitor` of a layer streamer, its work during this generation goes into
-/// the statistics and the trace.
+/// the statistics and the trace; setting `cancel` stops it within a pass.
 pub fn generate(
     target: &mut dyn LanguageModel,
     draft: Option<&mut dyn LanguageModel>,
     tokenizer: &Tokenizer,
     prompt: &[u32],
     options: &GenerateOptions,
-    monitor: Option<&Monitor>,
+    watch: Watch<'_>,
     on: &mut dyn FnMut(TextEvent<'_>),
 ) -> Result<Generation> {
+    let Watch { monitor, control } = watch;
     let before = monitor.map(|m| m.stats()).unwrap_or_default();
     let epoch = std::time::Instant::now();
     if let Some(m) = monitor {
@@ -179,9 +189,10 @@ pub fn generate(
         verification: options.verification,
     };
     let mut stream = TextStream::new(tokenizer);
-    let decoded = arbor_speculative::decode(target, draft, prompt, &opts, &mut |event| {
-        stream.push(event, on)
-    })?;
+    let decoded =
+        arbor_speculative::decode_with(target, draft, prompt, &opts, control, &mut |event| {
+            stream.push(event, on)
+        })?;
     let text = stream.finish(on)?;
     let (mut stream, mut weights) = (StreamStats::default(), Vec::new());
     if let Some(m) = monitor {

@@ -27,8 +27,8 @@ pub use arbor_paging::{format_bytes, parse_bytes};
 pub use arbor_pipeline::{Mode as StreamMode, Span, SpanKind, StreamStats};
 pub use arbor_sampling::{SamplingParams, argmax};
 pub use arbor_speculative::{
-    Decoding, LatencyProfile, PROFILE_SIZES, SpecError, Strategy, Streaming, TreeConfig, Typical,
-    Verification,
+    Control, Decoding, LatencyProfile, PROFILE_SIZES, SpecError, Strategy, Streaming, TreeConfig,
+    Typical, Verification,
 };
 pub use arbor_tokenizer::{ChatMessage, Role, Tokenizer};
 pub use backends::BackendKind;
@@ -401,6 +401,20 @@ impl Engine {
         options: &GenerateOptions,
         on: &mut dyn FnMut(TextEvent<'_>),
     ) -> Result<Generation> {
+        self.generate_controlled(prompt, options, Control::default(), on)
+    }
+
+    /// [`generate_events`](Self::generate_events) under a [`Control`]: it
+    /// ends early, with [`StopReason::Cancelled`], within one pass of the
+    /// cancel flag being set, and may reuse a prompt prefix the target's
+    /// cache already holds.
+    pub fn generate_controlled(
+        &mut self,
+        prompt: &[u32],
+        options: &GenerateOptions,
+        control: Control<'_>,
+        on: &mut dyn FnMut(TextEvent<'_>),
+    ) -> Result<Generation> {
         let monitor = self.memory.as_ref().and_then(|m| m.monitor.clone());
         generate::generate(
             self.model.as_mut(),
@@ -410,7 +424,10 @@ impl Engine {
             &self.tokenizer,
             prompt,
             options,
-            monitor.as_ref(),
+            generate::Watch {
+                monitor: monitor.as_ref(),
+                control,
+            },
             on,
         )
     }

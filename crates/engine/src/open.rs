@@ -81,6 +81,9 @@ pub struct Run {
     store: ProfileStore,
     drift: Drift,
     notes: Vec<String>,
+    /// With the prompt cache on: the tokens whose keys and values the
+    /// target's cache holds from the last generation (`None`: off).
+    cached: Option<Vec<u32>>,
 }
 
 /// A model path, or a registered short name (fetched when missing).
@@ -215,6 +218,7 @@ impl Engine {
             store,
             drift: Drift::default(),
             notes: Vec::new(),
+            cached: None,
         };
         run.options.strategy = run.prepare(strategy, progress)?;
         Ok(run)
@@ -478,20 +482,75 @@ impl Run {
         prompt: &[u32],
         on: &mut dyn FnMut(TextEvent<'_>),
     ) -> Result<Generation> {
+        let options = self.options.clone();
+        self.generate_with(prompt, &options, None, on)
+    }
+
+    /// Turns the prompt cache on or off. On, a prompt that extends the
+    /// last generation's prompt and output (the next turn of a
+    /// conversation) prefills only its new tokens: the target's cache keeps
+    /// the rest, as llama-server's prompt cache does.
+    pub fn set_prompt_cache(&mut self, on: bool) {
+        self.cached = on.then(Vec::new);
+    }
+
+    /// The target's cache no longer holds what the prompt cache says (a
+    /// measurement or a strategy change ran the model).
+    fn forget_cached(&mut self) {
+        if let Some(c) = &mut self.cached {
+            c.clear();
+        }
+    }
+
+    /// Prompt tokens the next generation of `prompt` would take from the
+    /// cache (0 with the prompt cache off).
+    pub fn cached_prefix(&self, prompt: &[u32]) -> usize {
+        let Some(cached) = &self.cached else { return 0 };
+        let same = (cached.iter().zip(prompt))
+            .take_while(|(a, b)| a == b)
+            .count();
+        same.min(prompt.len().saturating_sub(1))
+            .min(self.engine.model().cache_len())
+    }
+
+    /// [`Run::generate`] with one request's options (a copy of
+    /// [`Run::options`] with its own sampling, token limit, stop tokens)
+    /// and a flag that, once set, ends it within one pass.
+    pub fn generate_with(
+        &mut self,
+        prompt: &[u32],
+        options: &GenerateOptions,
+        cancel: Option<&std::sync::atomic::AtomicBool>,
+        on: &mut dyn FnMut(TextEvent<'_>),
+    ) -> Result<Generation> {
+        self.check_budget_allows(&options.strategy)?;
         if let Some(m) = self.engine.memory() {
-            let needed = prompt.len() + self.options.max_tokens;
+            let needed = prompt.len() + options.max_tokens;
             if needed > m.context {
                 return Err(EngineError::Invalid(format!(
                     "this request needs {needed} tokens of context ({} prompt + {} new); the \
                      memory budget was planned for {} (set `context` in the run config, \
                      --context)",
                     prompt.len(),
-                    self.options.max_tokens,
+                    options.max_tokens,
                     m.context
                 )));
             }
         }
-        let g = self.engine.generate_events(prompt, &self.options, on)?;
+        let control = crate::Control {
+            cancel,
+            reuse: self.cached_prefix(prompt),
+        };
+        // Until it succeeds, the cache's content is unknown.
+        let cached = self.cached.take();
+        let g = self
+            .engine
+            .generate_controlled(prompt, options, control, on)?;
+        if cached.is_some() {
+            let mut seq = [prompt, &g.tokens].concat();
+            seq.truncate(self.engine.model().cache_len());
+            self.cached = Some(seq);
+        }
         // What streaming achieved is what the next plan should expect; a
         // cache that cannot be written costs nothing here.
         let read = self.engine.memory().map_or(0, |m| m.plan.read_per_pass);
@@ -518,6 +577,7 @@ impl Run {
         mut strategy: Strategy,
         progress: &mut dyn FnMut(OpenEvent<'_>),
     ) -> Result<Strategy> {
+        self.forget_cached();
         if let Decoding::Ppd(c) = &mut strategy.decoding
             && c.prompts.is_none()
         {
@@ -692,6 +752,8 @@ impl Run {
         };
         self.drift.reset();
         let before = p.target.at(1);
+        // Measuring runs the model: its cache no longer holds the prompt.
+        self.forget_cached();
         let target_path = self.engine.path().to_path_buf();
         let (fresh, _) = self.latency(&target_path, true, true, &mut |_| {})?;
         let fresh = fresh.profile();

@@ -41,7 +41,7 @@ mod run;
 mod strategy;
 
 pub use profile::{LatencyProfile, PROFILE_SIZES, best_size};
-pub use run::decode;
+pub use run::{Control, decode, decode_with};
 pub use strategy::{Decoding, Strategy, Streaming};
 
 use std::time::Instant;
@@ -304,6 +304,8 @@ pub enum StopReason {
     MaxTokens,
     StopToken,
     ContextFull,
+    /// The caller's cancel flag was set (see [`decode_with`]).
+    Cancelled,
 }
 
 /// Counters and timings of one decode.

@@ -2,7 +2,8 @@
 //! and decode; `spec` compares decoding strategies on a prompt set, on one
 //! loaded pair ([`spec`]) or, under memory budgets, one process per
 //! strategy inside a cgroup limit ([`budget`]); `ppd` measures prompt
-//! tokens ([`ppd`]).
+//! tokens ([`ppd`]); `serve` loads an `arbor serve` with clients
+//! ([`serve`]).
 
 mod budget;
 mod cgroup;
@@ -10,6 +11,7 @@ mod decode;
 mod elastic;
 mod peer;
 mod ppd;
+mod serve;
 mod spec;
 
 use anyhow::{Result, bail};
@@ -44,6 +46,10 @@ pub enum BenchCommand {
     /// Elastic levels against unreordered prefixes, magnitude order and
     /// dropped layers: perplexity, greedy agreement, speed.
     Elastic(Box<elastic::BenchElasticArgs>),
+    /// `arbor serve` on loopback under concurrent streaming clients:
+    /// requests, errors, TTFT p50/p99, tokens/s, memory and threads over
+    /// time; then clients that leave mid-stream.
+    Serve(Box<serve::BenchServeArgs>),
 }
 
 pub fn run(which: BenchCommand, device: RunConfig) -> Result<()> {
@@ -75,5 +81,6 @@ pub fn run(which: BenchCommand, device: RunConfig) -> Result<()> {
         BenchCommand::Spec(args) => spec::run(&args, &device),
         BenchCommand::Ppd(args) => ppd::run(&args, &device),
         BenchCommand::Elastic(args) => elastic::run(&args, &device),
+        BenchCommand::Serve(args) => serve::run(&args, &device),
     }
 }

@@ -14,6 +14,7 @@ mod draft;
 mod provisional;
 mod verify;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use arbor_model::LanguageModel;
@@ -38,6 +39,33 @@ pub fn decode(
     opts: &DecodeOptions,
     on: &mut dyn FnMut(Event<'_>),
 ) -> Result<Decoded> {
+    decode_with(target, draft, prompt, opts, Control::default(), on)
+}
+
+/// How a caller steers one decode from outside (see [`decode_with`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Control<'a> {
+    /// Once set (by `on`, or by another thread: a server whose client went
+    /// away) decoding ends with [`StopReason::Cancelled`]. It is read
+    /// between prefill chunks and between rounds: within one target pass.
+    pub cancel: Option<&'a AtomicBool>,
+    /// The target's cache already holds the keys and values of the
+    /// prompt's first `reuse` tokens (an earlier turn of the same
+    /// conversation): only the rest is prefilled. At most the prompt's
+    /// length minus one; the caller vouches for the cache's content.
+    pub reuse: usize,
+}
+
+/// [`decode`] under a caller's [`Control`].
+pub fn decode_with(
+    target: &mut dyn LanguageModel,
+    draft: Option<&mut dyn LanguageModel>,
+    prompt: &[u32],
+    opts: &DecodeOptions,
+    control: Control<'_>,
+    on: &mut dyn FnMut(Event<'_>),
+) -> Result<Decoded> {
+    let Control { cancel, reuse } = control;
     opts.strategy.decoding.validate()?;
     let sampler = Sampler::new(opts.sampling)?;
     if prompt.is_empty() {
@@ -66,6 +94,13 @@ pub fn decode(
             prompt.len()
         )));
     }
+    if reuse >= prompt.len() || reuse > target.cache_len() {
+        return Err(SpecError::Invalid(format!(
+            "cannot reuse {reuse} cached tokens of a {}-token prompt with {} in the cache",
+            prompt.len(),
+            target.cache_len()
+        )));
+    }
     let sampling_mode = !opts.sampling.is_greedy() && opts.verification == Verification::Exact;
     let mut run = Run {
         target: Some(target),
@@ -86,8 +121,9 @@ pub fn decode(
         seed: None,
         started: Instant::now(),
         trace: Vec::new(),
+        cancel,
     };
-    run.run(on)?;
+    run.run(reuse, on)?;
     let stats = DecodeStats {
         generated_tokens: run.seq.len() - run.prompt_len,
         stop: run.done.unwrap_or(StopReason::MaxTokens),
@@ -130,20 +166,40 @@ pub(crate) struct Run<'t, 'd> {
     pub(crate) seed: Option<Seed>,
     pub(crate) started: Instant,
     pub(crate) trace: Vec<PhaseSpan>,
+    /// Set by the caller to stop (see [`decode_with`]).
+    pub(crate) cancel: Option<&'t AtomicBool>,
 }
 
 impl Run<'_, '_> {
-    fn run(&mut self, on: &mut dyn FnMut(Event<'_>)) -> Result<()> {
+    /// Whether the caller asked to stop; if so, says so in `done`.
+    fn cancelled(&mut self) -> bool {
+        let set = self.cancel.is_some_and(|c| c.load(Ordering::Relaxed));
+        if set {
+            self.done = Some(StopReason::Cancelled);
+        }
+        set
+    }
+
+    /// Prefills the prompt past its first `reuse` tokens (already in the
+    /// target's cache), then runs rounds until done.
+    fn run(&mut self, reuse: usize, on: &mut dyn FnMut(Event<'_>)) -> Result<()> {
         let start = Instant::now();
-        self.target().truncate_cache(0)?;
+        self.target().truncate_cache(reuse)?;
         let mut logits = Vec::new();
         let target = self.target.as_deref_mut().expect("the target is here");
-        for chunk in self.seq.chunks(PREFILL_CHUNK) {
+        let cancel = self.cancel;
+        for chunk in self.seq[reuse..].chunks(PREFILL_CHUNK) {
+            if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+                break;
+            }
             logits = target.step(chunk)?;
         }
         self.stats.prefill_secs = start.elapsed().as_secs_f64();
-        self.span(Phase::Prefill, start, self.seq.len());
+        self.span(Phase::Prefill, start, self.seq.len() - reuse);
         let start = Instant::now();
+        if self.cancelled() {
+            return Ok(());
+        }
         if self.opts.max_tokens == 0 {
             self.done = Some(StopReason::MaxTokens);
             return Ok(());
@@ -154,7 +210,7 @@ impl Run<'_, '_> {
             d.truncate_cache(0)?;
         }
         let mut round = rounds::for_decoding(&self.opts.strategy.decoding);
-        while self.done.is_none() {
+        while self.done.is_none() && !self.cancelled() {
             round.round(self, on)?;
         }
         if !self.shown.is_empty() {

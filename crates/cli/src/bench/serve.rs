@@ -1,0 +1,343 @@
+//! `arbor bench serve`: an `arbor serve` on loopback (in this process)
+//! under N concurrent streaming clients for a bounded time — requests
+//! served, errors, time to first token (p50/p99), tokens per second, and
+//! the process's resident memory and threads over time — then, optionally,
+//! K clients that disconnect mid-stream or while queued, after which the
+//! server must still serve with no growth in memory or threads.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use arbor_engine::{Engine, RunConfig};
+use arbor_plot::{LineChart, LineSeries, line_chart};
+use arbor_serve::ServeOptions;
+use arbor_serve::client::{Events, http, metric};
+use clap::Args;
+use serde_json::json;
+
+use crate::args::TuningArgs;
+use crate::{progress, prompts, sys};
+
+#[derive(Args)]
+pub struct BenchServeArgs {
+    /// Model path or short name.
+    #[arg(long, default_value = "smollm2-135m")]
+    model: String,
+    #[arg(long)]
+    draft: Option<String>,
+    #[arg(long, default_value = "autoregressive")]
+    strategy: String,
+    #[command(flatten)]
+    tuning: TuningArgs,
+    #[arg(long)]
+    memory_budget: Option<String>,
+    #[arg(long)]
+    backend: Option<String>,
+    /// Concurrent streaming clients.
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// How long the clients keep sending requests.
+    #[arg(long, default_value_t = 60)]
+    seconds: u64,
+    /// New tokens per request.
+    #[arg(long, default_value_t = 64)]
+    max_tokens: usize,
+    /// mt-bench, sharegpt, or a file with one JSON string per line.
+    #[arg(long, default_value = "mt-bench")]
+    prompts: String,
+    /// Then this many clients that disconnect mid-stream (or while queued).
+    #[arg(long, default_value_t = 0)]
+    kill: usize,
+    /// One JSON object on stdout (the table goes to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Where to draw resident memory and threads over time.
+    #[arg(long, default_value = "arbor-bench-serve.png")]
+    plot: std::path::PathBuf,
+}
+
+/// One finished streaming request.
+struct Done {
+    ttft: f64,
+    tokens: u64,
+}
+
+/// Streams one chat request; its time to first text and tokens, or why it
+/// failed.
+fn one(addr: SocketAddr, model: &str, prompt: &str, max_tokens: usize) -> Result<Done, String> {
+    let start = Instant::now();
+    let body = json!({
+        "model": model, "max_tokens": max_tokens, "temperature": 0, "stream": true,
+        "stream_options": {"include_usage": true},
+        "messages": [{"role": "user", "content": prompt}],
+    });
+    let mut events =
+        Events::open(addr, "/v1/chat/completions", &body).map_err(|e| e.to_string())?;
+    if events.status != 200 {
+        let status = events.status;
+        return Err(format!("status {status}: {}", events.rest().join(" ")));
+    }
+    let (mut ttft, mut tokens, mut done) = (None, 0, false);
+    while let Some(data) = events.next_data() {
+        if data == "[DONE]" {
+            done = true;
+            break;
+        }
+        let v: serde_json::Value = serde_json::from_str(&data).map_err(|e| e.to_string())?;
+        if v.get("error").is_some() {
+            return Err(v["error"]["message"].to_string());
+        }
+        if ttft.is_none() && v["choices"][0]["delta"]["content"].is_string() {
+            ttft = Some(start.elapsed().as_secs_f64());
+        }
+        if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
+            tokens = n;
+        }
+    }
+    match done {
+        true => Ok(Done {
+            ttft: ttft.unwrap_or_else(|| start.elapsed().as_secs_f64()),
+            tokens,
+        }),
+        false => Err("the stream ended without [DONE]".into()),
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+/// Resident MiB and threads, sampled every second while the bench runs.
+type Samples = Arc<Mutex<Vec<(f64, f64, f64)>>>;
+
+fn sample(samples: &Samples, start: Instant) {
+    let rss = sys::rss_bytes().unwrap_or(0) as f64 / (1 << 20) as f64;
+    let threads = sys::threads().unwrap_or(0) as f64;
+    let mut s = samples.lock().unwrap_or_else(|e| e.into_inner());
+    s.push((start.elapsed().as_secs_f64(), rss, threads));
+}
+
+/// Waits until the server has no request queued or running.
+fn idle(addr: SocketAddr, within: Duration) -> bool {
+    let until = Instant::now() + within;
+    while Instant::now() < until {
+        let busy = metric(addr, "busy").unwrap_or(1.0) + metric(addr, "queue_depth").unwrap_or(1.0);
+        if busy == 0.0 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+pub fn run(args: &BenchServeArgs, device: &RunConfig) -> Result<()> {
+    if args.clients == 0 || args.seconds == 0 || args.max_tokens == 0 {
+        bail!("--clients, --seconds and --max-tokens must be at least 1");
+    }
+    let texts: Vec<String> = (prompts::load_prompts(&args.prompts, None)?.into_iter())
+        .map(|p| p.text)
+        .collect();
+    if texts.is_empty() {
+        bail!("no prompts in {}", args.prompts);
+    }
+    let config = device.clone().merge(RunConfig {
+        target: Some(args.model.clone()),
+        draft: args.draft.clone(),
+        backend: args.backend.clone(),
+        memory_budget: args.memory_budget.clone(),
+        strategy: Some(args.strategy.clone()),
+        tuning: args.tuning.tuning(),
+        max_tokens: Some(args.max_tokens),
+        ..RunConfig::default()
+    });
+    let run = Engine::open(&config, &mut progress::open_bar_with(false))?;
+    let server = arbor_serve::start(
+        run,
+        ServeOptions {
+            port: 0,
+            queue: args.clients + args.kill + 4,
+            ..ServeOptions::default()
+        },
+    )?;
+    let addr = server.addr();
+    let model = http(addr, "GET", "/v1/models", &[], "")?.json()["data"][0]["id"]
+        .as_str()
+        .context("the server lists no model")?
+        .to_string();
+    // One request first: lazily built state is not growth.
+    one(addr, &model, &texts[0], args.max_tokens).map_err(anyhow::Error::msg)?;
+
+    let start = Instant::now();
+    let samples: Samples = Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (samples, stop) = (samples.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                sample(&samples, start);
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })
+    };
+    let deadline = start + Duration::from_secs(args.seconds);
+    let mut bar = progress::count_bar("seconds of clients streaming");
+    let clients: Vec<_> = (0..args.clients)
+        .map(|c| {
+            let (model, texts, max) = (model.clone(), texts.clone(), args.max_tokens);
+            std::thread::spawn(move || {
+                let (mut done, mut errors) = (Vec::new(), Vec::new());
+                let mut i = c;
+                while Instant::now() < deadline {
+                    match one(addr, &model, &texts[i % texts.len()], max) {
+                        Ok(d) => done.push(d),
+                        Err(e) => errors.push(e),
+                    }
+                    i += 1;
+                }
+                (done, errors)
+            })
+        })
+        .collect();
+    let total = args.seconds as usize;
+    while Instant::now() < deadline {
+        bar(
+            start.elapsed().as_secs().min(args.seconds - 1) as usize,
+            total,
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    bar(total, total);
+    let (mut done, mut errors) = (Vec::new(), Vec::new());
+    for c in clients {
+        let (d, e) = c
+            .join()
+            .map_err(|_| anyhow::anyhow!("a client thread panicked"))?;
+        done.extend(d);
+        errors.extend(e);
+    }
+    let soak_secs = start.elapsed().as_secs_f64();
+    sample(&samples, start);
+
+    // Clients that leave: some once their stream has text, some while
+    // still queued.
+    let mut killed = json!(null);
+    if args.kill > 0 {
+        idle(addr, Duration::from_secs(120));
+        let before = (sys::rss_bytes().unwrap_or(0), sys::threads().unwrap_or(0));
+        let leavers: Vec<_> = (0..args.kill)
+            .map(|k| {
+                let (model, text) = (model.clone(), texts[k % texts.len()].clone());
+                std::thread::spawn(move || {
+                    let body = json!({
+                        "model": model, "max_tokens": 512, "stream": true,
+                        "messages": [{"role": "user", "content": text}],
+                    });
+                    if let Ok(mut events) = Events::open(addr, "/v1/chat/completions", &body) {
+                        // Every other client waits for some text first.
+                        for _ in 0..(k % 2) * 3 {
+                            events.next_data();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for l in leavers {
+            let _ = l.join();
+        }
+        let settled = idle(addr, Duration::from_secs(300));
+        let after_ok = one(addr, &model, &texts[0], args.max_tokens).is_ok();
+        std::thread::sleep(Duration::from_secs(1));
+        let after = (sys::rss_bytes().unwrap_or(0), sys::threads().unwrap_or(0));
+        sample(&samples, start);
+        killed = json!({
+            "clients": args.kill,
+            "cancelled": metric(addr, "requests_cancelled_total"),
+            "settled": settled,
+            "served_after": after_ok,
+            "rss_mib_before": before.0 as f64 / (1 << 20) as f64,
+            "rss_mib_after": after.0 as f64 / (1 << 20) as f64,
+            "threads_before": before.1,
+            "threads_after": after.1,
+        });
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = sampler.join();
+    server.shutdown()?;
+
+    let mut ttft: Vec<f64> = done.iter().map(|d| d.ttft).collect();
+    ttft.sort_by(f64::total_cmp);
+    let tokens: u64 = done.iter().map(|d| d.tokens).sum();
+    let samples = samples.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let rss: Vec<f64> = samples.iter().map(|s| s.1).collect();
+    let row = json!({
+        "model": args.model,
+        "strategy": args.strategy,
+        "clients": args.clients,
+        "seconds": soak_secs,
+        "max_tokens": args.max_tokens,
+        "requests": done.len(),
+        "errors": errors.len(),
+        "first_errors": errors.iter().take(3).collect::<Vec<_>>(),
+        "ttft_p50_s": percentile(&ttft, 0.5),
+        "ttft_p99_s": percentile(&ttft, 0.99),
+        "tokens_per_s": tokens as f64 / soak_secs,
+        "rss_mib_start": rss.first().copied().unwrap_or(0.0),
+        "rss_mib_end_of_soak": samples.iter().rev().find(|s| s.0 <= soak_secs + 0.5).map_or(0.0, |s| s.1),
+        "rss_mib_max": rss.iter().copied().fold(0.0, f64::max),
+        "killed": killed,
+    });
+    eprintln!(
+        "{} clients, {:.0} s, {}: {} requests, {} errors, TTFT p50 {:.2} s p99 {:.2} s, {:.1} tok/s; \
+         RSS start {:.0} MiB, end {:.0} MiB, max {:.0} MiB",
+        args.clients,
+        soak_secs,
+        args.model,
+        row["requests"],
+        row["errors"],
+        row["ttft_p50_s"].as_f64().unwrap_or(0.0),
+        row["ttft_p99_s"].as_f64().unwrap_or(0.0),
+        row["tokens_per_s"].as_f64().unwrap_or(0.0),
+        row["rss_mib_start"].as_f64().unwrap_or(0.0),
+        row["rss_mib_end_of_soak"].as_f64().unwrap_or(0.0),
+        row["rss_mib_max"].as_f64().unwrap_or(0.0),
+    );
+    if !row["killed"].is_null() {
+        eprintln!(
+            "then {} clients left mid-stream: {}",
+            args.kill, row["killed"]
+        );
+    }
+    if args.json {
+        println!("{row}");
+    }
+    line_chart(
+        &LineChart {
+            title: format!(
+                "arbor serve under {} streaming clients ({})",
+                args.clients, args.model
+            ),
+            x_label: "seconds".into(),
+            y_label: "resident MiB / threads".into(),
+            series: vec![
+                LineSeries {
+                    name: "resident MiB".into(),
+                    points: samples.iter().map(|s| (s.0, s.1)).collect(),
+                },
+                LineSeries {
+                    name: "threads".into(),
+                    points: samples.iter().map(|s| (s.0, s.2)).collect(),
+                },
+            ],
+        },
+        &args.plot,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    eprintln!("chart: {}", args.plot.display());
+    Ok(())
+}

@@ -1,0 +1,336 @@
+//! The request bodies of the OpenAI endpoints arbor serves, parsed and
+//! checked into what one generation needs ([`Job`]). Fields the API has
+//! and arbor ignores (`frequency_penalty`, `user`, `logit_bias`…) are
+//! accepted and dropped; fields arbor honours are checked for type and
+//! range, each failure a 400 naming the field.
+
+use arbor_engine::{ChatMessage, Role, SamplingParams};
+use serde::Deserialize;
+
+use crate::error::ApiError;
+
+/// `stop`: one string or up to four.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// `content`: a string, or parts of which the text ones are joined.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Part {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Message {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<Content>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: Option<bool>,
+}
+
+/// arbor's own per-request settings (`"arbor": {...}` in the body; the
+/// official clients send it through `extra_body`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArborOptions {
+    /// A strategy name (`tree`, `chain`, `autoregressive`…) for this
+    /// request instead of the server's.
+    #[serde(default)]
+    pub strategy: Option<String>,
+    /// Stream the draft's provisional text and its rollbacks in an `arbor`
+    /// field of the chunks (never as content).
+    #[serde(default)]
+    pub provisional: Option<bool>,
+}
+
+/// The fields `/v1/chat/completions` and `/v1/completions` share.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Common {
+    pub model: String,
+    #[serde(default)]
+    pub max_tokens: Option<i64>,
+    #[serde(default)]
+    pub max_completion_tokens: Option<i64>,
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    #[serde(default)]
+    pub seed: Option<i64>,
+    #[serde(default)]
+    pub stop: Option<Stop>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    pub n: Option<i64>,
+    #[serde(default)]
+    pub arbor: Option<ArborOptions>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatRequest {
+    pub messages: Vec<Message>,
+    #[serde(flatten)]
+    pub common: Common,
+}
+
+/// `prompt`: one string (or a list holding one: `n` and batches are 1).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Prompt {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct CompletionRequest {
+    pub prompt: Prompt,
+    #[serde(flatten)]
+    pub common: Common,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct TokenizeRequest {
+    /// Raw text, tokenized as a completion prompt is.
+    #[serde(default)]
+    pub content: Option<String>,
+    /// Or chat messages, rendered with the model's template first.
+    #[serde(default)]
+    pub messages: Option<Vec<Message>>,
+}
+
+/// Parses a JSON body, a 400 with serde's reason when it does not fit.
+pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+            ApiError::invalid(format!("the body is not valid JSON: {e}"))
+        }
+        _ => ApiError::invalid(format!("the request does not fit the API: {e}")),
+    })
+}
+
+/// What one generation runs with, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// `None`: the server's default.
+    pub max_tokens: Option<usize>,
+    pub sampling: SamplingParams,
+    pub stop: Vec<String>,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub strategy: Option<String>,
+    pub provisional: bool,
+}
+
+impl Common {
+    /// Checks every field arbor honours.
+    pub fn settings(&self) -> Result<Settings, ApiError> {
+        let max = match (self.max_completion_tokens, self.max_tokens) {
+            (Some(n), _) => Some(("max_completion_tokens", n)),
+            (None, Some(n)) => Some(("max_tokens", n)),
+            (None, None) => None,
+        };
+        let max_tokens = match max {
+            Some((field, n)) if n < 1 => {
+                return Err(ApiError::invalid_param(
+                    field,
+                    format!("`{field}` must be at least 1, got {n}"),
+                ));
+            }
+            Some((_, n)) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+            None => None,
+        };
+        let temperature = self.temperature.unwrap_or(1.0);
+        if !(0.0..=2.0).contains(&temperature) {
+            return Err(ApiError::invalid_param(
+                "temperature",
+                format!("`temperature` must be in [0, 2], got {temperature}"),
+            ));
+        }
+        let top_p = self.top_p.unwrap_or(1.0);
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(ApiError::invalid_param(
+                "top_p",
+                format!("`top_p` must be in (0, 1], got {top_p}"),
+            ));
+        }
+        if let Some(n) = self.n
+            && n != 1
+        {
+            return Err(ApiError::invalid_param(
+                "n",
+                format!("`n` must be 1 (one choice per request), got {n}"),
+            ));
+        }
+        let stop = match &self.stop {
+            None => vec![],
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) => v.clone(),
+        };
+        if stop.len() > 4 || stop.iter().any(String::is_empty) {
+            return Err(ApiError::invalid_param(
+                "stop",
+                "`stop` holds at most 4 non-empty strings",
+            ));
+        }
+        let arbor = self.arbor.clone().unwrap_or_default();
+        Ok(Settings {
+            max_tokens,
+            sampling: SamplingParams {
+                temperature: temperature as f32,
+                top_p: top_p as f32,
+                seed: self.seed.map_or(0, |s| s as u64),
+                ..SamplingParams::default()
+            },
+            stop,
+            stream: self.stream.unwrap_or(false),
+            include_usage: (self.stream_options.as_ref())
+                .and_then(|o| o.include_usage)
+                .unwrap_or(false),
+            strategy: arbor.strategy,
+            provisional: arbor.provisional.unwrap_or(false),
+        })
+    }
+}
+
+/// Chat messages for the template: roles checked, text parts joined.
+pub fn chat_messages(messages: &[Message]) -> Result<Vec<ChatMessage>, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::invalid_param(
+            "messages",
+            "`messages` must hold at least one message",
+        ));
+    }
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let role = match m.role.as_str() {
+                "system" | "developer" => Role::System,
+                "user" => Role::User,
+                "assistant" => Role::Assistant,
+                other => {
+                    return Err(ApiError::invalid_param(
+                        &format!("messages[{i}].role"),
+                        format!(
+                            "role `{other}` is not one arbor serves (system, developer, user, \
+                             assistant)"
+                        ),
+                    ));
+                }
+            };
+            let content = match &m.content {
+                None => String::new(),
+                Some(Content::Text(t)) => t.clone(),
+                Some(Content::Parts(parts)) => {
+                    if let Some(p) = parts.iter().find(|p| p.kind != "text") {
+                        return Err(ApiError::invalid_param(
+                            &format!("messages[{i}].content"),
+                            format!("content parts of type `{}` are not supported", p.kind),
+                        ));
+                    }
+                    parts.iter().filter_map(|p| p.text.as_deref()).collect()
+                }
+            };
+            Ok(ChatMessage { role, content })
+        })
+        .collect()
+}
+
+/// The one prompt of a completion request.
+pub fn one_prompt(p: &Prompt) -> Result<String, ApiError> {
+    match p {
+        Prompt::One(s) => Ok(s.clone()),
+        Prompt::Many(v) if v.len() == 1 => Ok(v[0].clone()),
+        Prompt::Many(v) => Err(ApiError::invalid_param(
+            "prompt",
+            format!("`prompt` must be one string (got {} of them)", v.len()),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn common(json: &str) -> Result<Settings, ApiError> {
+        parse::<Common>(json.as_bytes())?.settings()
+    }
+
+    #[test]
+    fn settings_are_checked_field_by_field() {
+        let s = common(r#"{"model":"m","max_tokens":5,"temperature":0,"stop":"x"}"#).unwrap();
+        assert_eq!(s.max_tokens, Some(5));
+        assert_eq!(s.sampling.temperature, 0.0);
+        assert_eq!(s.stop, vec!["x".to_string()]);
+        let s = common(r#"{"model":"m","max_completion_tokens":7,"max_tokens":3}"#).unwrap();
+        assert_eq!(s.max_tokens, Some(7));
+        for (body, param) in [
+            (r#"{"model":"m","max_tokens":0}"#, "max_tokens"),
+            (
+                r#"{"model":"m","max_completion_tokens":-2}"#,
+                "max_completion_tokens",
+            ),
+            (r#"{"model":"m","temperature":2.5}"#, "temperature"),
+            (r#"{"model":"m","top_p":0}"#, "top_p"),
+            (r#"{"model":"m","n":2}"#, "n"),
+            (r#"{"model":"m","stop":["a","b","c","d","e"]}"#, "stop"),
+        ] {
+            let e = common(body).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{body}");
+            assert_eq!(e.status, 400);
+        }
+    }
+
+    #[test]
+    fn malformed_bodies_are_400s_with_reasons() {
+        let e = parse::<ChatRequest>(b"{not json").unwrap_err();
+        assert!(e.message.contains("not valid JSON"), "{}", e.message);
+        let e = parse::<ChatRequest>(br#"{"model":"m"}"#).unwrap_err();
+        assert!(e.message.contains("messages"), "{}", e.message);
+        let e = parse::<ChatRequest>(br#"{"model":"m","messages":[],"temperature":"hot"}"#)
+            .unwrap_err();
+        assert_eq!(e.status, 400);
+        let e = parse::<Common>(br#"{"model":"m","arbor":{"strategy":"tree","x":1}}"#).unwrap_err();
+        assert!(e.message.contains("unknown field"), "{}", e.message);
+    }
+
+    #[test]
+    fn messages_need_known_roles_and_text() {
+        let m: Vec<Message> = serde_json::from_str(
+            r#"[{"role":"system","content":"be brief"},
+                {"role":"user","content":[{"type":"text","text":"hi "},{"type":"text","text":"there"}]}]"#,
+        )
+        .unwrap();
+        let c = chat_messages(&m).unwrap();
+        assert_eq!(c[1].content, "hi there");
+        assert_eq!(c[0].role, Role::System);
+        assert!(chat_messages(&[]).is_err());
+        let bad: Vec<Message> =
+            serde_json::from_str(r#"[{"role":"wizard","content":"x"}]"#).unwrap();
+        assert_eq!(
+            chat_messages(&bad).unwrap_err().param.as_deref(),
+            Some("messages[0].role")
+        );
+    }
+}

@@ -1,0 +1,122 @@
+//! Counters the server keeps and `/metrics` shows in Prometheus' text
+//! format.
+
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// What the server has done so far.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub requests: AtomicU64,
+    pub errors: AtomicU64,
+    pub rejected: AtomicU64,
+    pub cancelled: AtomicU64,
+    /// Requests waiting for the engine.
+    pub queued: AtomicUsize,
+    /// 1 while a generation runs.
+    pub busy: AtomicUsize,
+    pub prompt_tokens: AtomicU64,
+    pub generated_tokens: AtomicU64,
+    /// Target passes after the prefill (verifications and plain steps).
+    pub passes: AtomicU64,
+    pub streamed_bytes: AtomicU64,
+    /// The last generation's decode speed and tokens per pass.
+    pub last: Mutex<(f64, f64)>,
+}
+
+impl Metrics {
+    /// The text `/metrics` returns; `resident` is the bytes of target
+    /// weights the engine holds (under a memory budget; 0 otherwise).
+    pub fn render(&self, resident: u64) -> String {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (tok_s, per_pass) = *self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let generated = get(&self.generated_tokens);
+        let passes = get(&self.passes);
+        let mut out = String::new();
+        let mut metric = |name: &str, kind: &str, help: &str, value: String| {
+            let _ = writeln!(out, "# HELP arbor_{name} {help}");
+            let _ = writeln!(out, "# TYPE arbor_{name} {kind}");
+            let _ = writeln!(out, "arbor_{name} {value}");
+        };
+        metric(
+            "requests_total",
+            "counter",
+            "Generation requests accepted.",
+            get(&self.requests).to_string(),
+        );
+        metric(
+            "request_errors_total",
+            "counter",
+            "Requests that ended in an error.",
+            get(&self.errors).to_string(),
+        );
+        metric(
+            "requests_rejected_total",
+            "counter",
+            "Requests refused with 429 (queue full).",
+            get(&self.rejected).to_string(),
+        );
+        metric(
+            "requests_cancelled_total",
+            "counter",
+            "Generations stopped because the client left.",
+            get(&self.cancelled).to_string(),
+        );
+        metric(
+            "queue_depth",
+            "gauge",
+            "Requests waiting for the engine.",
+            self.queued.load(Ordering::Relaxed).to_string(),
+        );
+        metric(
+            "busy",
+            "gauge",
+            "1 while a generation runs.",
+            self.busy.load(Ordering::Relaxed).to_string(),
+        );
+        metric(
+            "prompt_tokens_total",
+            "counter",
+            "Prompt tokens processed.",
+            get(&self.prompt_tokens).to_string(),
+        );
+        metric(
+            "generated_tokens_total",
+            "counter",
+            "Tokens generated.",
+            generated.to_string(),
+        );
+        metric(
+            "target_passes_total",
+            "counter",
+            "Target forward passes after the prefill.",
+            passes.to_string(),
+        );
+        metric(
+            "decode_tokens_per_second",
+            "gauge",
+            "Decode speed of the last generation.",
+            format!("{tok_s:.3}"),
+        );
+        metric(
+            "accepted_tokens_per_pass",
+            "gauge",
+            "Tokens per target pass of the last generation (1 for plain decoding).",
+            format!("{per_pass:.3}"),
+        );
+        metric(
+            "resident_weight_bytes",
+            "gauge",
+            "Target weight bytes held in memory under a budget (0 without one).",
+            resident.to_string(),
+        );
+        metric(
+            "streamed_bytes_total",
+            "counter",
+            "Weight bytes streamed from disk.",
+            get(&self.streamed_bytes).to_string(),
+        );
+        out
+    }
+}

@@ -1,0 +1,179 @@
+//! The one thread that owns the engine run: it takes requests from a
+//! bounded queue in order and generates for each, sending text to the
+//! request's handler as it is confirmed. A request whose client has left,
+//! or whose time is up, is stopped within one pass (the decoding loop reads
+//! its cancel flag between passes).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use arbor_engine::{Run, StopReason, TextEvent};
+use tokio::sync::mpsc;
+
+use crate::api::Settings;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::stops::StopScanner;
+
+/// One generation request, as the worker gets it.
+pub struct Job {
+    pub prompt: Vec<u32>,
+    pub settings: Settings,
+    /// Resolved: the request's, or the server's default.
+    pub max_tokens: usize,
+    pub out: mpsc::UnboundedSender<Out>,
+    pub cancel: Arc<AtomicBool>,
+    /// Queue wait counts: a request still queued at its deadline fails.
+    pub deadline: Instant,
+    pub timeout: Duration,
+}
+
+/// What the worker sends a request's handler.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Out {
+    /// Confirmed text (never part of a stop sequence).
+    Text(String),
+    /// The draft's provisional text (only when the request asked).
+    Provisional(String),
+    /// The last `n` characters of provisional text were wrong.
+    Rollback(usize),
+    Done(Finish),
+    Failed(ApiError),
+}
+
+/// How a generation ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finish {
+    /// `stop` (a stop token or sequence) or `length`.
+    pub reason: &'static str,
+    pub prompt_tokens: usize,
+    /// Prompt tokens taken from the prompt cache.
+    pub cached_tokens: usize,
+    pub completion_tokens: usize,
+    pub tokens_per_pass: f64,
+    pub decode_tok_s: f64,
+    pub strategy: String,
+}
+
+/// Sets the flag when dropped: held by a request's handler (and its
+/// response stream), so a client that disconnects cancels its generation.
+pub struct CancelOnDrop(pub Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Serves jobs until the queue closes (every sender dropped: shutdown).
+pub fn run_worker(mut run: Run, mut jobs: mpsc::Receiver<Job>, metrics: Arc<Metrics>) {
+    while let Some(job) = jobs.blocking_recv() {
+        metrics.queued.fetch_sub(1, Ordering::Relaxed);
+        metrics.busy.store(1, Ordering::Relaxed);
+        serve(&mut run, job, &metrics);
+        metrics.busy.store(0, Ordering::Relaxed);
+    }
+}
+
+fn serve(run: &mut Run, job: Job, metrics: &Metrics) {
+    let fail = |e: ApiError| {
+        metrics.errors.fetch_add(1, Ordering::Relaxed);
+        let _ = job.out.send(Out::Failed(e));
+    };
+    if job.cancel.load(Ordering::Relaxed) || job.out.is_closed() {
+        metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    if Instant::now() >= job.deadline {
+        return fail(ApiError::timeout(job.timeout.as_secs_f64()));
+    }
+    // A request's own strategy, for this request only.
+    let previous = run.strategy().clone();
+    if let Some(name) = &job.settings.strategy
+        && *name != previous.name()
+        && let Err(e) = run.use_strategy(name, &mut |_| {})
+    {
+        return fail(ApiError::invalid_param(
+            "arbor.strategy",
+            format!("strategy `{name}`: {e}"),
+        ));
+    }
+    let mut options = run.options().clone();
+    options.max_tokens = job.max_tokens;
+    options.sampling = job.settings.sampling;
+    let mut stops = StopScanner::new(job.settings.stop.clone());
+    let (mut timed_out, mut gone) = (false, false);
+    let provisional = job.settings.provisional;
+    let cached_tokens = run.cached_prefix(&job.prompt);
+    let result = run.generate_with(&job.prompt, &options, Some(&job.cancel), &mut |event| {
+        let sent = match event {
+            TextEvent::Confirmed(text) => {
+                let text = stops.push(text);
+                if stops.stopped() {
+                    job.cancel.store(true, Ordering::Relaxed);
+                }
+                text.is_empty() || job.out.send(Out::Text(text)).is_ok()
+            }
+            TextEvent::Provisional(text) if provisional => {
+                job.out.send(Out::Provisional(text.to_string())).is_ok()
+            }
+            TextEvent::Rollback { chars } if provisional => {
+                job.out.send(Out::Rollback(chars)).is_ok()
+            }
+            _ => true,
+        };
+        if !sent {
+            gone = true;
+            job.cancel.store(true, Ordering::Relaxed);
+        }
+        if Instant::now() >= job.deadline {
+            timed_out = true;
+            job.cancel.store(true, Ordering::Relaxed);
+        }
+    });
+    let strategy = run.strategy().name();
+    if *run.strategy() != previous {
+        // Back to the server's strategy; it was in use before, so this
+        // cannot fail for want of a draft or a plan.
+        let _ = run.set_strategy(previous);
+    }
+    let g = match result {
+        Ok(g) => g,
+        Err(e) => return fail(ApiError::server(e.to_string())),
+    };
+    metrics
+        .prompt_tokens
+        .fetch_add(job.prompt.len() as u64, Ordering::Relaxed);
+    (metrics.generated_tokens).fetch_add(g.tokens.len() as u64, Ordering::Relaxed);
+    let passes = g.stats.verifications + g.stats.target_steps;
+    metrics.passes.fetch_add(passes as u64, Ordering::Relaxed);
+    (metrics.streamed_bytes).fetch_add(g.stream.bytes, Ordering::Relaxed);
+    *metrics.last.lock().unwrap_or_else(|e| e.into_inner()) =
+        (g.stats.decode_tok_s(), g.stats.mean_accepted());
+    if timed_out && !stops.stopped() {
+        return fail(ApiError::timeout(job.timeout.as_secs_f64()));
+    }
+    let cancelled = g.stats.stop == StopReason::Cancelled && !stops.stopped();
+    if gone || cancelled || job.out.is_closed() {
+        metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let rest = stops.finish();
+    if !rest.is_empty() && !stops.stopped() {
+        let _ = job.out.send(Out::Text(rest));
+    }
+    let reason = match (stops.stopped(), g.stats.stop) {
+        (true, _) | (_, StopReason::StopToken) => "stop",
+        _ => "length",
+    };
+    let _ = job.out.send(Out::Done(Finish {
+        reason,
+        prompt_tokens: job.prompt.len(),
+        cached_tokens,
+        completion_tokens: g.tokens.len(),
+        tokens_per_pass: g.stats.mean_accepted(),
+        decode_tok_s: g.stats.decode_tok_s(),
+        strategy,
+    }));
+}
