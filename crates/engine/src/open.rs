@@ -541,15 +541,14 @@ impl Run {
             cancel,
             reuse: self.cached_prefix(prompt),
         };
-        // Until it succeeds, the cache's content is unknown.
-        let cached = self.cached.take();
+        // Until it succeeds, the cache holds nothing known.
+        self.forget_cached();
         let g = self
             .engine
             .generate_controlled(prompt, options, control, on)?;
-        if cached.is_some() {
-            let mut seq = [prompt, &g.tokens].concat();
-            seq.truncate(self.engine.model().cache_len());
-            self.cached = Some(seq);
+        if let Some(cached) = &mut self.cached {
+            *cached = [prompt, &g.tokens].concat();
+            cached.truncate(self.engine.model().cache_len());
         }
         // What streaming achieved is what the next plan should expect; a
         // cache that cannot be written costs nothing here.
