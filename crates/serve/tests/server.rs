@@ -484,3 +484,44 @@ fn a_conversations_next_turn_reuses_its_cached_prefix() {
     server.shutdown().unwrap();
     std::fs::remove_file(path).ok();
 }
+
+/// A request past its timeout gets 408 and its generation stops; a
+/// shutdown lets a stream in flight finish.
+#[test]
+fn timeouts_are_408_and_shutdown_lets_streams_finish() {
+    let path = tiny_model("timeout", true);
+    let options = ServeOptions {
+        timeout: std::time::Duration::from_millis(300),
+        ..ServeOptions::default()
+    };
+    let server = serve(&path, plain(), options);
+    let addr = server.addr();
+    let id = http(addr, "GET", "/v1/models", &[], "").json()["data"][0]["id"].clone();
+    let long = json!({"model": id, "prompt": "go", "max_tokens": 400, "temperature": 0});
+    let r = post(addr, "/v1/completions", &long);
+    assert_eq!(r.status, 408, "{}", r.body);
+    assert_eq!(r.json()["error"]["type"], "timeout_error");
+    let generated = metric(addr, "generated_tokens_total");
+    assert!(generated < 400.0, "stopped at the deadline: {generated}");
+    server.shutdown().unwrap();
+
+    let server = serve(&path, plain(), ServeOptions::default());
+    let addr = server.addr();
+    let mut body = json!({"model": id, "prompt": "go", "max_tokens": 60, "temperature": 0});
+    body["stream"] = json!(true);
+    let mut events = Events::open(addr, "/v1/completions", &body);
+    events.next_data().unwrap(); // generating
+    let stopping = std::thread::spawn(move || server.shutdown());
+    let rest = events.rest();
+    assert_eq!(
+        rest.last().map(String::as_str),
+        Some("[DONE]"),
+        "the stream finished"
+    );
+    stopping.join().unwrap().unwrap();
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "no longer listening"
+    );
+    std::fs::remove_file(path).ok();
+}

@@ -50,6 +50,10 @@ pub struct BenchServeArgs {
     /// Then this many clients that disconnect mid-stream (or while queued).
     #[arg(long, default_value_t = 0)]
     kill: usize,
+    /// Rounds of `--kill` clients, one after another (a second round
+    /// tells a bounded step in memory from growth).
+    #[arg(long, default_value_t = 1)]
+    kill_rounds: usize,
     /// One JSON object on stdout (the table goes to stderr).
     #[arg(long)]
     json: bool,
@@ -224,48 +228,20 @@ pub fn run(args: &BenchServeArgs, device: &RunConfig) -> Result<()> {
     let soak_secs = start.elapsed().as_secs_f64();
     sample(&samples, start);
 
-    // Clients that leave: some once their stream has text, some while
-    // still queued.
-    let mut killed = json!(null);
-    if args.kill > 0 {
-        idle(addr, Duration::from_secs(120));
-        let before = (sys::rss_bytes().unwrap_or(0), sys::threads().unwrap_or(0));
-        let leavers: Vec<_> = (0..args.kill)
-            .map(|k| {
-                let (model, text) = (model.clone(), texts[k % texts.len()].clone());
-                std::thread::spawn(move || {
-                    let body = json!({
-                        "model": model, "max_tokens": 512, "stream": true,
-                        "messages": [{"role": "user", "content": text}],
-                    });
-                    if let Ok(mut events) = Events::open(addr, "/v1/chat/completions", &body) {
-                        // Every other client waits for some text first.
-                        for _ in 0..(k % 2) * 3 {
-                            events.next_data();
-                        }
-                    }
-                })
-            })
-            .collect();
-        for l in leavers {
-            let _ = l.join();
-        }
-        let settled = idle(addr, Duration::from_secs(300));
-        let after_ok = one(addr, &model, &texts[0], args.max_tokens).is_ok();
-        std::thread::sleep(Duration::from_secs(1));
-        let after = (sys::rss_bytes().unwrap_or(0), sys::threads().unwrap_or(0));
-        sample(&samples, start);
-        killed = json!({
-            "clients": args.kill,
-            "cancelled": metric(addr, "requests_cancelled_total"),
-            "settled": settled,
-            "served_after": after_ok,
-            "rss_mib_before": before.0 as f64 / (1 << 20) as f64,
-            "rss_mib_after": after.0 as f64 / (1 << 20) as f64,
-            "threads_before": before.1,
-            "threads_after": after.1,
-        });
-    }
+    let killed: Vec<serde_json::Value> = (0..args.kill_rounds)
+        .filter(|_| args.kill > 0)
+        .map(|_| {
+            leave(
+                addr,
+                &model,
+                &texts,
+                args.kill,
+                args.max_tokens,
+                &samples,
+                start,
+            )
+        })
+        .collect();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = sampler.join();
     server.shutdown()?;
@@ -340,4 +316,57 @@ pub fn run(args: &BenchServeArgs, device: &RunConfig) -> Result<()> {
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     eprintln!("chart: {}", args.plot.display());
     Ok(())
+}
+
+/// `n` clients start streams and leave — half while queued, half after
+/// some text; then the server must settle and serve again. Memory and
+/// threads before and after.
+fn leave(
+    addr: SocketAddr,
+    model: &str,
+    texts: &[String],
+    n: usize,
+    max_tokens: usize,
+    samples: &Samples,
+    start: Instant,
+) -> serde_json::Value {
+    idle(addr, Duration::from_secs(120));
+    let before = (sys::rss_bytes().unwrap_or(0), sys::threads().unwrap_or(0));
+    let cancelled = metric(addr, "requests_cancelled_total").unwrap_or(0.0);
+    let leavers: Vec<_> = (0..n)
+        .map(|k| {
+            let (model, text) = (model.to_string(), texts[k % texts.len()].clone());
+            std::thread::spawn(move || {
+                let body = json!({
+                    "model": model, "max_tokens": 512, "stream": true,
+                    "messages": [{"role": "user", "content": text}],
+                });
+                if let Ok(mut events) = Events::open(addr, "/v1/chat/completions", &body) {
+                    // Every other client waits for some text first.
+                    for _ in 0..(k % 2) * 3 {
+                        events.next_data();
+                    }
+                }
+            })
+        })
+        .collect();
+    for l in leavers {
+        let _ = l.join();
+    }
+    let settled = idle(addr, Duration::from_secs(300));
+    let served_after = one(addr, model, &texts[0], max_tokens).is_ok();
+    std::thread::sleep(Duration::from_secs(1));
+    let after = (sys::rss_bytes().unwrap_or(0), sys::threads().unwrap_or(0));
+    sample(samples, start);
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    json!({
+        "clients": n,
+        "cancelled": metric(addr, "requests_cancelled_total").unwrap_or(0.0) - cancelled,
+        "settled": settled,
+        "served_after": served_after,
+        "rss_mib_before": mib(before.0),
+        "rss_mib_after": mib(after.0),
+        "threads_before": before.1,
+        "threads_after": after.1,
+    })
 }
