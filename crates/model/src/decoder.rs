@@ -13,7 +13,7 @@ use arbor_gguf::{GgmlType, GgufFile, TensorInfo};
 use arbor_tensor::{Backend, Mask, WeightData};
 
 use crate::lora::{Proj, side};
-use crate::weights::held_bytes;
+use crate::weights::{down_sum, held_bytes, part};
 use crate::{
     Config, LanguageModel, LayerSource, LayerWeights, Layout, Logits, ModelError, Result, Row,
     RowSource, TensorEntry,
@@ -605,64 +605,6 @@ impl<B: Backend> LanguageModel for Decoder<B> {
 
 /// `x · wᵀ` over the first `rows` rows and `cols` columns of `w`: the
 /// whole matmul when that is all of it, else an elastic level's prefix.
-/// `acc +` the down projection of `act` over the neurons `range`, through
-/// `segs`: the matrices holding the layer's neurons from `range.start` on,
-/// in order (one matrix; an elastic file's segments between levels; a split
-/// layer's held or lent ones). Column 0 of `act` is neuron `range.start`.
-/// Each segment's product is added in turn, so a split layer — its held
-/// segments, then its lent ones — gives the same bits as the whole layer.
-fn down_sum<B: Backend>(
-    b: &B,
-    mut acc: Option<B::Tensor>,
-    act: &B::Tensor,
-    segs: &[B::Weight],
-    d: usize,
-    range: std::ops::Range<usize>,
-) -> Result<B::Tensor> {
-    let mut at = range.start;
-    for w in segs {
-        if at >= range.end {
-            break;
-        }
-        let take = b.weight_shape(w).1.min(range.end - at);
-        let narrowed;
-        let x = match take == range.len() {
-            true => act,
-            false => {
-                let from = at - range.start;
-                narrowed = b.narrow_cols(act, from..from + take)?;
-                &narrowed
-            }
-        };
-        let product = part(b, x, w, d, take)?;
-        acc = Some(match acc {
-            Some(a) => b.add(&a, &product)?,
-            None => product,
-        });
-        at += take;
-    }
-    match (acc, at == range.end) {
-        (Some(acc), true) => Ok(acc),
-        _ => Err(ModelError::Invalid(format!(
-            "down projection segments hold neurons {}..{at}, not {range:?}",
-            range.start
-        ))),
-    }
-}
-
-fn part<B: Backend>(
-    b: &B,
-    x: &B::Tensor,
-    w: &B::Weight,
-    rows: usize,
-    cols: usize,
-) -> Result<B::Tensor> {
-    Ok(match b.weight_shape(w) == (rows, cols) {
-        true => b.matmul(x, w)?,
-        false => b.matmul_part(x, w, rows, 0..cols)?,
-    })
-}
-
 fn biased<B: Backend>(b: &B, x: B::Tensor, bias: &Option<B::Tensor>) -> Result<B::Tensor> {
     Ok(match bias {
         Some(bias) => b.add(&x, bias)?,

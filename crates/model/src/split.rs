@@ -14,7 +14,7 @@
 //! A split layer's full pass computes the prefix's MLP and then the
 //! suffix's. Gate and up rows are independent outputs; the down projection
 //! sums over neurons, so every elastic layer — split or whole — adds its
-//! segments' products one at a time in level order (`down_sum` in the
+//! segments' products one at a time in level order (`weights::down_sum`, used by the
 //! decoder), and the split layer's result is the whole layer's bit for bit. (Summed in
 //! any other order the last bits differ, and on a real model a last-bit
 //! difference can flip an activation's 8-bit quantization in a later layer:

@@ -190,3 +190,63 @@ pub fn held_bytes<B: Backend>(backend: &B, entries: &[TensorEntry]) -> u64 {
         })
         .sum()
 }
+
+/// `acc +` the down projection of `act` over the neurons `range`, through
+/// `segs`: the matrices holding the layer's neurons from `range.start` on,
+/// in order (one matrix; an elastic file's segments between levels; a split
+/// layer's held or lent ones). Column 0 of `act` is neuron `range.start`.
+/// Each segment's product is added in turn, so a split layer — its held
+/// segments, then its lent ones — gives the same bits as the whole layer.
+pub(crate) fn down_sum<B: Backend>(
+    b: &B,
+    mut acc: Option<B::Tensor>,
+    act: &B::Tensor,
+    segs: &[B::Weight],
+    d: usize,
+    range: std::ops::Range<usize>,
+) -> Result<B::Tensor> {
+    let mut at = range.start;
+    for w in segs {
+        if at >= range.end {
+            break;
+        }
+        let take = b.weight_shape(w).1.min(range.end - at);
+        let narrowed;
+        let x = match take == range.len() {
+            true => act,
+            false => {
+                let from = at - range.start;
+                narrowed = b.narrow_cols(act, from..from + take)?;
+                &narrowed
+            }
+        };
+        let product = part(b, x, w, d, take)?;
+        acc = Some(match acc {
+            Some(a) => b.add(&a, &product)?,
+            None => product,
+        });
+        at += take;
+    }
+    match (acc, at == range.end) {
+        (Some(acc), true) => Ok(acc),
+        _ => Err(ModelError::Invalid(format!(
+            "down projection segments hold neurons {}..{at}, not {range:?}",
+            range.start
+        ))),
+    }
+}
+
+/// `x` times the first `rows` outputs over the first `cols` inputs of
+/// `w`: one matmul when that is the whole matrix, else the part in place.
+pub(crate) fn part<B: Backend>(
+    b: &B,
+    x: &B::Tensor,
+    w: &B::Weight,
+    rows: usize,
+    cols: usize,
+) -> Result<B::Tensor> {
+    Ok(match b.weight_shape(w) == (rows, cols) {
+        true => b.matmul(x, w)?,
+        false => b.matmul_part(x, w, rows, 0..cols)?,
+    })
+}
