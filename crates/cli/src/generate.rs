@@ -70,6 +70,19 @@ pub struct GenerateArgs {
     /// estimated for each draft source, and why it chose one.
     #[arg(long)]
     explain: bool,
+    /// A latency objective for this request, as fractions of the full
+    /// model's time to first token and time per output token on this
+    /// device (e.g. ttft=0.5,tpot=0.8): an elastic target (or the elastic
+    /// build of the model) runs at the model and prompt level that meet it
+    /// with the best quality (device profile and quality table measured on
+    /// first use, `arbor profile device`); a stats line says whether it was
+    /// met.
+    #[arg(long)]
+    slo: Option<arbor_slo::Slo>,
+    /// With --slo: refuse a request no pair is predicted to meet, instead
+    /// of serving it with the fastest pair.
+    #[arg(long)]
+    slo_refuse: bool,
     /// Draw the execution trace of the first target passes (draft growth,
     /// verification, provisional steps, weight reads) to this PNG.
     #[arg(long)]
@@ -102,17 +115,45 @@ impl GenerateArgs {
 }
 
 pub fn run(args: &GenerateArgs, device: RunConfig) -> Result<()> {
-    let config = device.merge(args.config());
+    let mut config = device.merge(args.config());
+    if args.slo.is_some() {
+        let model = config
+            .target
+            .as_deref()
+            .unwrap_or(arbor_engine::DEFAULT_TARGET);
+        config.target = Some(crate::slo::elastic_file(model)?.display().to_string());
+    }
     let mut run = Engine::open(&config, &mut progress::open_bar_with(args.explain))?;
-    let prompt = run.prompt_tokens(&args.prompt, args.chat)?;
     let mut live = live::Live::new();
-    let g = run.generate(&prompt, &mut |event| live.event(event))?;
+    let (g, report) = match &args.slo {
+        Some(slo) => {
+            let tables = crate::slo::tables(&mut run, 6, 16, false)?;
+            let prompt = run.slo_prompt(&args.prompt, args.chat)?;
+            let on_miss = match args.slo_refuse {
+                true => arbor_engine::slo::OnMiss::Refuse,
+                false => arbor_engine::slo::OnMiss::Fastest,
+            };
+            let options = run.options().clone();
+            let (g, r) =
+                run.generate_slo(&prompt, slo, &tables, on_miss, &options, None, &mut |e| {
+                    live.event(e)
+                })?;
+            (g, Some(r))
+        }
+        None => {
+            let prompt = run.prompt_tokens(&args.prompt, args.chat)?;
+            (run.generate(&prompt, &mut |event| live.event(event))?, None)
+        }
+    };
     live.finish();
     if !g.text.ends_with('\n') {
         println!();
     }
     for note in run.take_notes() {
         eprintln!("{note}");
+    }
+    if let Some(r) = &report {
+        eprintln!("{}", r.line());
     }
     let (s, backend) = (&g.stats, run.backend());
     eprintln!(

@@ -13,6 +13,7 @@ mod prompts;
 mod report;
 mod serve;
 mod slim;
+mod slo;
 mod sys;
 mod trace;
 mod train;

@@ -10,7 +10,10 @@ use clap::Args;
 use crate::progress;
 
 #[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct ProfileArgs {
+    #[command(subcommand)]
+    what: Option<ProfileWhat>,
     /// Models to profile (paths or short names; default: the default pair).
     #[arg(long, value_delimiter = ',')]
     model: Vec<String>,
@@ -24,7 +27,20 @@ pub struct ProfileArgs {
     json: bool,
 }
 
+#[derive(clap::Subcommand)]
+pub enum ProfileWhat {
+    /// An elastic model's device profile (prefill and time per token of
+    /// every level) and quality table (every model level × prompt level
+    /// against the full model), which latency objectives (`--slo`) choose
+    /// from: measured once and cached, predictions checked on held-out
+    /// requests.
+    Device(crate::slo::DeviceArgs),
+}
+
 pub fn run(args: &ProfileArgs, device: RunConfig) -> Result<()> {
+    if let Some(ProfileWhat::Device(d)) = &args.what {
+        return crate::slo::device(d, device);
+    }
     let models = if args.model.is_empty() {
         vec![DEFAULT_TARGET.to_string(), DEFAULT_DRAFT.to_string()]
     } else {

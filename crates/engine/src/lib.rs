@@ -18,6 +18,7 @@ mod open;
 mod perplexity;
 pub mod ppd;
 pub mod profiles;
+pub mod slo;
 mod trace;
 
 use std::path::{Path, PathBuf};

@@ -78,7 +78,7 @@ pub struct Run {
     draft: Option<DraftSource>,
     options: GenerateOptions,
     profiles: Option<Profiles>,
-    store: ProfileStore,
+    pub(crate) store: ProfileStore,
     drift: Drift,
     notes: Vec<String>,
     /// With the prompt cache on: the tokens whose keys and values the
@@ -496,7 +496,7 @@ impl Run {
 
     /// The target's cache no longer holds what the prompt cache says (a
     /// measurement or a strategy change ran the model).
-    fn forget_cached(&mut self) {
+    pub(crate) fn forget_cached(&mut self) {
         if let Some(c) = &mut self.cached {
             c.clear();
         }

@@ -276,7 +276,7 @@ impl ProfileStore {
     }
 
     /// Stores `value` and says so (or why not) after `what`.
-    fn saved<T: serde::Serialize>(&self, path: &Path, value: &T, what: &str) -> String {
+    pub(crate) fn saved<T: serde::Serialize>(&self, path: &Path, value: &T, what: &str) -> String {
         match self.write(path, value) {
             Ok(()) => format!("{what} (cached in {})", path.display()),
             Err(e) => format!("{what}, but could not cache it: {e}"),
@@ -321,7 +321,7 @@ fn io_error(e: impl std::fmt::Display) -> EngineError {
     EngineError::Invalid(format!("measuring the disk: {e}"))
 }
 
-fn stem(path: &Path) -> String {
+pub(crate) fn stem(path: &Path) -> String {
     path.file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "model".into())

@@ -79,7 +79,9 @@ pub fn decide(
     on_miss: OnMiss,
 ) -> Result<Choice> {
     if !(headroom > 0.0 && headroom <= 1.0) {
-        return Err(SloError::Profile(format!("headroom {headroom} outside (0, 1]")));
+        return Err(SloError::Profile(format!(
+            "headroom {headroom} outside (0, 1]"
+        )));
     }
     let full = profile.full(prompt_tokens);
     let budget = Latency {
@@ -110,14 +112,16 @@ pub fn decide(
             let cost = |c: &Choice| c.predicted.ttft / budget.ttft + c.predicted.tpot / budget.tpot;
             if met
                 && best.as_ref().is_none_or(|b| {
-                    choice.quality > b.quality || (choice.quality == b.quality && cost(&choice) < cost(b))
+                    choice.quality > b.quality
+                        || (choice.quality == b.quality && cost(&choice) < cost(b))
                 })
             {
                 best = Some(choice.clone());
             }
-            if fastest.as_ref().is_none_or(|(s, f)| {
-                strain < *s || (strain == *s && choice.quality > f.quality)
-            }) {
+            if fastest
+                .as_ref()
+                .is_none_or(|(s, f)| strain < *s || (strain == *s && choice.quality > f.quality))
+            {
                 fastest = Some((strain, choice));
             }
         }
@@ -147,7 +151,10 @@ mod tests {
     const LEVELS: [f64; 5] = [0.2, 0.4, 0.6, 0.8, 1.0];
 
     fn setup() -> (DeviceProfile, QualityTable) {
-        (linear_profile(&LEVELS), product_table(&LEVELS, &crate::PROMPT_LEVELS))
+        (
+            linear_profile(&LEVELS),
+            product_table(&LEVELS, &crate::PROMPT_LEVELS),
+        )
     }
 
     #[test]

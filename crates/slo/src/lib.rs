@@ -26,15 +26,17 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use decide::{Choice, OnMiss, Pair, decide};
-pub use profile::{DeviceProfile, LevelLatency, Latency};
+pub use profile::{DeviceProfile, Latency, LevelLatency};
 pub use prompt::{PROMPT_LEVELS, keep, kept_len, protected_mask};
 pub use quality::QualityTable;
-pub use scorer::Bigram;
+pub use scorer::{Bigram, Scorer};
 pub use trace::{App, Request, TRACE_APPS, draw_trace};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SloError {
-    #[error("bad SLO `{text}`: {why} (write e.g. ttft=0.5,tpot=0.8: fractions in (0, 1] of the full model's latency)")]
+    #[error(
+        "bad SLO `{text}`: {why} (write e.g. ttft=0.5,tpot=0.8: fractions in (0, 1] of the full model's latency)"
+    )]
     Parse { text: String, why: String },
     #[error("bad device profile: {0}")]
     Profile(String),
@@ -157,8 +159,14 @@ mod tests {
 
     #[test]
     fn slos_parse_and_default_to_the_full_model() {
-        assert_eq!("ttft=0.5,tpot=0.8".parse::<Slo>().unwrap(), Slo::new(0.5, 0.8).unwrap());
-        assert_eq!("tpot=0.7".parse::<Slo>().unwrap(), Slo::new(1.0, 0.7).unwrap());
+        assert_eq!(
+            "ttft=0.5,tpot=0.8".parse::<Slo>().unwrap(),
+            Slo::new(0.5, 0.8).unwrap()
+        );
+        assert_eq!(
+            "tpot=0.7".parse::<Slo>().unwrap(),
+            Slo::new(1.0, 0.7).unwrap()
+        );
         assert_eq!(" ttft=0.2, tpot=1".parse::<Slo>().unwrap().ttft, 0.2);
         assert_eq!("ttft=0.2 tpot=0.9".parse::<Slo>().unwrap().tpot, 0.9);
         assert_eq!(Slo::new(0.5, 0.8).unwrap().to_string(), "ttft=0.5 tpot=0.8");

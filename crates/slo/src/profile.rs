@@ -54,7 +54,9 @@ impl DeviceProfile {
                 return Err(bad(format!("level {} has no prefill points", l.level)));
             }
             let ok_points = l.prefill.windows(2).all(|w| w[0].0 < w[1].0)
-                && l.prefill.iter().all(|&(n, t)| n > 0 && t.is_finite() && t > 0.0);
+                && l.prefill
+                    .iter()
+                    .all(|&(n, t)| n > 0 && t.is_finite() && t > 0.0);
             if !ok_points {
                 return Err(bad(format!(
                     "level {}'s prefill points are not ascending positive lengths with positive times",

@@ -28,7 +28,9 @@ pub fn keep(scores: &[f32], protected: &[bool], level: f64) -> Result<Vec<usize>
         )));
     }
     if !(level > 0.0 && level <= 1.0) {
-        return Err(SloError::Prompt(format!("prompt level {level} outside (0, 1]")));
+        return Err(SloError::Prompt(format!(
+            "prompt level {level} outside (0, 1]"
+        )));
     }
     if let Some(i) = scores.iter().position(|s| s.is_nan()) {
         return Err(SloError::Prompt(format!("score of token {i} is NaN")));

@@ -49,12 +49,7 @@ impl QualityTable {
     /// The quality of the built levels `model` and `prompt` run at (each
     /// rounded down to a listed level).
     pub fn get(&self, model: f64, prompt: f64) -> f64 {
-        let at = |levels: &[f64], x: f64| {
-            levels
-                .iter()
-                .rposition(|&l| l <= x + 1e-9)
-                .unwrap_or(0)
-        };
+        let at = |levels: &[f64], x: f64| levels.iter().rposition(|&l| l <= x + 1e-9).unwrap_or(0);
         self.quality[at(&self.model_levels, model)][at(&self.prompt_levels, prompt)]
     }
 }

@@ -29,7 +29,9 @@ impl Bigram {
     /// Counts `tokens` (ids below `vocab`).
     pub fn train(tokens: &[u32], vocab: usize) -> Result<Self> {
         if let Some(&t) = tokens.iter().find(|&&t| t as usize >= vocab) {
-            return Err(SloError::Scorer(format!("token {t} outside a vocabulary of {vocab}")));
+            return Err(SloError::Scorer(format!(
+                "token {t} outside a vocabulary of {vocab}"
+            )));
         }
         let mut unigram = vec![0u32; vocab];
         for &t in tokens {
@@ -76,7 +78,11 @@ impl Bigram {
     /// `p(next | previous)`.
     pub fn probability(&self, previous: u32, next: u32) -> f64 {
         let uni = self.unigram_p(next);
-        let (seen, types) = self.context.get(previous as usize).copied().unwrap_or((0, 0));
+        let (seen, types) = self
+            .context
+            .get(previous as usize)
+            .copied()
+            .unwrap_or((0, 0));
         if seen == 0 {
             return uni;
         }
@@ -125,8 +131,8 @@ impl Bigram {
         }
         let vocab = r.u64().ok_or_else(|| bad("truncated header"))? as usize;
         let n = r.u64().ok_or_else(|| bad("truncated header"))? as usize;
-        let expected = (vocab.checked_mul(4))
-            .and_then(|u| n.checked_mul(12).and_then(|p| p.checked_add(u)));
+        let expected =
+            (vocab.checked_mul(4)).and_then(|u| n.checked_mul(12).and_then(|p| p.checked_add(u)));
         if expected != Some(r.0.len()) {
             return Err(bad(&format!(
                 "{} bytes of counts for a vocabulary of {vocab} and {n} pairs",
@@ -143,6 +149,39 @@ impl Bigram {
             pairs.insert(k, c);
         }
         Ok(Self::from_counts(vocab, unigram, pairs))
+    }
+}
+
+/// What ranks a prompt's tokens for dropping: the bigram's
+/// self-information, or (the baseline) seeded random scores.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scorer {
+    Bigram(Bigram),
+    /// Random scores, seeded by this value and the prompt's tokens (the
+    /// same prompt always drops the same tokens).
+    Random(u64),
+}
+
+impl Scorer {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Scorer::Bigram(_) => "bigram",
+            Scorer::Random(_) => "random",
+        }
+    }
+
+    /// A score per token: higher is kept first.
+    pub fn scores(&self, tokens: &[u32]) -> Vec<f32> {
+        match self {
+            Scorer::Bigram(b) => b.self_information(tokens),
+            Scorer::Random(seed) => {
+                let mix = tokens
+                    .iter()
+                    .fold(*seed, |h, &t| (h ^ t as u64).wrapping_mul(0x0100_0000_01b3));
+                let mut rng = arbor_sampling::Rng::new(mix);
+                tokens.iter().map(|_| rng.next_f64() as f32).collect()
+            }
+        }
     }
 }
 
@@ -176,12 +215,27 @@ mod tests {
         let text: Vec<u32> = [1, 2].repeat(50).into_iter().chain([1, 7, 3]).collect();
         let b = Bigram::train(&text, 10).unwrap();
         let si = b.self_information(&[1, 2, 1, 7, 5]);
-        assert!(si[1] < si[3], "2 after 1 is likelier than 7 after 1: {si:?}");
-        assert!(si[3] < si[4], "an unseen token is the most surprising: {si:?}");
+        assert!(
+            si[1] < si[3],
+            "2 after 1 is likelier than 7 after 1: {si:?}"
+        );
+        assert!(
+            si[3] < si[4],
+            "an unseen token is the most surprising: {si:?}"
+        );
         let sum: f64 = (0..10).map(|n| b.probability(1, n)).sum();
         assert!((sum - 1.0).abs() < 1e-9, "p(. | 1) sums to {sum}");
         let sum: f64 = (0..10).map(|n| b.probability(9, n)).sum();
         assert!((sum - 1.0).abs() < 1e-9, "unseen context sums to {sum}");
+    }
+
+    #[test]
+    fn random_scores_are_seeded_by_the_prompt() {
+        let r = Scorer::Random(1);
+        assert_eq!(r.scores(&[1, 2, 3]), r.scores(&[1, 2, 3]));
+        assert_ne!(r.scores(&[1, 2, 3]), r.scores(&[1, 2, 4]));
+        assert_ne!(r.scores(&[1, 2, 3]), Scorer::Random(2).scores(&[1, 2, 3]));
+        assert_eq!(r.name(), "random");
     }
 
     #[test]

@@ -65,12 +65,20 @@ pub fn app_counts(n: usize, alpha: f64) -> [usize; 6] {
 /// A trace of `n` requests at skew `alpha`, arriving at `rate` per second
 /// on average, each asking one of `prompts` prompts (drawn without
 /// repeats until the pool is used up), from `seed`.
-pub fn draw_trace(n: usize, alpha: f64, rate: f64, prompts: usize, seed: u64) -> Result<Vec<Request>> {
+pub fn draw_trace(
+    n: usize,
+    alpha: f64,
+    rate: f64,
+    prompts: usize,
+    seed: u64,
+) -> Result<Vec<Request>> {
     if n == 0 || prompts == 0 {
         return Err(SloError::Trace("a trace needs requests and prompts".into()));
     }
     if !(rate.is_finite() && rate > 0.0) || !alpha.is_finite() {
-        return Err(SloError::Trace(format!("rate {rate} and skew {alpha} must be finite, the rate positive")));
+        return Err(SloError::Trace(format!(
+            "rate {rate} and skew {alpha} must be finite, the rate positive"
+        )));
     }
     let mut rng = Rng::new(seed);
     let mut apps: Vec<usize> = (app_counts(n, alpha).iter().enumerate())

@@ -12,6 +12,7 @@ mod elastic;
 mod peer;
 mod ppd;
 mod serve;
+mod slo;
 mod spec;
 
 use anyhow::{Result, bail};
@@ -50,6 +51,9 @@ pub enum BenchCommand {
     /// requests, errors, TTFT p50/p99, tokens/s, memory and threads over
     /// time; then clients that leave mid-stream.
     Serve(Box<serve::BenchServeArgs>),
+    /// ELMS's request trace: per-request latency objectives (six apps,
+    /// skews, Poisson arrivals) served by the elastic policy and baselines.
+    Slo(Box<slo::BenchSloArgs>),
 }
 
 pub fn run(which: BenchCommand, device: RunConfig) -> Result<()> {
@@ -82,5 +86,6 @@ pub fn run(which: BenchCommand, device: RunConfig) -> Result<()> {
         BenchCommand::Ppd(args) => ppd::run(&args, &device),
         BenchCommand::Elastic(args) => elastic::run(&args, &device),
         BenchCommand::Serve(args) => serve::run(&args, &device),
+        BenchCommand::Slo(args) => slo::run(&args, &device),
     }
 }

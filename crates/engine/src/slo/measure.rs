@@ -1,0 +1,326 @@
+//! The one-shot measurements behind per-request objectives: a family of
+//! sub-models' latency on this device ([`measure_profile`]), the quality of
+//! every (model level, prompt level) pair against the full model
+//! ([`measure_quality`]), and one request served at a chosen pair with its
+//! latency measured ([`serve_pair`]).
+
+use std::time::Instant;
+
+use arbor_model::LanguageModel;
+use arbor_slo::{DeviceProfile, LevelLatency, QualityTable, Scorer};
+use arbor_speculative::PREFILL_CHUNK;
+
+use crate::{EngineError, Result};
+
+/// Sub-models of one model, by level: an elastic model's prefixes, or a
+/// baseline's (whole layers dropped, units in file order).
+pub trait Family {
+    /// Ascending, ending at 1 (the whole model).
+    fn levels(&self) -> Vec<f64>;
+    /// The sub-model at `level` (a listed one), ready to run from an empty
+    /// cache.
+    fn at(&mut self, level: f64) -> Result<&mut dyn LanguageModel>;
+}
+
+/// An elastic model's levels: switching moves prefix views.
+pub struct Elastic<'a>(pub &'a mut dyn LanguageModel);
+
+impl Family for Elastic<'_> {
+    fn levels(&self) -> Vec<f64> {
+        self.0
+            .levels()
+            .map(<[f64]>::to_vec)
+            .unwrap_or_else(|| vec![1.0])
+    }
+
+    fn at(&mut self, level: f64) -> Result<&mut dyn LanguageModel> {
+        self.0.set_level(level)?;
+        Ok(&mut *self.0)
+    }
+}
+
+/// Sub-models held side by side (whole layers dropped), one per level.
+pub struct Variants(pub Vec<(f64, Box<dyn LanguageModel>)>);
+
+impl Family for Variants {
+    fn levels(&self) -> Vec<f64> {
+        self.0.iter().map(|v| v.0).collect()
+    }
+
+    fn at(&mut self, level: f64) -> Result<&mut dyn LanguageModel> {
+        let i = (self.0.iter())
+            .rposition(|v| v.0 <= level + 1e-9)
+            .unwrap_or(0);
+        Ok(self.0[i].1.as_mut())
+    }
+}
+
+/// A prompt as the objective sees it: its tokens and which of them the
+/// chat template wrote (never dropped).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SloPrompt {
+    pub tokens: Vec<u32>,
+    pub protected: Vec<bool>,
+}
+
+impl SloPrompt {
+    pub fn protected_count(&self) -> usize {
+        self.protected.iter().filter(|&&p| p).count()
+    }
+
+    /// The tokens kept at `level` by `scorer`'s scores.
+    pub fn compress(&self, scorer: &Scorer, level: f64) -> Result<Vec<u32>> {
+        if level >= 1.0 {
+            return Ok(self.tokens.clone());
+        }
+        let scores = scorer.scores(&self.tokens);
+        let kept = arbor_slo::keep(&scores, &self.protected, level).map_err(slo_error)?;
+        Ok(kept.iter().map(|&i| self.tokens[i]).collect())
+    }
+}
+
+pub(crate) fn slo_error(e: arbor_slo::SloError) -> EngineError {
+    EngineError::Invalid(e.to_string())
+}
+
+/// Prefills `prompt` from an empty cache the way generation does (chunks
+/// of [`PREFILL_CHUNK`]) and returns the last position's logits.
+pub fn prefill(model: &mut dyn LanguageModel, prompt: &[u32]) -> Result<Vec<f32>> {
+    model.truncate_cache(0)?;
+    let mut logits = Vec::new();
+    for chunk in prompt.chunks(PREFILL_CHUNK) {
+        logits = model.step(chunk)?;
+    }
+    Ok(logits)
+}
+
+/// Greedy continuation of `prompt`: up to `tokens` tokens, ending before
+/// a token of `stop`.
+pub fn greedy(
+    model: &mut dyn LanguageModel,
+    prompt: &[u32],
+    tokens: usize,
+    stop: &[u32],
+) -> Result<Vec<u32>> {
+    let mut logits = prefill(model, prompt)?;
+    let mut out = Vec::new();
+    while out.len() < tokens {
+        let next = crate::argmax(&logits).unwrap_or(0);
+        if stop.contains(&next) {
+            break;
+        }
+        out.push(next);
+        if out.len() < tokens {
+            logits = model.step(&[next])?;
+        }
+    }
+    Ok(out)
+}
+
+/// Each level's prefill time at each of `lengths` (tokens of `text`,
+/// which must hold the longest) and time per output token over `decode`
+/// greedy steps, each the minimum of `reps` runs. `progress(done, total)`.
+pub fn measure_profile(
+    family: &mut dyn Family,
+    model: &str,
+    kernels: &str,
+    text: &[u32],
+    lengths: &[usize],
+    decode: usize,
+    reps: usize,
+    scorer: &Scorer,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<DeviceProfile> {
+    let longest = lengths.iter().copied().max().unwrap_or(0);
+    if text.len() < longest.max(2) || decode < 2 || reps == 0 {
+        return Err(EngineError::Invalid(format!(
+            "a device profile needs {longest} tokens of text (got {}), ≥ 2 decode steps and ≥ 1 repetition",
+            text.len()
+        )));
+    }
+    let levels = family.levels();
+    let mut out = Vec::new();
+    let total = levels.len();
+    for (i, &level) in levels.iter().enumerate() {
+        progress(i, total);
+        let m = family.at(level)?;
+        prefill(m, &text[..lengths[0]])?; // warm-up
+        let mut prefill_points = Vec::new();
+        for &n in lengths {
+            let mut best = f64::INFINITY;
+            for _ in 0..reps {
+                let start = Instant::now();
+                prefill(m, &text[..n])?;
+                best = best.min(start.elapsed().as_secs_f64());
+            }
+            prefill_points.push((n, best));
+        }
+        let mut tpot = f64::INFINITY;
+        for _ in 0..reps {
+            let mut logits = prefill(m, &text[..lengths[0]])?;
+            let start = Instant::now();
+            for _ in 0..decode {
+                let next = crate::argmax(&logits).unwrap_or(0);
+                logits = m.step(&[next])?;
+            }
+            tpot = tpot.min(start.elapsed().as_secs_f64() / decode as f64);
+        }
+        out.push(LevelLatency {
+            level,
+            prefill: prefill_points,
+            tpot,
+        });
+    }
+    progress(total, total);
+    // The scorer's cost per token, over the whole text (many times, it is quick).
+    let start = Instant::now();
+    let mut rounds = 0usize;
+    while rounds < 3 || start.elapsed().as_secs_f64() < 0.05 {
+        std::hint::black_box(scorer.scores(&text[..longest]));
+        rounds += 1;
+    }
+    let scorer_per_token = start.elapsed().as_secs_f64() / (rounds * longest) as f64;
+    let profile = DeviceProfile {
+        model: model.to_string(),
+        kernels: kernels.to_string(),
+        threads: rayon::current_num_threads(),
+        measured: crate::profiles::now_utc(),
+        levels: out,
+        scorer_per_token,
+    };
+    profile.validate().map_err(slo_error)?;
+    Ok(profile)
+}
+
+/// The full model's greedy answers to `prompts` (up to `tokens` each,
+/// ending before a `stop` token): what pairs are compared against.
+pub fn answers(
+    family: &mut dyn Family,
+    prompts: &[SloPrompt],
+    tokens: usize,
+    stop: &[u32],
+) -> Result<Vec<Vec<u32>>> {
+    let m = family.at(1.0)?;
+    prompts
+        .iter()
+        .map(|p| greedy(m, &p.tokens, tokens, stop))
+        .collect()
+}
+
+/// Agreement of the sub-model at `level`, reading `prompt` compressed to
+/// `prompt_level`, with `answer` (the full model's): `(agreeing, counted)`
+/// of its greedy choices teacher-forced along the answer.
+pub fn pair_agreement(
+    family: &mut dyn Family,
+    prompt: &SloPrompt,
+    answer: &[u32],
+    scorer: &Scorer,
+    level: f64,
+    prompt_level: f64,
+) -> Result<(usize, usize)> {
+    if answer.is_empty() {
+        return Ok((0, 0));
+    }
+    let mut text = prompt.compress(scorer, prompt_level)?;
+    let from = text.len();
+    text.extend_from_slice(answer);
+    crate::greedy_agreement(family.at(level)?, &text, from)
+}
+
+/// The quality table of `family` with prompts compressed by `scorer`:
+/// per pair, the share of the full model's answer tokens its greedy choice
+/// agrees with. `progress(done, total)` counts model levels.
+pub fn measure_quality(
+    family: &mut dyn Family,
+    model: &str,
+    prompts: &[SloPrompt],
+    answers: &[Vec<u32>],
+    scorer: &Scorer,
+    prompt_levels: &[f64],
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<QualityTable> {
+    if prompts.len() != answers.len() || answers.iter().all(Vec::is_empty) {
+        return Err(EngineError::Invalid(
+            "a quality table needs an answer of the full model for every prompt, and some tokens in them"
+                .into(),
+        ));
+    }
+    let levels = family.levels();
+    let mut quality = Vec::new();
+    for (i, &level) in levels.iter().enumerate() {
+        progress(i, levels.len());
+        let mut row = Vec::new();
+        for &pl in prompt_levels {
+            let (mut agree, mut count) = (0, 0);
+            for (p, a) in prompts.iter().zip(answers) {
+                let (x, n) = pair_agreement(family, p, a, scorer, level, pl)?;
+                agree += x;
+                count += n;
+            }
+            row.push(agree as f64 / count.max(1) as f64);
+        }
+        quality.push(row);
+    }
+    progress(levels.len(), levels.len());
+    let table = QualityTable {
+        model: model.to_string(),
+        scorer: scorer.name().to_string(),
+        model_levels: levels,
+        prompt_levels: prompt_levels.to_vec(),
+        quality,
+        prompts: prompts.len(),
+        answer_tokens: answers.iter().map(Vec::len).max().unwrap_or(0),
+        measured: crate::profiles::now_utc(),
+    };
+    table.validate().map_err(slo_error)?;
+    Ok(table)
+}
+
+/// One request served at a pair, timed as a client would see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Served {
+    /// Seconds from the request to its first token: scoring, choosing the
+    /// kept tokens, switching the level and the prefill.
+    pub ttft: f64,
+    /// Seconds per output token after the first.
+    pub tpot: f64,
+    /// Seconds of that TTFT spent switching the level.
+    pub switch_secs: f64,
+    /// Seconds of that TTFT spent scoring and selecting prompt tokens.
+    pub score_secs: f64,
+    pub tokens: Vec<u32>,
+}
+
+/// Serves `prompt` at (`level`, `prompt_level`): `tokens` greedy tokens
+/// (no stop token, so every request decodes the same count).
+pub fn serve_pair(
+    family: &mut dyn Family,
+    prompt: &SloPrompt,
+    scorer: &Scorer,
+    level: f64,
+    prompt_level: f64,
+    tokens: usize,
+) -> Result<Served> {
+    let start = Instant::now();
+    let kept = prompt.compress(scorer, prompt_level)?;
+    let score_secs = start.elapsed().as_secs_f64();
+    let switched = Instant::now();
+    let m = family.at(level)?;
+    let switch_secs = switched.elapsed().as_secs_f64();
+    let mut logits = prefill(m, &kept)?;
+    let ttft = start.elapsed().as_secs_f64();
+    let mut out = vec![crate::argmax(&logits).unwrap_or(0)];
+    let decode = Instant::now();
+    while out.len() < tokens.max(2) {
+        logits = m.step(&out[out.len() - 1..])?;
+        out.push(crate::argmax(&logits).unwrap_or(0));
+    }
+    let tpot = decode.elapsed().as_secs_f64() / (out.len() - 1) as f64;
+    Ok(Served {
+        ttft,
+        tpot,
+        switch_secs,
+        score_secs,
+        tokens: out,
+    })
+}

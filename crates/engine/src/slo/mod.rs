@@ -1,0 +1,326 @@
+//! Per-request latency objectives over an elastic target (ELMS's service
+//! half): a run measures once, and caches, its device profile (prefill
+//! and time per token of every level) and its quality table (every model
+//! level × prompt level pair against the full model); then each request
+//! with an [`Slo`] is served by the pair [`arbor_slo::decide`] picks — the
+//! level switched (a pointer move), the prompt's least informative tokens
+//! dropped — and its measured latency is held against the objective.
+
+mod measure;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+pub use arbor_slo::{
+    Bigram, Choice, DeviceProfile, Latency, OnMiss, PROMPT_LEVELS, Pair, QualityTable, Scorer, Slo,
+};
+pub use measure::{
+    Elastic, Family, Served, SloPrompt, Variants, answers, greedy, measure_profile,
+    measure_quality, pair_agreement, prefill, serve_pair,
+};
+
+use crate::open::OpenEvent;
+use crate::profiles::{ProfileStore, stem};
+use crate::{EngineError, GenerateOptions, Generation, Result, Run, TextEvent, Tokenizer};
+use measure::slo_error;
+
+/// Prompt lengths a device profile measures prefill at.
+pub const PROFILE_LENGTHS: [usize; 5] = [32, 64, 128, 256, 512];
+/// Greedy steps a device profile times per level.
+pub const PROFILE_DECODE: usize = 16;
+/// The device profile takes the fastest of this many runs per point.
+pub const PROFILE_REPS: usize = 2;
+/// Share of the objective the decision plans to use: predictions are
+/// medians of a noisy machine, so it leaves this much room.
+pub const HEADROOM: f64 = 0.95;
+
+/// What a run needs to serve objectives.
+#[derive(Debug, Clone)]
+pub struct SloTables {
+    pub profile: DeviceProfile,
+    pub quality: QualityTable,
+    pub scorer: Scorer,
+}
+
+/// Calibration material for tables that are not cached yet.
+pub struct Calibration<'a> {
+    /// Prompts the quality table is measured on.
+    pub prompts: &'a [String],
+    /// Text the bigram scorer counts (Brown by default).
+    pub text: &'a str,
+    /// Answer tokens per prompt.
+    pub answer_tokens: usize,
+}
+
+/// Where a model's objective tables live in the profile store.
+pub struct SloFiles {
+    pub profile: PathBuf,
+    pub quality: PathBuf,
+    pub bigram: PathBuf,
+}
+
+impl SloFiles {
+    pub fn new(store: &ProfileStore, model: &Path, kernels: &str, threads: usize) -> Self {
+        let s = stem(model);
+        Self {
+            profile: store
+                .dir()
+                .join(format!("slo-device-{s}-{kernels}-t{threads}.json")),
+            quality: store.dir().join(format!("slo-quality-{s}.json")),
+            bigram: store.dir().join(format!("slo-bigram-{s}.bin")),
+        }
+    }
+}
+
+/// How one request with an objective was served.
+#[derive(Debug, Clone)]
+pub struct SloReport {
+    pub slo: Slo,
+    pub choice: Choice,
+    /// Measured: scoring, switching and prefill to the first token; the
+    /// decode's time per token after it.
+    pub measured: Latency,
+    /// The full model's predicted latency for this prompt: what the
+    /// objective's fractions are fractions of.
+    pub full: Latency,
+    pub switch_secs: f64,
+    pub score_secs: f64,
+}
+
+impl SloReport {
+    /// Measured latency as fractions of the full model's.
+    pub fn fractions(&self) -> (f64, f64) {
+        (
+            self.measured.ttft / self.full.ttft,
+            self.measured.tpot / self.full.tpot,
+        )
+    }
+
+    /// Whether the measured latency met the objective (a request that made
+    /// fewer than two tokens has no time per token to miss).
+    pub fn met(&self) -> bool {
+        let (t, p) = self.fractions();
+        t <= self.slo.ttft + 1e-9 && (p <= self.slo.tpot + 1e-9 || self.measured.tpot == 0.0)
+    }
+
+    /// `slo ttft=0.5 tpot=0.8 -> model 0.6, prompt 0.8: met` or
+    /// `: missed (why)`.
+    pub fn line(&self) -> String {
+        let (t, p) = self.fractions();
+        let head = format!(
+            "slo ttft={} tpot={} -> {}",
+            self.slo.ttft, self.slo.tpot, self.choice.pair
+        );
+        if self.met() {
+            return format!("{head}: met (ttft {t:.2}, tpot {p:.2} of the full model's)");
+        }
+        let mut why = Vec::new();
+        if !self.choice.met {
+            why.push("no pair was predicted to meet it, so the fastest ran".to_string());
+        }
+        if t > self.slo.ttft {
+            why.push(format!("ttft {t:.2} > {}", self.slo.ttft));
+        }
+        if p > self.slo.tpot {
+            why.push(format!("tpot {p:.2} > {}", self.slo.tpot));
+        }
+        format!("{head}: missed ({})", why.join("; "))
+    }
+}
+
+/// The chat template's own tokens of `text`'s prompt (or the first and
+/// last token without a template), which no prompt level drops.
+pub fn slo_prompt(tokenizer: &Tokenizer, text: &str, chat: bool) -> Result<SloPrompt> {
+    let tokens = crate::encode_prompt(tokenizer, text, chat)?;
+    let empty = match chat {
+        true => crate::encode_prompt(tokenizer, "", true)?,
+        false => Vec::new(),
+    };
+    let protected = arbor_slo::protected_mask(&tokens, &empty);
+    Ok(SloPrompt { tokens, protected })
+}
+
+/// The bigram scorer of `tokenizer`'s tokens counted over `text`, cached in
+/// `path`.
+pub fn bigram(tokenizer: &Tokenizer, text: &str, path: &Path) -> Result<Bigram> {
+    if let Ok(bytes) = std::fs::read(path)
+        && let Ok(b) = Bigram::from_bytes(&bytes)
+        && b.vocab() == tokenizer.vocab_size()
+    {
+        return Ok(b);
+    }
+    let tokens = tokenizer.encode(text)?;
+    let b = Bigram::train(&tokens, tokenizer.vocab_size()).map_err(slo_error)?;
+    // A cache that cannot be written costs a recount next time.
+    let _ = std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))
+        .and_then(|()| std::fs::write(path, b.to_bytes()));
+    Ok(b)
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+impl Run {
+    /// `text`'s prompt and the tokens no prompt level drops.
+    pub fn slo_prompt(&self, text: &str, chat: bool) -> Result<SloPrompt> {
+        slo_prompt(self.engine().tokenizer(), text, chat)
+    }
+
+    /// The run's objective tables: cached ones, or (missing, unreadable,
+    /// or `refresh`) measured now from `calibration` and cached. Needs an
+    /// elastic target.
+    pub fn slo_tables(
+        &mut self,
+        calibration: &Calibration<'_>,
+        refresh: bool,
+        progress: &mut dyn FnMut(OpenEvent<'_>),
+    ) -> Result<SloTables> {
+        let path = self.engine().path().to_path_buf();
+        if self.engine().model().levels().is_none() {
+            return Err(EngineError::Invalid(format!(
+                "{} is not an elastic model: latency objectives choose among its levels \
+                 (make one with `arbor elastic build`)",
+                path.display()
+            )));
+        }
+        let kernels = self.backend().kernels();
+        let files = SloFiles::new(&self.store, &path, kernels, rayon::current_num_threads());
+        let scorer = Scorer::Bigram(bigram(
+            self.engine().tokenizer(),
+            calibration.text,
+            &files.bigram,
+        )?);
+        let name = stem(&path);
+        self.forget_cached();
+        let level = self.config().level.unwrap_or(1.0);
+        let profile = match read_json::<DeviceProfile>(&files.profile) {
+            Some(p) if !refresh && p.validate().is_ok() => p,
+            _ => {
+                let text = self.engine().tokenizer().encode(calibration.text)?;
+                let lengths: Vec<usize> = (PROFILE_LENGTHS.iter().copied())
+                    .filter(|&n| n <= text.len())
+                    .collect();
+                let mut bar = |done, total| {
+                    progress(OpenEvent::Measure {
+                        what: "device profile (levels)",
+                        done,
+                        total,
+                    })
+                };
+                let mut family = Elastic(self.engine_mut().model_mut());
+                let p = measure_profile(
+                    &mut family,
+                    &name,
+                    kernels,
+                    &text,
+                    &lengths,
+                    PROFILE_DECODE,
+                    PROFILE_REPS,
+                    &scorer,
+                    &mut bar,
+                )?;
+                let note = self
+                    .store
+                    .saved(&files.profile, &p, "measured the device profile");
+                progress(OpenEvent::Note(&note));
+                p
+            }
+        };
+        let quality = match read_json::<QualityTable>(&files.quality) {
+            Some(q) if !refresh && q.validate().is_ok() && q.scorer == scorer.name() => q,
+            _ => {
+                let tokenizer = self.engine().tokenizer();
+                let prompts: Vec<SloPrompt> = (calibration.prompts.iter())
+                    .map(|t| slo_prompt(tokenizer, t, true))
+                    .collect::<Result<_>>()?;
+                let stop = tokenizer.stop_ids();
+                let mut family = Elastic(self.engine_mut().model_mut());
+                let answers = answers(&mut family, &prompts, calibration.answer_tokens, &stop)?;
+                let mut bar = |done, total| {
+                    progress(OpenEvent::Measure {
+                        what: "quality table (levels)",
+                        done,
+                        total,
+                    })
+                };
+                let q = measure_quality(
+                    &mut family,
+                    &name,
+                    &prompts,
+                    &answers,
+                    &scorer,
+                    &PROMPT_LEVELS,
+                    &mut bar,
+                )?;
+                let note = self
+                    .store
+                    .saved(&files.quality, &q, "measured the quality table");
+                progress(OpenEvent::Note(&note));
+                q
+            }
+        };
+        self.engine_mut().model_mut().set_level(level)?;
+        Ok(SloTables {
+            profile,
+            quality,
+            scorer,
+        })
+    }
+
+    /// Generates from `prompt` at the pair chosen for `slo`, streaming
+    /// text to `on`; the run's level is switched for it and stays there.
+    /// With [`OnMiss::Refuse`], a request no pair is predicted to meet is
+    /// an error before anything runs.
+    pub fn generate_slo(
+        &mut self,
+        prompt: &SloPrompt,
+        slo: &Slo,
+        tables: &SloTables,
+        on_miss: OnMiss,
+        options: &GenerateOptions,
+        cancel: Option<&std::sync::atomic::AtomicBool>,
+        on: &mut dyn FnMut(TextEvent<'_>),
+    ) -> Result<(Generation, SloReport)> {
+        let start = Instant::now();
+        let n = prompt.tokens.len();
+        let choice = arbor_slo::decide(
+            &tables.profile,
+            &tables.quality,
+            slo,
+            n,
+            prompt.protected_count(),
+            HEADROOM,
+            on_miss,
+        )
+        .map_err(slo_error)?;
+        let kept = prompt.compress(&tables.scorer, choice.pair.prompt)?;
+        let score_secs = start.elapsed().as_secs_f64();
+        let switched = Instant::now();
+        let model = self.engine_mut().model_mut();
+        if model.levels().is_some() {
+            model.set_level(choice.pair.model)?;
+        }
+        // Keys and values cached at another level are not this level's.
+        self.forget_cached();
+        let switch_secs = switched.elapsed().as_secs_f64();
+        let g = self.generate_with(&kept, options, cancel, on)?;
+        let s = &g.stats;
+        let measured = Latency {
+            ttft: score_secs + switch_secs + s.prefill_secs,
+            tpot: match s.generated_tokens {
+                0 | 1 => 0.0,
+                k => s.decode_secs / (k - 1) as f64,
+            },
+        };
+        let report = SloReport {
+            slo: *slo,
+            full: tables.profile.full(n),
+            choice,
+            measured,
+            switch_secs,
+            score_secs,
+        };
+        Ok((g, report))
+    }
+}
