@@ -79,7 +79,13 @@ pub fn run(args: &ServeArgs, device: RunConfig) -> Result<()> {
         context: args.context,
         ..RunConfig::default()
     });
-    let run = Engine::open(&config, &mut progress::open_bar_with(false))?;
+    let mut run = Engine::open(&config, &mut progress::open_bar_with(false))?;
+    // An elastic target serves `arbor.slo` objectives: its tables are read
+    // (or measured once, minutes) before the server listens.
+    let slo = match crate::slo::is_elastic(run.engine().path())? {
+        true => Some(crate::slo::tables(&mut run, 6, 16, false)?),
+        false => None,
+    };
     let options = ServeOptions {
         host: args.host.clone(),
         port: args.port,
@@ -88,6 +94,7 @@ pub fn run(args: &ServeArgs, device: RunConfig) -> Result<()> {
         timeout: Duration::from_secs(args.timeout),
         body_limit: args.body_limit,
         model_id: args.name.clone(),
+        slo,
     };
     let strategy = run.strategy().name();
     arbor_serve::serve_until_signal(run, options, |addr| {

@@ -19,6 +19,7 @@ pub mod build;
 pub mod levels;
 pub mod lora;
 pub mod order;
+pub mod testing;
 
 pub use build::{BuildOptions, BuildReport, DownType, build};
 pub use levels::cuts;

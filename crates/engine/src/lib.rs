@@ -67,6 +67,8 @@ pub enum EngineError {
     VocabularyMismatch { draft: usize, target: usize },
     #[error("{0}")]
     Invalid(String),
+    #[error(transparent)]
+    Slo(#[from] arbor_slo::SloError),
     #[error("loading {path}: {inner}")]
     Load {
         path: PathBuf,

@@ -124,6 +124,49 @@ impl TinyModel {
     }
 }
 
+/// GPT-2's byte-to-character map: every byte is one token of a byte
+/// vocabulary, so any text tokenizes without merges.
+fn byte_chars() -> Vec<char> {
+    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
+    let mut extra = 0;
+    (0..256u32)
+        .map(|b| {
+            if printable(b) {
+                char::from_u32(b).unwrap_or(' ')
+            } else {
+                extra += 1;
+                char::from_u32(255 + extra).unwrap_or(' ')
+            }
+        })
+        .collect()
+}
+
+/// The chat tokens a byte vocabulary has after its 256 bytes.
+pub const BYTE_SPECIALS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+
+/// Adds tokenizer metadata for a vocabulary of the 256 bytes and
+/// [`BYTE_SPECIALS`] (a model's `vocab` must be 259; its chat prompts fall
+/// back to ChatML), with `eos` as the end token if given.
+pub fn add_byte_tokenizer(w: &mut GgufWriter, eos: Option<u32>) {
+    let mut tokens: Vec<Value> = byte_chars()
+        .into_iter()
+        .map(|c| Value::String(c.to_string()))
+        .collect();
+    tokens.extend(BYTE_SPECIALS.iter().map(|s| Value::String(s.to_string())));
+    let types = (0..tokens.len())
+        .map(|i| Value::I32(if i < 256 { 1 } else { 3 }))
+        .collect();
+    w.add_meta("tokenizer.ggml.model", Value::String("gpt2".into()))
+        .add_meta("tokenizer.ggml.pre", Value::String("qwen2".into()))
+        .add_meta("tokenizer.ggml.tokens", Value::Array(tokens))
+        .add_meta("tokenizer.ggml.token_type", Value::Array(types))
+        .add_meta("tokenizer.ggml.merges", Value::Array(vec![]))
+        .add_meta("tokenizer.ggml.add_bos_token", Value::Bool(false));
+    if let Some(eos) = eos {
+        w.add_meta("tokenizer.ggml.eos_token_id", Value::U32(eos));
+    }
+}
+
 /// Writes `w` to a fresh file in the temporary directory and returns its
 /// path; `tag` keeps concurrent tests apart.
 pub fn write_temp(w: &GgufWriter, tag: &str) -> std::path::PathBuf {

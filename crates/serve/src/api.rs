@@ -4,6 +4,7 @@
 //! accepted and dropped; fields arbor honours are checked for type and
 //! range, each failure a 400 naming the field.
 
+use arbor_engine::slo::{OnMiss, Slo};
 use arbor_engine::{ChatMessage, Role, SamplingParams};
 use serde::Deserialize;
 
@@ -59,6 +60,24 @@ pub struct ArborOptions {
     /// field of the chunks (never as content).
     #[serde(default)]
     pub provisional: Option<bool>,
+    /// A latency objective for this request (an elastic model's server).
+    #[serde(default)]
+    pub slo: Option<SloOptions>,
+}
+
+/// `"arbor": {"slo": {"ttft": 0.5, "tpot": 0.8}}`: fractions of the full
+/// model's time to first token and per output token (a part left out is
+/// 1); `"refuse": true` turns a request no pair is predicted to meet away
+/// instead of serving it with the fastest pair.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SloOptions {
+    #[serde(default)]
+    pub ttft: Option<f64>,
+    #[serde(default)]
+    pub tpot: Option<f64>,
+    #[serde(default)]
+    pub refuse: Option<bool>,
 }
 
 /// The fields `/v1/chat/completions` and `/v1/completions` share.
@@ -140,6 +159,7 @@ pub struct Settings {
     pub include_usage: bool,
     pub strategy: Option<String>,
     pub provisional: bool,
+    pub slo: Option<(Slo, OnMiss)>,
 }
 
 impl Common {
@@ -194,6 +214,18 @@ impl Common {
             ));
         }
         let arbor = self.arbor.clone().unwrap_or_default();
+        let slo = match &arbor.slo {
+            None => None,
+            Some(o) => {
+                let slo = Slo::new(o.ttft.unwrap_or(1.0), o.tpot.unwrap_or(1.0))
+                    .map_err(|e| ApiError::invalid_param("arbor.slo", e.to_string()))?;
+                let on_miss = match o.refuse {
+                    Some(true) => OnMiss::Refuse,
+                    _ => OnMiss::Fastest,
+                };
+                Some((slo, on_miss))
+            }
+        };
         Ok(Settings {
             max_tokens,
             sampling: SamplingParams {
@@ -209,6 +241,7 @@ impl Common {
                 .unwrap_or(false),
             strategy: arbor.strategy,
             provisional: arbor.provisional.unwrap_or(false),
+            slo,
         })
     }
 }

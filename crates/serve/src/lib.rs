@@ -46,6 +46,9 @@ pub struct ServeOptions {
     /// The model id `/v1/models` lists and requests must name (defaults to
     /// the target file's stem).
     pub model_id: Option<String>,
+    /// An elastic target's objective tables: requests may then carry an
+    /// `arbor.slo` (without them such requests are refused).
+    pub slo: Option<arbor_engine::slo::SloTables>,
 }
 
 impl Default for ServeOptions {
@@ -58,6 +61,7 @@ impl Default for ServeOptions {
             timeout: Duration::from_secs(300),
             body_limit: 1 << 20,
             model_id: None,
+            slo: None,
         }
     }
 }
@@ -193,10 +197,11 @@ fn launch(
     // A conversation's next turn prefills only its new tokens.
     run.set_prompt_cache(true);
     let (jobs, queue) = mpsc::channel(options.queue);
+    let slo = options.slo.clone();
     let state = routes::State::new(&run, &options, jobs, Arc::new(tokenizer), metrics.clone());
     let worker = std::thread::Builder::new()
         .name("arbor-serve-worker".into())
-        .spawn(move || worker::run_worker(run, queue, metrics))?;
+        .spawn(move || worker::run_worker(run, queue, metrics, slo))?;
     let app = routes::router(state, options.body_limit);
     let thread = std::thread::Builder::new()
         .name("arbor-serve".into())

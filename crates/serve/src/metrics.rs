@@ -23,6 +23,10 @@ pub struct Metrics {
     pub streamed_bytes: AtomicU64,
     /// The last generation's decode speed and tokens per pass.
     pub last: Mutex<(f64, f64)>,
+    /// Requests served with a latency objective, and those that met it
+    /// (measured).
+    pub slo_requests: AtomicU64,
+    pub slo_met: AtomicU64,
 }
 
 impl Metrics {
@@ -62,6 +66,18 @@ impl Metrics {
             "counter",
             "Generations stopped because the client left.",
             get(&self.cancelled).to_string(),
+        );
+        metric(
+            "slo_requests_total",
+            "counter",
+            "Requests served with a latency objective.",
+            get(&self.slo_requests).to_string(),
+        );
+        metric(
+            "slo_met_total",
+            "counter",
+            "Requests whose measured latency met their objective.",
+            get(&self.slo_met).to_string(),
         );
         metric(
             "queue_depth",

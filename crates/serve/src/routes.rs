@@ -233,7 +233,11 @@ async fn chat(
     let settings = request.common.settings()?;
     check_model(&state, &request.common.model)?;
     let prompt = encode(&state, &chat_text(&state, &request.messages)?)?;
-    generate(state, Kind::Chat, prompt, settings).await
+    let protected = match settings.slo {
+        Some(_) => Some(template_tokens(&state, &request.messages, &prompt)?),
+        None => None,
+    };
+    generate(state, Kind::Chat, prompt, protected, settings).await
 }
 
 async fn completions(
@@ -248,7 +252,32 @@ async fn completions(
     // OpenAI's default for completions.
     settings.max_tokens = settings.max_tokens.or(Some(16));
     let prompt = encode(&state, &api::one_prompt(&request.prompt)?)?;
-    generate(state, Kind::Text, prompt, settings).await
+    // A raw prompt keeps its first and last token at every prompt level.
+    let protected = settings
+        .slo
+        .map(|_| arbor_engine::slo::protected_mask(&prompt, &[]));
+    generate(state, Kind::Text, prompt, protected, settings).await
+}
+
+/// Which tokens of a chat prompt its template wrote (and the system
+/// turns): those it shares, before and after, with the same conversation
+/// whose user and assistant turns are empty. No prompt level drops them.
+fn template_tokens(
+    state: &State,
+    messages: &[api::Message],
+    prompt: &[u32],
+) -> Result<Vec<bool>, ApiError> {
+    let mut empty = api::chat_messages(messages)?;
+    for m in &mut empty {
+        if m.role != arbor_engine::Role::System {
+            m.content.clear();
+        }
+    }
+    let text = (state.tokenizer.chat_prompt(&empty))
+        .map_err(|e| ApiError::invalid_param("messages", format!("the chat template: {e}")))?;
+    let ids = (state.tokenizer.encode(&text))
+        .map_err(|e| ApiError::invalid(format!("the prompt could not be tokenized: {e}")))?;
+    Ok(arbor_engine::slo::protected_mask(prompt, &ids))
 }
 
 /// Queues a checked request and answers it.
@@ -256,6 +285,7 @@ async fn generate(
     state: Shared,
     kind: Kind,
     prompt: Vec<u32>,
+    protected: Option<Vec<bool>>,
     settings: Settings,
 ) -> Result<Response, ApiError> {
     let room = state.context.saturating_sub(prompt.len());
@@ -284,6 +314,7 @@ async fn generate(
     let deadline = Instant::now() + state.timeout;
     let job = Job {
         prompt,
+        protected,
         settings: settings.clone(),
         max_tokens,
         out: tx,
@@ -360,11 +391,15 @@ impl Reply {
 
     /// arbor's own account of the generation.
     fn arbor(f: &Finish) -> Value {
-        json!({
+        let mut v = json!({
             "strategy": f.strategy,
             "tokens_per_pass": f.tokens_per_pass,
             "decode_tokens_per_second": f.decode_tok_s,
-        })
+        });
+        if let Some(slo) = &f.slo {
+            v["slo"] = slo.clone();
+        }
+        v
     }
 
     fn whole(&self, text: String, f: &Finish) -> Value {

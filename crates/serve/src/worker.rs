@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use arbor_engine::{Run, StopReason, TextEvent};
+use arbor_engine::slo::{SloError, SloPrompt, SloReport, SloTables, protected_mask};
+use arbor_engine::{EngineError, Run, StopReason, TextEvent};
 use tokio::sync::mpsc;
 
 use crate::api::Settings;
@@ -19,6 +20,8 @@ use crate::stops::StopScanner;
 /// One generation request, as the worker gets it.
 pub struct Job {
     pub prompt: Vec<u32>,
+    /// With an objective: the prompt tokens no prompt level drops.
+    pub protected: Option<Vec<bool>>,
     pub settings: Settings,
     /// Resolved: the request's, or the server's default.
     pub max_tokens: usize,
@@ -54,6 +57,8 @@ pub struct Finish {
     pub tokens_per_pass: f64,
     pub decode_tok_s: f64,
     pub strategy: String,
+    /// How a request with an objective was served (its `arbor.slo`).
+    pub slo: Option<serde_json::Value>,
 }
 
 /// Sets the flag when dropped: held by a request's handler (and its
@@ -67,16 +72,22 @@ impl Drop for CancelOnDrop {
 }
 
 /// Serves jobs until the queue closes (every sender dropped: shutdown).
-pub fn run_worker(mut run: Run, mut jobs: mpsc::Receiver<Job>, metrics: Arc<Metrics>) {
+/// `slo`: the elastic target's tables, for requests with an objective.
+pub fn run_worker(
+    mut run: Run,
+    mut jobs: mpsc::Receiver<Job>,
+    metrics: Arc<Metrics>,
+    slo: Option<SloTables>,
+) {
     while let Some(job) = jobs.blocking_recv() {
         metrics.queued.fetch_sub(1, Ordering::Relaxed);
         metrics.busy.store(1, Ordering::Relaxed);
-        serve(&mut run, job, &metrics);
+        serve(&mut run, job, &metrics, slo.as_ref());
         metrics.busy.store(0, Ordering::Relaxed);
     }
 }
 
-fn serve(run: &mut Run, job: Job, metrics: &Metrics) {
+fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
     let fail = |e: ApiError| {
         metrics.errors.fetch_add(1, Ordering::Relaxed);
         let _ = job.out.send(Out::Failed(e));
@@ -106,7 +117,7 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics) {
     let (mut timed_out, mut gone) = (false, false);
     let provisional = job.settings.provisional;
     let cached_tokens = run.cached_prefix(&job.prompt);
-    let result = run.generate_with(&job.prompt, &options, Some(&job.cancel), &mut |event| {
+    let mut on = |event: TextEvent<'_>| {
         let sent = match event {
             TextEvent::Confirmed(text) => {
                 let text = stops.push(text);
@@ -131,17 +142,59 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics) {
             timed_out = true;
             job.cancel.store(true, Ordering::Relaxed);
         }
-    });
+    };
+    let result = match (&job.settings.slo, slo) {
+        (None, _) => (run.generate_with(&job.prompt, &options, Some(&job.cancel), &mut on))
+            .map(|g| (g, None))
+            .map_err(|e| ApiError::server(e.to_string())),
+        (Some(_), None) => Err(ApiError::invalid_param(
+            "arbor.slo",
+            "this server's model is not elastic: latency objectives choose among an elastic \
+             model's levels (serve a file from `arbor elastic build`)",
+        )),
+        (Some((objective, on_miss)), Some(tables)) => {
+            let prompt = SloPrompt {
+                tokens: job.prompt.clone(),
+                protected: (job.protected.clone())
+                    .unwrap_or_else(|| protected_mask(&job.prompt, &[])),
+            };
+            let level = run.config().level.unwrap_or(1.0);
+            let r = run.generate_slo(
+                &prompt,
+                objective,
+                tables,
+                *on_miss,
+                &options,
+                Some(&job.cancel),
+                &mut on,
+            );
+            // The next request runs at the server's own level.
+            let _ = run.set_level(level);
+            r.map(|(g, report)| (g, Some(report))).map_err(|e| match e {
+                EngineError::Slo(e @ SloError::Unmet { .. }) => ApiError {
+                    code: Some("slo_unmet"),
+                    ..ApiError::invalid_param("arbor.slo", e.to_string())
+                },
+                e => ApiError::server(e.to_string()),
+            })
+        }
+    };
     let strategy = run.strategy().name();
     if *run.strategy() != previous {
         // Back to the server's strategy; it was in use before, so this
         // cannot fail for want of a draft or a plan.
         let _ = run.set_strategy(previous);
     }
-    let g = match result {
-        Ok(g) => g,
-        Err(e) => return fail(ApiError::server(e.to_string())),
+    let (g, report) = match result {
+        Ok(r) => r,
+        Err(e) => return fail(e),
     };
+    if let Some(r) = &report {
+        metrics.slo_requests.fetch_add(1, Ordering::Relaxed);
+        metrics
+            .slo_met
+            .fetch_add(u64::from(r.met()), Ordering::Relaxed);
+    }
     metrics
         .prompt_tokens
         .fetch_add(job.prompt.len() as u64, Ordering::Relaxed);
@@ -175,5 +228,22 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics) {
         tokens_per_pass: g.stats.mean_accepted(),
         decode_tok_s: g.stats.decode_tok_s(),
         strategy,
+        slo: report.as_ref().map(slo_summary),
     }));
+}
+
+/// A served objective as the response's `arbor.slo` reports it.
+fn slo_summary(r: &SloReport) -> serde_json::Value {
+    let (ttft, tpot) = r.fractions();
+    serde_json::json!({
+        "objective": {"ttft": r.slo.ttft, "tpot": r.slo.tpot},
+        "model_level": r.choice.pair.model,
+        "prompt_level": r.choice.pair.prompt,
+        "prompt_tokens_kept": r.choice.kept,
+        "predicted_met": r.choice.met,
+        "ttft_fraction": ttft,
+        "tpot_fraction": tpot,
+        "met": r.met(),
+        "report": r.line(),
+    })
 }

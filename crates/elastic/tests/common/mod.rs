@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arbor_backend_candle::CandleBackend;
-use arbor_elastic::{BuildOptions, DownType, Order, Scores, build};
 use arbor_gguf::{GgmlType, GgufFile, GgufWriter};
 use arbor_model::testing::TinyModel;
 use arbor_model::{Decoder, LanguageModel};
@@ -58,32 +57,8 @@ pub fn tiny(weight_type: GgmlType, seed: u64) -> TinyModel {
     }
 }
 
-pub fn random_scores(m: &TinyModel, seed: u64) -> Scores {
-    let mut s = seed | 1;
-    let mut next = || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 11) as f64 / (1u64 << 53) as f64 - 0.5
-    };
-    Scores {
-        heads: (0..m.layers)
-            .map(|_| (0..m.heads).map(|_| next()).collect())
-            .collect(),
-        neurons: (0..m.layers)
-            .map(|_| (0..m.ffn).map(|_| next()).collect())
-            .collect(),
-    }
-}
-
-pub fn options(order: Order) -> BuildOptions {
-    BuildOptions {
-        levels: vec![0.25, 0.5, 0.75],
-        anchors: vec![0],
-        order,
-        down: DownType::Q8_0,
-    }
-}
+#[allow(unused_imports)]
+pub use arbor_elastic::testing::{options, random_scores};
 
 pub fn load(path: &Path) -> Model {
     Decoder::load(
@@ -98,14 +73,7 @@ pub fn load(path: &Path) -> Model {
 pub fn elastic(m: &TinyModel, tag: &str) -> (Temp, Temp) {
     let source = Temp::write(&m.writer(), tag);
     let out = Temp::new(&format!("{tag}-elastic"));
-    let report = build(
-        &source.0,
-        &out.0,
-        Some(&random_scores(m, m.seed)),
-        &options(Order::Importance),
-        &mut |_, _| {},
-    )
-    .unwrap();
+    let report = arbor_elastic::testing::build_tiny(m, &source.0, &out.0).unwrap();
     assert_eq!(report.levels, vec![0.25, 0.5, 0.75, 1.0]);
     assert!(
         report.level_bytes.windows(2).all(|w| w[0] < w[1]),

@@ -80,7 +80,7 @@ impl SloPrompt {
 }
 
 pub(crate) fn slo_error(e: arbor_slo::SloError) -> EngineError {
-    EngineError::Invalid(e.to_string())
+    EngineError::Slo(e)
 }
 
 /// Prefills `prompt` from an empty cache the way generation does (chunks

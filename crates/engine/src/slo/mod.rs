@@ -13,6 +13,7 @@ use std::time::Instant;
 
 pub use arbor_slo::{
     Bigram, Choice, DeviceProfile, Latency, OnMiss, PROMPT_LEVELS, Pair, QualityTable, Scorer, Slo,
+    SloError, protected_mask,
 };
 pub use measure::{
     Elastic, Family, Served, SloPrompt, Variants, answers, greedy, measure_profile,
@@ -35,7 +36,7 @@ pub const PROFILE_REPS: usize = 2;
 pub const HEADROOM: f64 = 0.95;
 
 /// What a run needs to serve objectives.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SloTables {
     pub profile: DeviceProfile,
     pub quality: QualityTable,
@@ -162,6 +163,15 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
 }
 
 impl Run {
+    /// Runs an elastic target at `level` from now on (rounded down to a
+    /// built level, which is returned); the prompt cache forgets what it
+    /// held, computed at another level.
+    pub fn set_level(&mut self, level: f64) -> Result<f64> {
+        let at = self.engine_mut().model_mut().set_level(level)?;
+        self.forget_cached();
+        Ok(at)
+    }
+
     /// `text`'s prompt and the tokens no prompt level drops.
     pub fn slo_prompt(&self, text: &str, chat: bool) -> Result<SloPrompt> {
         slo_prompt(self.engine().tokenizer(), text, chat)
@@ -297,9 +307,8 @@ impl Run {
         let kept = prompt.compress(&tables.scorer, choice.pair.prompt)?;
         let score_secs = start.elapsed().as_secs_f64();
         let switched = Instant::now();
-        let model = self.engine_mut().model_mut();
-        if model.levels().is_some() {
-            model.set_level(choice.pair.model)?;
+        if self.engine().model().levels().is_some() {
+            self.set_level(choice.pair.model)?;
         }
         // Keys and values cached at another level are not this level's.
         self.forget_cached();

@@ -8,29 +8,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use arbor_engine::{Engine, RunConfig};
-use arbor_gguf::Value;
 use arbor_model::testing::TinyModel;
 use arbor_serve::{ServeOptions, Server};
 
-/// GPT-2's byte-to-character map: every byte is one token of the tiny
-/// vocabulary, so any text tokenizes without merges.
-fn byte_chars() -> Vec<char> {
-    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
-    let mut extra = 0;
-    (0..256u32)
-        .map(|b| {
-            if printable(b) {
-                char::from_u32(b).unwrap()
-            } else {
-                extra += 1;
-                char::from_u32(255 + extra).unwrap()
-            }
-        })
-        .collect()
-}
-
 /// The chat tokens after the 256 bytes.
-pub const SPECIALS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+pub use arbor_model::testing::BYTE_SPECIALS as SPECIALS;
 
 /// A random qwen2-shaped model whose vocabulary is the 256 bytes and the
 /// ChatML tokens (its chat prompts fall back to ChatML), written to a
@@ -58,23 +40,7 @@ pub fn tiny_model(tag: &str, big: bool) -> PathBuf {
         },
     };
     let mut w = model.writer();
-    let mut tokens: Vec<Value> = byte_chars()
-        .into_iter()
-        .map(|c| Value::String(c.to_string()))
-        .collect();
-    tokens.extend(SPECIALS.iter().map(|s| Value::String(s.to_string())));
-    let types = (0..vocab)
-        .map(|i| Value::I32(if i < 256 { 1 } else { 3 }))
-        .collect();
-    w.add_meta("tokenizer.ggml.model", Value::String("gpt2".into()))
-        .add_meta("tokenizer.ggml.pre", Value::String("qwen2".into()))
-        .add_meta("tokenizer.ggml.tokens", Value::Array(tokens))
-        .add_meta("tokenizer.ggml.token_type", Value::Array(types))
-        .add_meta("tokenizer.ggml.merges", Value::Array(vec![]))
-        .add_meta("tokenizer.ggml.add_bos_token", Value::Bool(false));
-    if !big {
-        w.add_meta("tokenizer.ggml.eos_token_id", Value::U32(258));
-    }
+    arbor_model::testing::add_byte_tokenizer(&mut w, (!big).then_some(258));
     let path = std::env::temp_dir().join(format!("arbor-serve-{tag}-{}.gguf", std::process::id()));
     w.write(&path).unwrap();
     path
