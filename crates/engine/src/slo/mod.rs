@@ -30,7 +30,7 @@ pub const PROFILE_LENGTHS: [usize; 5] = [32, 64, 128, 256, 512];
 /// Greedy steps a device profile times per level.
 pub const PROFILE_DECODE: usize = 16;
 /// The device profile takes the fastest of this many runs per point.
-pub const PROFILE_REPS: usize = 2;
+pub const PROFILE_REPS: usize = 3;
 /// Share of the objective the decision plans to use: predictions are
 /// medians of a noisy machine, so it leaves this much room.
 pub const HEADROOM: f64 = 0.95;
