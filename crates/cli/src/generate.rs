@@ -135,7 +135,7 @@ pub fn run(args: &GenerateArgs, device: RunConfig) -> Result<()> {
             };
             let options = run.options().clone();
             let (g, r) =
-                run.generate_slo(&prompt, slo, &tables, on_miss, &options, None, &mut |e| {
+                run.generate_slo(&prompt, (slo, on_miss), &tables, &options, None, &mut |e| {
                     live.event(e)
                 })?;
             (g, Some(r))

@@ -161,9 +161,8 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
             let level = run.config().level.unwrap_or(1.0);
             let r = run.generate_slo(
                 &prompt,
-                objective,
+                (objective, *on_miss),
                 tables,
-                *on_miss,
                 &options,
                 Some(&job.cancel),
                 &mut on,

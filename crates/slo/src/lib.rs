@@ -141,7 +141,10 @@ pub(crate) fn check_ascending(what: &str, xs: &[f64]) -> Result<(), String> {
     if xs.is_empty() {
         return Err(format!("no {what}"));
     }
-    if let Some(w) = xs.windows(2).find(|w| !(w[0] < w[1])) {
+    if let Some(w) = xs
+        .windows(2)
+        .find(|w| w[0].partial_cmp(&w[1]) != Some(std::cmp::Ordering::Less))
+    {
         return Err(format!("{what} not ascending ({} then {})", w[0], w[1]));
     }
     if let Some(&x) = xs.iter().find(|&&x| !(x > 0.0 && x <= 1.0)) {

@@ -75,7 +75,7 @@ pub fn draw_trace(
     if n == 0 || prompts == 0 {
         return Err(SloError::Trace("a trace needs requests and prompts".into()));
     }
-    if !(rate.is_finite() && rate > 0.0) || !alpha.is_finite() {
+    if !(rate.is_finite() && rate > 0.0 && alpha.is_finite()) {
         return Err(SloError::Trace(format!(
             "rate {rate} and skew {alpha} must be finite, the rate positive"
         )));

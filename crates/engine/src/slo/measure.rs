@@ -117,20 +117,30 @@ pub fn greedy(
     Ok(out)
 }
 
-/// Each level's prefill time at each of `lengths` (tokens of `text`,
-/// which must hold the longest) and time per output token over `decode`
-/// greedy steps, each the minimum of `reps` runs. `progress(done, total)`.
+/// What a device profile measures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProfilePlan {
+    /// Prompt lengths prefill is timed at (ascending).
+    pub lengths: Vec<usize>,
+    /// Greedy steps the time per token is taken over.
+    pub decode: usize,
+    /// Runs per point; the fastest counts.
+    pub reps: usize,
+}
+
+/// Each level's prefill time at each of the plan's lengths (tokens of
+/// `text`, which must hold the longest) and time per output token, each
+/// the minimum of the plan's runs; `model` and `kernels` name what was
+/// measured. `progress(done, total)`.
 pub fn measure_profile(
     family: &mut dyn Family,
-    model: &str,
-    kernels: &str,
+    (model, kernels): (&str, &str),
     text: &[u32],
-    lengths: &[usize],
-    decode: usize,
-    reps: usize,
+    plan: &ProfilePlan,
     scorer: &Scorer,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<DeviceProfile> {
+    let (lengths, decode, reps) = (&plan.lengths[..], plan.decode, plan.reps);
     let longest = lengths.iter().copied().max().unwrap_or(0);
     if text.len() < longest.max(2) || decode < 2 || reps == 0 {
         return Err(EngineError::Invalid(format!(

@@ -16,7 +16,7 @@ pub use arbor_slo::{
     SloError, protected_mask,
 };
 pub use measure::{
-    Elastic, Family, Served, SloPrompt, Variants, answers, greedy, measure_profile,
+    Elastic, Family, ProfilePlan, Served, SloPrompt, Variants, answers, greedy, measure_profile,
     measure_quality, pair_agreement, prefill, serve_pair,
 };
 
@@ -219,14 +219,16 @@ impl Run {
                     })
                 };
                 let mut family = Elastic(self.engine_mut().model_mut());
+                let plan = ProfilePlan {
+                    lengths,
+                    decode: PROFILE_DECODE,
+                    reps: PROFILE_REPS,
+                };
                 let p = measure_profile(
                     &mut family,
-                    &name,
-                    kernels,
+                    (&name, kernels),
                     &text,
-                    &lengths,
-                    PROFILE_DECODE,
-                    PROFILE_REPS,
+                    &plan,
                     &scorer,
                     &mut bar,
                 )?;
@@ -285,9 +287,8 @@ impl Run {
     pub fn generate_slo(
         &mut self,
         prompt: &SloPrompt,
-        slo: &Slo,
+        (slo, on_miss): (&Slo, OnMiss),
         tables: &SloTables,
-        on_miss: OnMiss,
         options: &GenerateOptions,
         cancel: Option<&std::sync::atomic::AtomicBool>,
         on: &mut dyn FnMut(TextEvent<'_>),
@@ -307,11 +308,9 @@ impl Run {
         let kept = prompt.compress(&tables.scorer, choice.pair.prompt)?;
         let score_secs = start.elapsed().as_secs_f64();
         let switched = Instant::now();
-        if self.engine().model().levels().is_some() {
-            self.set_level(choice.pair.model)?;
-        }
-        // Keys and values cached at another level are not this level's.
-        self.forget_cached();
+        // Forgets the prompt cache: keys and values cached at another
+        // level are not this level's.
+        self.set_level(choice.pair.model)?;
         let switch_secs = switched.elapsed().as_secs_f64();
         let g = self.generate_with(&kept, options, cancel, on)?;
         let s = &g.stats;
