@@ -71,7 +71,7 @@ fn calibration_prompts() -> Vec<String> {
     ]
 }
 
-fn tables(run: &mut Run, refresh: bool) -> SloTables {
+fn try_tables(run: &mut Run, refresh: bool) -> arbor_engine::Result<SloTables> {
     let text = TEXT.repeat(8);
     let prompts = calibration_prompts();
     let c = Calibration {
@@ -79,7 +79,11 @@ fn tables(run: &mut Run, refresh: bool) -> SloTables {
         text: &text,
         answer_tokens: 8,
     };
-    run.slo_tables(&c, refresh, &mut |_| {}).unwrap()
+    run.slo_tables(&c, refresh, &mut |_| {})
+}
+
+fn tables(run: &mut Run, refresh: bool) -> SloTables {
+    try_tables(run, refresh).unwrap()
 }
 
 #[test]
@@ -242,16 +246,6 @@ fn unmeetable_objectives_are_refused_when_asked_and_plain_models_always() {
     );
 
     let mut run = open(&plain, &store);
-    let text = TEXT.repeat(8);
-    let prompts = calibration_prompts();
-    let c = Calibration {
-        prompts: &prompts,
-        text: &text,
-        answer_tokens: 8,
-    };
-    let e = run
-        .slo_tables(&c, false, &mut |_| {})
-        .unwrap_err()
-        .to_string();
+    let e = try_tables(&mut run, false).unwrap_err().to_string();
     assert!(e.contains("not an elastic model"), "{e}");
 }

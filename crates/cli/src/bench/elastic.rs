@@ -270,6 +270,26 @@ fn switching(m: &mut dyn LanguageModel, levels: &[f64]) -> Result<()> {
     Ok(())
 }
 
+/// Per level, the layers the layer-dropping baseline keeps: the cheapest
+/// whole non-anchor layers to remove (by the importance file's layer
+/// costs) are dropped, as many as the level drops of their units.
+pub(super) fn layer_masks(original: &Path, levels: &[f64]) -> Result<Vec<Vec<bool>>> {
+    let imp = elastic::default_importance(original);
+    let f = arbor_train::ImportanceFile::from_bytes(
+        &std::fs::read(&imp).with_context(|| format!("reading {}", imp.display()))?,
+    )?;
+    let n = f.layer_costs.len();
+    let anchors = (n as f64 * 0.2).round() as usize;
+    let mut cheap: Vec<usize> = (0..n).collect();
+    cheap.sort_by(|&a, &b| f.layer_costs[a].total_cmp(&f.layer_costs[b]));
+    Ok((levels.iter())
+        .map(|&level| {
+            let drop = ((n - anchors) as f64 * (1.0 - level)).round() as usize;
+            (0..n).map(|l| !cheap[..drop].contains(&l)).collect()
+        })
+        .collect())
+}
+
 /// The original model with the cheapest whole non-anchor layers dropped,
 /// as many as each level drops of their units.
 fn drop_layers(
@@ -280,25 +300,16 @@ fn drop_layers(
     refs: &[(Vec<u32>, usize)],
     args: &BenchElasticArgs,
 ) -> Result<Vec<Row>> {
-    let imp = elastic::default_importance(original);
-    let f = arbor_train::ImportanceFile::from_bytes(
-        &std::fs::read(&imp).with_context(|| format!("reading {}", imp.display()))?,
-    )?;
-    let n = f.layer_costs.len();
-    let anchors = (n as f64 * 0.2).round() as usize;
-    let mut cheap: Vec<usize> = (0..n).collect();
-    cheap.sort_by(|&a, &b| f.layer_costs[a].total_cmp(&f.layer_costs[b]));
+    let masks = layer_masks(original, levels)?;
     let mut rows = Vec::new();
     let mut bar = progress::count_bar("layer-dropping levels");
-    for (i, &level) in levels.iter().enumerate() {
+    for (i, (&level, keep)) in levels.iter().zip(&masks).enumerate() {
         bar(i, levels.len());
-        let drop = ((n - anchors) as f64 * (1.0 - level)).round() as usize;
-        let keep: Vec<bool> = (0..n).map(|l| !cheap[..drop].contains(&l)).collect();
-        let mut m = model.without_layers(&keep)?;
+        let mut m = model.without_layers(keep)?;
         rows.push(Row {
             method: "layers".into(),
             level,
-            weights: (n - drop) as f64 / n as f64,
+            weights: keep.iter().filter(|&&k| k).count() as f64 / keep.len() as f64,
             perplexity: perplexity(m.as_mut(), held, args.ctx)?,
             agreement: agreement(m.as_mut(), refs)?,
             prefill_tok_s: None,

@@ -431,20 +431,10 @@ fn layer_family(original: &Path, device: &RunConfig, elastic_run: &Run) -> Resul
         .context("the elastic model has no levels")?
         .to_vec();
     let base = open(device, original)?;
-    let imp = elastic::default_importance(original);
-    let f = arbor_train::ImportanceFile::from_bytes(
-        &std::fs::read(&imp).with_context(|| format!("reading {}", imp.display()))?,
-    )?;
-    let n = f.layer_costs.len();
-    let anchors = (n as f64 * 0.2).round() as usize;
-    let mut cheap: Vec<usize> = (0..n).collect();
-    cheap.sort_by(|&a, &b| f.layer_costs[a].total_cmp(&f.layer_costs[b]));
-    let mut out = Vec::new();
-    for &level in &levels {
-        let drop = ((n - anchors) as f64 * (1.0 - level)).round() as usize;
-        let keep: Vec<bool> = (0..n).map(|l| !cheap[..drop].contains(&l)).collect();
-        out.push((level, base.engine().model().without_layers(&keep)?));
-    }
+    let masks = super::elastic::layer_masks(original, &levels)?;
+    let out = (levels.iter().zip(&masks))
+        .map(|(&level, keep)| Ok((level, base.engine().model().without_layers(keep)?)))
+        .collect::<Result<_>>()?;
     Ok(Variants(out))
 }
 
