@@ -123,7 +123,7 @@ fn default_output(input: &Path, opts: &SlimOptions) -> PathBuf {
 
 /// Up to `max_bytes` of text from `corpus`: every turn of the ShareGPT
 /// conversations, the lines of brown, or the paragraphs of a text file.
-fn corpus_texts(corpus: &str, max_bytes: usize) -> Result<Vec<String>> {
+pub(crate) fn corpus_texts(corpus: &str, max_bytes: usize) -> Result<Vec<String>> {
     let (path, sharegpt) = if Path::new(corpus).exists() {
         (PathBuf::from(corpus), false)
     } else if arbor_fetch::dataset_entry(corpus).is_some() && corpus != "mt-bench" {
@@ -180,7 +180,7 @@ fn sharegpt_turns(text: &str, take: &mut dyn FnMut(&str) -> bool) {
 
 /// Token counts of `texts` with the tokenizer of the GGUF at `model`, on
 /// every core.
-fn count_tokens(model: &Path, texts: &[String], corpus: &str) -> Result<TokenCounts> {
+pub(crate) fn count_tokens(model: &Path, texts: &[String], corpus: &str) -> Result<TokenCounts> {
     let file = arbor_gguf::GgufFile::open(model)?;
     let tokenizer = Tokenizer::from_gguf(file.header())?;
     let (vocab, fingerprint) = vocabulary_fingerprint(file.header())?;

@@ -81,6 +81,17 @@ pub fn elastic_file(model: &str) -> Result<PathBuf> {
     elastic::ensure_built(&path, Order::Importance)
 }
 
+/// The model an elastic file was built from (`arbor.elastic.source`),
+/// beside it or among the fetched models, where it exists.
+pub fn original_of(elastic: &Path) -> Option<PathBuf> {
+    let file = arbor_gguf::GgufFile::open(elastic).ok()?;
+    let name = file.header().get_str("arbor.elastic.source").ok()?.to_string();
+    let beside = elastic.with_file_name(&name);
+    [beside, arbor_fetch::arbor_home().join("models").join(&name)]
+        .into_iter()
+        .find(|p| !name.is_empty() && p.is_file())
+}
+
 pub fn is_elastic(path: &Path) -> Result<bool> {
     let file = arbor_gguf::GgufFile::open(path)?;
     Ok(arbor_model::Layout::from_gguf(file.header())?
@@ -98,10 +109,19 @@ pub fn tables(
 ) -> Result<SloTables> {
     let texts = sharegpt_slice(0, prompts.min(CALIBRATION_POOL))?;
     let text = elastic::calibration_text("brown")?;
+    let original = original_of(run.engine().path());
+    match &original {
+        Some(p) => eprintln!("objectives are fractions of {}'s latency", p.display()),
+        None => eprintln!(
+            "the original of {} was not found: objectives are fractions of its full level's latency",
+            run.engine().path().display()
+        ),
+    }
     let calibration = Calibration {
         prompts: &texts,
         text: &text,
         answer_tokens,
+        reference: original.as_deref(),
     };
     Ok(run.slo_tables(&calibration, refresh, &mut progress::open_bar())?)
 }

@@ -58,6 +58,10 @@ pub struct BuildOptions {
     pub anchors: Vec<usize>,
     pub order: Order,
     pub down: DownType,
+    /// The output head's rows in this order (token ids, most frequent
+    /// first: every token once), so that its first rows are a smaller
+    /// head; `None` keeps token order. Needs an untied head.
+    pub vocab: Option<Vec<u32>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -124,6 +128,22 @@ pub fn build(
         anchors: opts.anchors.clone(),
         cuts: level_cuts,
         order: opts.order.name().to_string(),
+        vocab: opts.vocab.clone(),
+    };
+    elastic.validate(c)?;
+    let head = match (&opts.vocab, &layout.head) {
+        (Some(_), None) => {
+            return Err(ElasticError::Input(
+                "the head is tied to the token embedding: its rows cannot be put in frequency \
+                 order (build without a vocabulary order)"
+                    .into(),
+            ));
+        }
+        (Some(order), Some(h)) => {
+            let rows: Vec<usize> = order.iter().map(|&t| t as usize).collect();
+            Some((h.name.clone(), move_rows(h, file.tensor(&h.name)?.1, &rows)))
+        }
+        (None, _) => None,
     };
     let mut w = GgufWriter::new();
     for (key, value) in &h.metadata {
@@ -147,15 +167,16 @@ pub fn build(
     let in_layers: std::collections::HashSet<&str> = (layout.layers.iter().flatten())
         .map(|e| e.name.as_str())
         .collect();
-    // Tensors outside the layers (embedding, norm, head) as they are.
+    // Tensors outside the layers (embedding, norm, head) as they are, the
+    // head's rows in frequency order where asked.
+    let mut head = head;
     for info in &h.tensors {
         if !in_layers.contains(info.name.as_str()) {
-            w.add_tensor(
-                &info.name,
-                &info.dims,
-                info.ty,
-                file.tensor_bytes(info).to_vec(),
-            );
+            let bytes = match head.take_if(|(name, _)| *name == info.name) {
+                Some((_, moved)) => moved,
+                None => file.tensor_bytes(info).to_vec(),
+            };
+            w.add_tensor(&info.name, &info.dims, info.ty, bytes);
             file.release(info);
         }
     }

@@ -33,6 +33,7 @@ pub fn options(order: Order) -> BuildOptions {
         anchors: vec![0],
         order,
         down: DownType::Q8_0,
+        vocab: None,
     }
 }
 

@@ -78,12 +78,36 @@ fn try_tables(run: &mut Run, refresh: bool) -> arbor_engine::Result<SloTables> {
         prompts: &prompts,
         text: &text,
         answer_tokens: 8,
+        reference: None,
     };
     run.slo_tables(&c, refresh, &mut |_| {})
 }
 
 fn tables(run: &mut Run, refresh: bool) -> SloTables {
     try_tables(run, refresh).unwrap()
+}
+
+#[test]
+fn a_profile_with_the_original_model_holds_objectives_against_it() {
+    let (_files, plain, elastic, store) = files("reference");
+    let mut run = open(&elastic, &store);
+    let own = tables(&mut run, false);
+    assert!(own.profile.reference.is_none());
+    let (text, prompts) = (TEXT.repeat(8), calibration_prompts());
+    let c = Calibration {
+        prompts: &prompts,
+        text: &text,
+        answer_tokens: 8,
+        reference: Some(&plain),
+    };
+    // The cached profile has no reference: measured again, with one.
+    let t = run.slo_tables(&c, false, &mut |_| {}).unwrap();
+    let r = t.profile.reference.as_ref().expect("the original was measured");
+    assert_eq!(r.prefill.len(), 5);
+    assert!(r.tpot > 0.0);
+    assert_eq!(t.profile.full(100).tpot, r.tpot);
+    assert_ne!(t.profile.full(100).tpot, t.profile.tpot(1.0));
+    assert_eq!(run.slo_tables(&c, false, &mut |_| {}).unwrap().profile, t.profile);
 }
 
 #[test]

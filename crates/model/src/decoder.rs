@@ -61,6 +61,9 @@ pub struct Decoder<B: Backend> {
     pub(crate) output: Option<Arc<B::Weight>>,
     /// Rows of the head: the logits' columns.
     pub(crate) head_rows: usize,
+    /// Head rows passes multiply: all of them, or (a head in frequency
+    /// order, see [`crate::Elastic::vocab`]) its first ones.
+    pub(crate) head_keep: usize,
     /// One cache per layer that runs (every block but the skipped ones),
     /// in layer order.
     pub(crate) cache: Vec<B::Kv>,
@@ -212,6 +215,7 @@ impl<B: Backend> Decoder<B> {
             norm,
             output,
             head_rows: layout.head_rows(),
+            head_keep: layout.head_rows(),
             cache,
             resident_bytes,
             keep_last: false,
@@ -458,7 +462,74 @@ impl<B: Backend> Decoder<B> {
                 return Err(ModelError::Invalid("no output head".into()));
             }
         };
-        Ok(b.matmul(&x, head)?)
+        match self.head_keep < self.head_rows {
+            true => Ok(b.matmul_part(&x, head, self.head_keep, 0..self.config.hidden)?),
+            false => Ok(b.matmul(&x, head)?),
+        }
+    }
+
+    /// Logits of [`Decoder::head`] on the host, one row per token of the
+    /// vocabulary: a head in frequency order is put back in token order,
+    /// the tokens past its kept rows `-inf`.
+    fn host_logits(&self, logits: B::Tensor, rows: usize) -> Result<Logits> {
+        let data = self.backend.take_vec(logits)?;
+        let Some(order) = self.elastic.as_ref().and_then(|e| e.vocab.as_ref()) else {
+            return Ok(Logits {
+                rows,
+                vocab: self.head_rows,
+                data,
+            });
+        };
+        let (vocab, keep) = (order.len(), self.head_keep);
+        let mut out = vec![f32::NEG_INFINITY; rows * vocab];
+        for (src, dst) in data.chunks_exact(keep).zip(out.chunks_exact_mut(vocab)) {
+            for (&v, &t) in src.iter().zip(order) {
+                dst[t as usize] = v;
+            }
+        }
+        Ok(Logits {
+            rows,
+            vocab,
+            data: out,
+        })
+    }
+
+    /// Multiplies the first `share` of a frequency-ordered head's rows
+    /// from now on (rounded up to whole groups of eight rows), returning
+    /// how many; the tokens past them get `-inf` logits. 1 is the whole
+    /// head. Models whose head is in token order refuse.
+    pub fn set_head_share(&mut self, share: f64) -> Result<usize> {
+        if !(share > 0.0 && share <= 1.0) {
+            return Err(ModelError::Input(format!(
+                "head share {share} is outside (0, 1]"
+            )));
+        }
+        if self.elastic.as_ref().is_none_or(|e| e.vocab.is_none()) {
+            return Err(ModelError::Input(
+                "only an elastic file built with its head in frequency order runs part of \
+                 its head"
+                    .into(),
+            ));
+        }
+        let rows = self.head_rows;
+        let keep = ((share * rows as f64).ceil() as usize).div_ceil(8) * 8;
+        self.head_keep = keep.clamp(8.min(rows), rows);
+        Ok(self.head_keep)
+    }
+
+    /// The column of each token's logit in [`Decoder::head`]'s output (its
+    /// head row): the token itself unless the head is in frequency order.
+    pub fn head_columns(&self, tokens: &[u32]) -> Vec<usize> {
+        match self.elastic.as_ref().and_then(|e| e.vocab.as_ref()) {
+            None => tokens.iter().map(|&t| t as usize).collect(),
+            Some(order) => {
+                let mut row = vec![0usize; order.len()];
+                for (r, &t) in order.iter().enumerate() {
+                    row[t as usize] = r;
+                }
+                tokens.iter().map(|&t| row[t as usize]).collect()
+            }
+        }
     }
 
     /// The checked pass over input rows `x`: logits of `logit_rows` on
@@ -476,11 +547,7 @@ impl<B: Backend> Decoder<B> {
         if self.keep_last {
             self.kept = Some(x);
         }
-        Ok(Logits {
-            rows: logit_rows.len(),
-            vocab: self.head_rows,
-            data: self.backend.take_vec(logits)?,
-        })
+        self.host_logits(logits, logit_rows.len())
     }
 
     /// Every row is a token of the vocabulary or a vector of the model's
@@ -541,11 +608,7 @@ impl<B: Backend> LanguageModel for Decoder<B> {
             return Ok(None);
         };
         let logits = self.head(x, rows)?;
-        Ok(Some(Logits {
-            rows: rows.len(),
-            vocab: self.head_rows,
-            data: self.backend.take_vec(logits)?,
-        }))
+        Ok(Some(self.host_logits(logits, rows.len())?))
     }
 
     fn cache_len(&self) -> usize {
@@ -576,6 +639,13 @@ impl<B: Backend> LanguageModel for Decoder<B> {
 
     fn set_level(&mut self, level: f64) -> Result<f64> {
         Decoder::set_level(self, level)
+    }
+
+    fn set_head_share(&mut self, share: f64) -> Result<Option<usize>> {
+        match self.elastic.as_ref().is_some_and(|e| e.vocab.is_some()) {
+            true => Decoder::set_head_share(self, share).map(Some),
+            false => Ok(None),
+        }
     }
 
     fn without_layers(&self, keep: &[bool]) -> Result<Box<dyn LanguageModel>> {

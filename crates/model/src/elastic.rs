@@ -29,6 +29,7 @@ const ANCHORS: &str = "arbor.elastic.anchors";
 const HEADS: &str = "arbor.elastic.heads";
 const NEURONS: &str = "arbor.elastic.neurons";
 const ORDER: &str = "arbor.elastic.order";
+const VOCAB: &str = "arbor.elastic.vocab";
 
 /// What one layer keeps at one level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +54,12 @@ pub struct Elastic {
     /// How the units were ranked: `importance`, `file` (unreordered) or
     /// `magnitude` (the baselines are elastic files too).
     pub order: String,
+    /// The output head's rows in frequency order where the file was built
+    /// with one: `vocab[r]` is the token whose logit head row `r` gives,
+    /// the most frequent tokens (special ones first) at the top, so the
+    /// first rows are a smaller head ([`Decoder::set_head_share`]).
+    /// `None`: the head's rows are the tokens in id order.
+    pub vocab: Option<Vec<u32>>,
 }
 
 fn invalid(m: String) -> ModelError {
@@ -114,6 +121,14 @@ impl Elastic {
             anchors: ints(ANCHORS)?,
             cuts,
             order: h.get_str(ORDER).unwrap_or("importance").to_string(),
+            vocab: match h.get(VOCAB) {
+                None => None,
+                Some(_) => Some(
+                    (ints(VOCAB)?.into_iter())
+                        .map(|v| u32::try_from(v).map_err(|_| invalid(format!("token {v}"))))
+                        .collect::<Result<_>>()?,
+                ),
+            },
         };
         e.validate(c)?;
         Ok(Some(e))
@@ -143,6 +158,18 @@ impl Elastic {
         }
         if let Some(&a) = self.anchors.iter().find(|&&a| a >= c.n_layers) {
             return Err(invalid(format!("anchor layer {a} of {}", c.n_layers)));
+        }
+        if let Some(v) = &self.vocab {
+            let mut seen = vec![false; c.vocab_size];
+            let fresh = |t: &u32| {
+                (seen.get_mut(*t as usize)).is_some_and(|s| !std::mem::replace(s, true))
+            };
+            if v.len() != c.vocab_size || !v.iter().all(fresh) {
+                return Err(invalid(format!(
+                    "the head's token order is not an order of the {} tokens",
+                    c.vocab_size
+                )));
+            }
         }
         if self.cuts.len() != self.levels.len() || self.cuts.iter().any(|l| l.len() != c.n_layers) {
             return Err(invalid("a cut per level and layer is missing".into()));
@@ -188,7 +215,7 @@ impl Elastic {
                     .collect(),
             )
         };
-        vec![
+        let mut out = vec![
             (
                 LEVELS.into(),
                 Value::Array(self.levels.iter().map(|&l| Value::F64(l)).collect()),
@@ -201,7 +228,14 @@ impl Elastic {
             (HEADS.into(), flat(|c| c.heads)),
             (NEURONS.into(), flat(|c| c.neurons)),
             (ORDER.into(), Value::String(self.order.clone())),
-        ]
+        ];
+        if let Some(v) = &self.vocab {
+            out.push((
+                VOCAB.into(),
+                Value::Array(v.iter().map(|&t| Value::U32(t)).collect()),
+            ));
+        }
+        out
     }
 
     /// The index of the built level for a requested `level`: the nearest

@@ -192,6 +192,15 @@ impl Layout {
             Err(_) => None,
         };
         let elastic = crate::Elastic::from_header(h, &config)?;
+        if elastic.as_ref().is_some_and(|e| e.vocab.is_some())
+            && head.as_ref().is_none_or(|h| h.rows != vocab)
+        {
+            return Err(ModelError::Invalid(
+                "an elastic file whose head rows are in frequency order needs an untied head \
+                 of the whole vocabulary"
+                    .into(),
+            ));
+        }
         let down_segments: Vec<Vec<TensorEntry>> = (0..config.n_layers)
             .map(|i| down_segments(&config, h, i))
             .collect::<Result<_>>()?;

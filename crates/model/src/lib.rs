@@ -205,6 +205,15 @@ pub trait LanguageModel: Send {
         )))
     }
 
+    /// Multiplies only the first `share` (in (0, 1]) of a frequency-ordered
+    /// output head from now on (see [`Decoder::set_head_share`]): the
+    /// rows kept, or `None` where the head is not ordered (the whole head
+    /// always runs).
+    fn set_head_share(&mut self, share: f64) -> Result<Option<usize>> {
+        let _ = share;
+        Ok(None)
+    }
+
     /// This model without the layers `keep` marks `false` (the residual
     /// passes through them), sharing its weights, with a cache of its own
     /// (see [`Decoder::self_draft_with`]); models that cannot refuse.

@@ -76,6 +76,7 @@ impl<B: Backend + Clone> Decoder<B> {
             output: self.output.clone(),
             cache,
             head_rows: self.head_rows,
+            head_keep: self.head_keep,
             resident_bytes: 0,
             keep_last: false,
             kept: None,

@@ -41,6 +41,7 @@ fn elastic_server(tag: &str) -> (arbor_serve::Server, std::path::PathBuf) {
         prompts: &prompts,
         text: &text,
         answer_tokens: 6,
+        reference: None,
     };
     let tables = run.slo_tables(&calibration, false, &mut |_| {}).unwrap();
     let options = ServeOptions {

@@ -41,6 +41,11 @@ pub struct DeviceProfile {
     /// Seconds the prompt scorer takes per prompt token (paid only when a
     /// prompt level below 1 is chosen).
     pub scorer_per_token: f64,
+    /// The original (unelastified) model's latency, measured the same way
+    /// (its `level` is 1): what objectives are fractions of (ELMS §3.1).
+    /// `None`: the full level is the reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<LevelLatency>,
 }
 
 impl DeviceProfile {
@@ -49,7 +54,7 @@ impl DeviceProfile {
         let bad = |m: String| SloError::Profile(format!("{}: {m}", self.model));
         let levels: Vec<f64> = self.levels.iter().map(|l| l.level).collect();
         check_ascending("levels", &levels).map_err(bad)?;
-        for l in &self.levels {
+        for l in self.levels.iter().chain(&self.reference) {
             if l.prefill.is_empty() {
                 return Err(bad(format!("level {} has no prefill points", l.level)));
             }
@@ -108,9 +113,16 @@ impl DeviceProfile {
     }
 
     /// The full model's latency for a prompt of `prompt` tokens: what an
-    /// SLO's fractions are fractions of.
+    /// SLO's fractions are fractions of — the original model's where the
+    /// profile measured it, else the full level's.
     pub fn full(&self, prompt: usize) -> Latency {
-        self.predict(1.0, prompt, prompt)
+        match &self.reference {
+            Some(r) => Latency {
+                ttft: interpolate(&r.prefill, prompt),
+                tpot: r.tpot,
+            },
+            None => self.predict(1.0, prompt, prompt),
+        }
     }
 }
 
@@ -158,6 +170,7 @@ pub(crate) mod tests {
                 })
                 .collect(),
             scorer_per_token: 1e-6,
+            reference: None,
         }
     }
 
@@ -179,6 +192,18 @@ pub(crate) mod tests {
         assert!(close(p.full(100).ttft, p.prefill(1.0, 100)));
         // Far below the first point the floor holds.
         assert!(p.prefill(1.0, 1) > 0.0);
+        // A measured original model is the reference instead.
+        let mut r = p.clone();
+        r.reference = Some(LevelLatency {
+            level: 1.0,
+            prefill: vec![(32, 0.02), (512, 0.26)],
+            tpot: 0.04,
+        });
+        r.validate().unwrap();
+        assert!(close(r.full(272).ttft, 0.14) && close(r.full(272).tpot, 0.04));
+        assert!(close(r.predict(1.0, 272, 272).ttft, p.full(272).ttft));
+        r.reference.as_mut().unwrap().tpot = f64::NAN;
+        assert!(r.validate().is_err());
     }
 
     #[test]

@@ -131,7 +131,10 @@ pub(crate) fn next_token_loss(
     let rows: Vec<usize> = (0..n - 1).collect();
     let logits = model.head(&h, &rows)?;
     let device = model.backend().device().clone();
-    let targets: Vec<i64> = tokens[1..].iter().map(|&t| t as i64).collect();
+    // A head in frequency order has each token's logit at its head row.
+    let targets: Vec<i64> = (model.head_columns(&tokens[1..]).into_iter())
+        .map(|c| c as i64)
+        .collect();
     let targets = Tensor::<2, Int>::from_data(TensorData::new(targets, [n - 1, 1]), &device);
     let picked = log_softmax(logits.inner().clone(), 1).gather(1, targets);
     Ok(BurnTensor::from_inner(picked.sum().neg().reshape([1, 1])))

@@ -3,11 +3,11 @@
 //! among them by a skew α and arrive as a Poisson process. Each policy
 //! picks a (model level, prompt level) pair per request from its own
 //! device profile and quality table; every request is then served and
-//! timed, and its objective is held against the full model's measured
+//! timed, and its objective is held against the original model's measured
 //! latency on the same prompt. Policies: the elastic model with
 //! bigram-scored prompt levels; the same pairs with tokens dropped at
-//! random; always the full model; whole layers dropped; and prefixes of
-//! the unreordered file. Reports the share of objectives met, quality
+//! random; always the full (original) model; whole layers dropped; and
+//! prefixes of the unreordered file. Reports the share of objectives met, quality
 //! (agreement with the full model's greedy answer), quality where misses
 //! count zero, switching overhead and prediction error; a table and a PNG.
 
@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use arbor_elastic::Order;
 use arbor_engine::slo::{
-    self, DeviceProfile, Elastic, Family, OnMiss, Pair, QualityTable, Scorer, SloPrompt, SloTables,
-    Variants,
+    self, DeviceProfile, Elastic, Family, OnMiss, Pair, QualityTable, Reference, Scorer, SloPrompt,
+    SloTables, Variants,
 };
 use arbor_engine::{Engine, LanguageModel, ProfileStore, Run, RunConfig};
 use arbor_slo::{Slo, TRACE_APPS, draw_trace};
@@ -103,7 +103,7 @@ struct Outcome {
 
 struct Policy {
     name: String,
-    /// Which family serves it: 0 elastic, 1 layers, 2 file.
+    /// Which family serves it: 0 elastic, 1 layers, 2 file, 3 the original.
     family: usize,
     tables: Option<SloTables>,
     scorer: Scorer,
@@ -123,6 +123,9 @@ pub fn run(args: &BenchSloArgs, device: &RunConfig) -> Result<()> {
     let original = arbor_fetch::resolve_model(&args.model)?;
     let elastic_path = elastic::ensure_built(&original, Order::Importance)?;
     let mut run = open(device, &elastic_path)?;
+    // The original model: what objectives are fractions of and answers
+    // are compared with.
+    let mut orig_run = open(device, &original)?;
     let tables = crate::slo::tables(&mut run, args.calibration, args.answer_tokens, args.refresh)?;
     eprint!("{}", crate::slo::profile_table(&tables));
     let bigram = tables.scorer.clone();
@@ -140,7 +143,7 @@ pub fn run(args: &BenchSloArgs, device: &RunConfig) -> Result<()> {
     let mut layers_run = None;
     let mut file_run = None;
     if want("layers") {
-        layers_run = Some(layer_family(&original, device, &run)?);
+        layers_run = Some(layer_family(&original, &orig_run, &run)?);
     }
     if want("file") {
         file_run = Some(open(
@@ -172,20 +175,25 @@ pub fn run(args: &BenchSloArgs, device: &RunConfig) -> Result<()> {
     if want("full") {
         policies.push(Policy {
             name: "full".into(),
-            family: 0,
+            family: 3,
             tables: None,
             scorer: bigram.clone(),
             pairs_of: None,
         });
     }
-    // Reference answers: the full elastic model's greedy continuations.
-    let answers = {
-        let mut f = Elastic(run.engine_mut().model_mut());
-        slo::answers(&mut f, &prompts, args.answer_tokens, &stop)?
+    // Reference answers: the original model's greedy continuations, to
+    // the held-out requests and to the calibration prompts.
+    let (answers, calibration_answers) = {
+        let mut f = Reference(orig_run.engine_mut().model_mut());
+        (
+            slo::answers(&mut f, &prompts, args.answer_tokens, &stop)?,
+            slo::answers(&mut f, &calibration, args.answer_tokens, &stop)?,
+        )
     };
     if let Some(v) = &mut layers_run {
         let name = format!("{}-layers", stem(&original));
-        let t = family_tables(v, &name, &store, &calibration, &bigram, args, &stop, device)?;
+        let calibration = (&calibration[..], &calibration_answers[..]);
+        let t = family_tables(v, &name, &store, calibration, &bigram, args, device)?;
         policies.push(Policy {
             name: "layers dropped".into(),
             family: 1,
@@ -202,12 +210,11 @@ pub fn run(args: &BenchSloArgs, device: &RunConfig) -> Result<()> {
             &store.dir().join(format!("slo-quality-{name}.json")),
             args.refresh,
             || {
-                let answers = slo::answers(&mut f, &calibration, args.answer_tokens, &stop)?;
                 Ok(slo::measure_quality(
                     &mut f,
                     &name,
                     &calibration,
-                    &answers,
+                    &calibration_answers,
                     &bigram,
                     &slo::PROMPT_LEVELS,
                     &mut progress::count_bar("file-order quality"),
@@ -227,11 +234,12 @@ pub fn run(args: &BenchSloArgs, device: &RunConfig) -> Result<()> {
         });
     }
 
-    // Full-model latency per prompt, measured: what objectives are fractions of.
+    // The original model's latency per prompt, measured: what objectives
+    // are fractions of.
     let mut done: HashMap<String, Outcome> = HashMap::new();
     let mut full = Vec::new();
     {
-        let mut f = Elastic(run.engine_mut().model_mut());
+        let mut f = Reference(orig_run.engine_mut().model_mut());
         let mut bar = progress::count_bar("full model per prompt");
         for (i, p) in prompts.iter().enumerate() {
             bar(i, prompts.len());
@@ -244,7 +252,7 @@ pub fn run(args: &BenchSloArgs, device: &RunConfig) -> Result<()> {
                 served: served.clone(),
                 quality: 1.0,
             };
-            done.insert(outcome_key(0, &bigram, i, Pair::FULL), outcome);
+            done.insert(outcome_key(3, &bigram, i, Pair::FULL), outcome);
             full.push(served);
         }
         bar(prompts.len(), prompts.len());
@@ -292,9 +300,10 @@ pub fn run(args: &BenchSloArgs, device: &RunConfig) -> Result<()> {
                         let mut fam: Box<dyn Family + '_> = match policy.family {
                             0 => Box::new(Elastic(run.engine_mut().model_mut())),
                             1 => Box::new(Reborrow(layers_run.as_mut().context("layers")?)),
-                            _ => Box::new(Elastic(
+                            2 => Box::new(Elastic(
                                 file_run.as_mut().context("file")?.engine_mut().model_mut(),
                             )),
+                            _ => Box::new(Reference(orig_run.engine_mut().model_mut())),
                         };
                         let served = slo::serve_pair(
                             fam.as_mut(),
@@ -354,7 +363,7 @@ pub fn run(args: &BenchSloArgs, device: &RunConfig) -> Result<()> {
     }
 
     let mut table = format!(
-        "bench slo: {} requests per trace over {} held-out ShareGPT prompts, Poisson arrivals at {}/s, ELMS Table 3 apps, {} tokens decoded each; objectives held against the full model's measured latency on the same prompt\n",
+        "bench slo: {} requests per trace over {} held-out ShareGPT prompts, Poisson arrivals at {}/s, ELMS Table 3 apps, {} tokens decoded each; objectives held against the original model's measured latency on the same prompt, quality against its answer\n",
         args.requests,
         prompts.len(),
         args.rate,
@@ -421,16 +430,16 @@ fn open(device: &RunConfig, path: &Path) -> Result<Run> {
     )?)
 }
 
-/// The original model with the cheapest whole non-anchor layers dropped,
-/// as many per level as the elastic levels drop of their units.
-fn layer_family(original: &Path, device: &RunConfig, elastic_run: &Run) -> Result<Variants> {
+/// The original model (`base`, loaded from `original`) with the cheapest
+/// whole non-anchor layers dropped, as many per level as the elastic levels
+/// drop of their units.
+fn layer_family(original: &Path, base: &Run, elastic_run: &Run) -> Result<Variants> {
     let levels = elastic_run
         .engine()
         .model()
         .levels()
         .context("the elastic model has no levels")?
         .to_vec();
-    let base = open(device, original)?;
     let masks = super::elastic::layer_masks(original, &levels)?;
     let out = (levels.iter().zip(&masks))
         .map(|(&level, keep)| Ok((level, base.engine().model().without_layers(keep)?)))
@@ -439,15 +448,13 @@ fn layer_family(original: &Path, device: &RunConfig, elastic_run: &Run) -> Resul
 }
 
 /// A baseline family's tables, cached under its name.
-#[allow(clippy::too_many_arguments)]
 fn family_tables(
     v: &mut Variants,
     name: &str,
     store: &ProfileStore,
-    calibration: &[SloPrompt],
+    (calibration, answers): (&[SloPrompt], &[Vec<u32>]),
     scorer: &Scorer,
     args: &BenchSloArgs,
-    stop: &[u32],
     device: &RunConfig,
 ) -> Result<SloTables> {
     let kernels = arbor_engine::pick_backend(device.backend.as_deref())?.kernels();
@@ -469,6 +476,7 @@ fn family_tables(
             };
             Ok(slo::measure_profile(
                 v,
+                None,
                 (name, kernels),
                 &text,
                 &plan,
@@ -481,12 +489,11 @@ fn family_tables(
         &store.dir().join(format!("slo-quality-{name}.json")),
         args.refresh,
         || {
-            let answers = slo::answers(v, calibration, args.answer_tokens, stop)?;
             Ok(slo::measure_quality(
                 v,
                 name,
                 calibration,
-                &answers,
+                answers,
                 scorer,
                 &slo::PROMPT_LEVELS,
                 &mut progress::count_bar(&format!("{name} quality")),

@@ -50,6 +50,15 @@ pub struct BuildArgs {
     /// Calibration tokens for a missing importance file.
     #[arg(long, default_value_t = 4096)]
     tokens: usize,
+    /// Where the output head's frequency order comes from (its first rows
+    /// then make a smaller head, for latency objectives): sharegpt, brown,
+    /// a text file, or `none` to keep token order. A head tied to the
+    /// embedding keeps token order.
+    #[arg(long, default_value = "sharegpt")]
+    vocab_corpus: String,
+    /// Bytes of that corpus counted.
+    #[arg(long, default_value_t = 8 << 20)]
+    vocab_bytes: usize,
 }
 
 /// Where `order`'s elastic file of `model` goes by default.
@@ -83,10 +92,34 @@ pub(crate) fn ensure_built(model: &Path, order: Order) -> Result<PathBuf> {
             importance: None,
             calibration: "brown".into(),
             tokens: 4096,
+            vocab_corpus: "sharegpt".into(),
+            vocab_bytes: 8 << 20,
         })?;
         eprint!("{table}");
     }
     Ok(out)
+}
+
+/// The head's rows most frequent first (special tokens ahead), counted over
+/// `corpus`; `None` for `none` or a head tied to the embedding.
+fn vocab_order(model: &Path, corpus: &str, bytes: usize) -> Result<Option<Vec<u32>>> {
+    let file = arbor_gguf::GgufFile::open(model)?;
+    let h = file.header();
+    if corpus == "none" || arbor_model::Layout::from_gguf(h)?.head.is_none() {
+        return Ok(None);
+    }
+    let texts = crate::slim::corpus_texts(corpus, bytes)?;
+    let counts = crate::slim::count_tokens(model, &texts, corpus)?;
+    let specials = arbor_drafts::slim::special_ids(h, counts.vocab_size())?;
+    eprintln!(
+        "head rows ranked by {} tokens of {corpus} ({} special tokens first)",
+        counts.total(),
+        specials.len()
+    );
+    Ok(Some(arbor_drafts::slim::ranked_ids(
+        counts.counts(),
+        &specials,
+    )?))
 }
 
 /// `arbor elastic build`: the table of levels goes to stdout.
@@ -159,6 +192,7 @@ fn write(args: &BuildArgs) -> Result<String> {
         anchors: anchors.clone(),
         order,
         down,
+        vocab: vocab_order(&model_path, &args.vocab_corpus, args.vocab_bytes)?,
     };
     let report = arbor_elastic::build(
         &model_path,

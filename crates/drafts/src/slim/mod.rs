@@ -28,7 +28,7 @@ pub use counts::{TokenCounts, vocabulary_fingerprint};
 pub use derive::{SlimReport, derive};
 pub use load::{slim_token_ids, widen_if_slim};
 pub use quant::{Quant, SlimOptions};
-pub use select::{kept_ids, special_ids};
+pub use select::{kept_ids, ranked_ids, special_ids};
 pub use widen::SlimDraft;
 
 /// Metadata key of the kept token ids (u32 array, ascending; row `i` of the

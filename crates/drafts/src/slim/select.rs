@@ -71,15 +71,34 @@ pub fn kept_ids(counts: &[u64], k: usize, specials: &[u32]) -> Result<Vec<u32>, 
             k,
         });
     }
-    let mut others: Vec<u32> = (0..vocab as u32)
-        .filter(|&i| !special[i as usize])
-        .collect();
-    // Stable sort on descending count keeps ascending ids among ties.
-    others.sort_by_key(|&i| std::cmp::Reverse(counts[i as usize]));
-    let mut kept: Vec<u32> = (0..vocab as u32).filter(|&i| special[i as usize]).collect();
-    kept.extend_from_slice(&others[..k - n_special]);
+    let mut kept = ranked(counts, &special);
+    kept.truncate(k);
     kept.sort_unstable();
     Ok(kept)
+}
+
+/// Every token of the vocabulary ranked for a head whose first rows are
+/// a smaller head: the special ones (ascending), then the rest by
+/// descending count in `counts`, ties to the lower id.
+pub fn ranked_ids(counts: &[u64], specials: &[u32]) -> Result<Vec<u32>, DraftError> {
+    let vocab = counts.len();
+    let mut special = vec![false; vocab];
+    for &id in specials {
+        *special
+            .get_mut(id as usize)
+            .ok_or(DraftError::TokenOutOfRange { id, vocab })? = true;
+    }
+    Ok(ranked(counts, &special))
+}
+
+fn ranked(counts: &[u64], special: &[bool]) -> Vec<u32> {
+    let vocab = counts.len() as u32;
+    let mut others: Vec<u32> = (0..vocab).filter(|&i| !special[i as usize]).collect();
+    // Stable sort on descending count keeps ascending ids among ties.
+    others.sort_by_key(|&i| std::cmp::Reverse(counts[i as usize]));
+    let mut out: Vec<u32> = (0..vocab).filter(|&i| special[i as usize]).collect();
+    out.extend(others);
+    out
 }
 
 #[cfg(test)]
@@ -112,6 +131,21 @@ mod tests {
         assert!(matches!(
             kept_ids(&counts, 2, &[7]),
             Err(DraftError::TokenOutOfRange { id: 7, vocab: 3 })
+        ));
+    }
+
+    #[test]
+    fn ranked_ids_put_specials_first_then_every_token_by_count() {
+        let counts = [5, 0, 9, 5, 1, 5, 0];
+        let r = ranked_ids(&counts, &[6]).unwrap();
+        assert_eq!(r, vec![6, 2, 0, 3, 5, 4, 1]);
+        // Its prefixes are the slim heads' token sets.
+        let mut head = r[..4].to_vec();
+        head.sort_unstable();
+        assert_eq!(head, kept_ids(&counts, 4, &[6]).unwrap());
+        assert!(matches!(
+            ranked_ids(&counts, &[9]),
+            Err(DraftError::TokenOutOfRange { id: 9, vocab: 7 })
         ));
     }
 }

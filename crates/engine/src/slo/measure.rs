@@ -22,8 +22,20 @@ pub trait Family {
     fn at(&mut self, level: f64) -> Result<&mut dyn LanguageModel>;
 }
 
-/// An elastic model's levels: switching moves prefix views.
+/// An elastic model's levels: switching moves prefix views. Each level
+/// multiplies the same share of a frequency-ordered output head (see
+/// [`at_level`]).
 pub struct Elastic<'a>(pub &'a mut dyn LanguageModel);
+
+/// Runs `model` at the objective's model level `level`: the elastic level
+/// at or below it, and — where the file's head rows are in frequency order
+/// — that share of its head, so the time per token falls with the level
+/// instead of stopping at the head's cost. Returns the level.
+pub fn at_level(model: &mut dyn LanguageModel, level: f64) -> Result<f64> {
+    let at = model.set_level(level)?;
+    model.set_head_share(at)?;
+    Ok(at)
+}
 
 impl Family for Elastic<'_> {
     fn levels(&self) -> Vec<f64> {
@@ -34,7 +46,21 @@ impl Family for Elastic<'_> {
     }
 
     fn at(&mut self, level: f64) -> Result<&mut dyn LanguageModel> {
-        self.0.set_level(level)?;
+        at_level(&mut *self.0, level)?;
+        Ok(&mut *self.0)
+    }
+}
+
+/// One model on its own (the original an elastic file was built from):
+/// its only level is 1.
+pub struct Reference<'a>(pub &'a mut dyn LanguageModel);
+
+impl Family for Reference<'_> {
+    fn levels(&self) -> Vec<f64> {
+        vec![1.0]
+    }
+
+    fn at(&mut self, _level: f64) -> Result<&mut dyn LanguageModel> {
         Ok(&mut *self.0)
     }
 }
@@ -130,57 +156,39 @@ pub struct ProfilePlan {
 
 /// Each level's prefill time at each of the plan's lengths (tokens of
 /// `text`, which must hold the longest) and time per output token, each
-/// the minimum of the plan's runs; `model` and `kernels` name what was
-/// measured. `progress(done, total)`.
+/// the minimum of the plan's runs, and the same of `reference` (the
+/// original model objectives are fractions of) when given; `model` and
+/// `kernels` name what was measured. `progress(done, total)`.
 pub fn measure_profile(
     family: &mut dyn Family,
+    reference: Option<&mut dyn LanguageModel>,
     (model, kernels): (&str, &str),
     text: &[u32],
     plan: &ProfilePlan,
     scorer: &Scorer,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<DeviceProfile> {
-    let (lengths, decode, reps) = (&plan.lengths[..], plan.decode, plan.reps);
-    let longest = lengths.iter().copied().max().unwrap_or(0);
-    if text.len() < longest.max(2) || decode < 2 || reps == 0 {
+    let longest = plan.lengths.iter().copied().max().unwrap_or(0);
+    if text.len() < longest.max(2) || plan.decode < 2 || plan.reps == 0 {
         return Err(EngineError::Invalid(format!(
             "a device profile needs {longest} tokens of text (got {}), ≥ 2 decode steps and ≥ 1 repetition",
             text.len()
         )));
     }
     let levels = family.levels();
+    let total = levels.len() + usize::from(reference.is_some());
     let mut out = Vec::new();
-    let total = levels.len();
     for (i, &level) in levels.iter().enumerate() {
         progress(i, total);
-        let m = family.at(level)?;
-        prefill(m, &text[..lengths[0]])?; // warm-up
-        let mut prefill_points = Vec::new();
-        for &n in lengths {
-            let mut best = f64::INFINITY;
-            for _ in 0..reps {
-                let start = Instant::now();
-                prefill(m, &text[..n])?;
-                best = best.min(start.elapsed().as_secs_f64());
-            }
-            prefill_points.push((n, best));
-        }
-        let mut tpot = f64::INFINITY;
-        for _ in 0..reps {
-            let mut logits = prefill(m, &text[..lengths[0]])?;
-            let start = Instant::now();
-            for _ in 0..decode {
-                let next = crate::argmax(&logits).unwrap_or(0);
-                logits = m.step(&[next])?;
-            }
-            tpot = tpot.min(start.elapsed().as_secs_f64() / decode as f64);
-        }
-        out.push(LevelLatency {
-            level,
-            prefill: prefill_points,
-            tpot,
-        });
+        out.push(measure_level(family.at(level)?, level, text, plan)?);
     }
+    let reference = match reference {
+        Some(m) => {
+            progress(levels.len(), total);
+            Some(measure_level(m, 1.0, text, plan)?)
+        }
+        None => None,
+    };
     progress(total, total);
     // The scorer's cost per token, over the whole text (many times, it is quick).
     let start = Instant::now();
@@ -197,9 +205,46 @@ pub fn measure_profile(
         measured: crate::profiles::now_utc(),
         levels: out,
         scorer_per_token,
+        reference,
     };
     profile.validate().map_err(slo_error)?;
     Ok(profile)
+}
+
+/// One model's prefill curve and time per token under `plan`.
+fn measure_level(
+    m: &mut dyn LanguageModel,
+    level: f64,
+    text: &[u32],
+    plan: &ProfilePlan,
+) -> Result<LevelLatency> {
+    let lengths = &plan.lengths[..];
+    prefill(m, &text[..lengths[0]])?; // warm-up
+    let mut points = Vec::new();
+    for &n in lengths {
+        let mut best = f64::INFINITY;
+        for _ in 0..plan.reps {
+            let start = Instant::now();
+            prefill(m, &text[..n])?;
+            best = best.min(start.elapsed().as_secs_f64());
+        }
+        points.push((n, best));
+    }
+    let mut tpot = f64::INFINITY;
+    for _ in 0..plan.reps {
+        let mut logits = prefill(m, &text[..lengths[0]])?;
+        let start = Instant::now();
+        for _ in 0..plan.decode {
+            let next = crate::argmax(&logits).unwrap_or(0);
+            logits = m.step(&[next])?;
+        }
+        tpot = tpot.min(start.elapsed().as_secs_f64() / plan.decode as f64);
+    }
+    Ok(LevelLatency {
+        level,
+        prefill: points,
+        tpot,
+    })
 }
 
 /// The full model's greedy answers to `prompts` (up to `tokens` each,

@@ -16,13 +16,15 @@ pub use arbor_slo::{
     SloError, protected_mask,
 };
 pub use measure::{
-    Elastic, Family, ProfilePlan, Served, SloPrompt, Variants, answers, greedy, measure_profile,
-    measure_quality, pair_agreement, prefill, serve_pair,
+    Elastic, Family, Reference, ProfilePlan, Served, SloPrompt, Variants, answers, at_level, greedy,
+    measure_profile, measure_quality, pair_agreement, prefill, serve_pair,
 };
 
 use crate::open::OpenEvent;
 use crate::profiles::{ProfileStore, stem};
-use crate::{EngineError, GenerateOptions, Generation, Result, Run, TextEvent, Tokenizer};
+use crate::{
+    EngineError, GenerateOptions, Generation, LanguageModel, Result, Run, TextEvent, Tokenizer,
+};
 use measure::slo_error;
 
 /// Prompt lengths a device profile measures prefill at.
@@ -51,6 +53,10 @@ pub struct Calibration<'a> {
     pub text: &'a str,
     /// Answer tokens per prompt.
     pub answer_tokens: usize,
+    /// The original model the elastic file was built from: the device
+    /// profile measures it too, as the latency objectives are fractions
+    /// of. `None`: the elastic file's full level stands in.
+    pub reference: Option<&'a Path>,
 }
 
 /// Where a model's objective tables live in the profile store.
@@ -164,10 +170,21 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
 
 impl Run {
     /// Runs an elastic target at `level` from now on (rounded down to a
-    /// built level, which is returned); the prompt cache forgets what it
-    /// held, computed at another level.
+    /// built level, which is returned) with its whole output head; the
+    /// prompt cache forgets what it held, computed at another level.
     pub fn set_level(&mut self, level: f64) -> Result<f64> {
-        let at = self.engine_mut().model_mut().set_level(level)?;
+        let model = self.engine_mut().model_mut();
+        let at = model.set_level(level)?;
+        model.set_head_share(1.0)?;
+        self.forget_cached();
+        Ok(at)
+    }
+
+    /// [`Run::set_level`] as an objective's model level: a head in
+    /// frequency order runs the level's share of its rows
+    /// ([`at_level`]).
+    pub fn set_slo_level(&mut self, level: f64) -> Result<f64> {
+        let at = at_level(self.engine_mut().model_mut(), level)?;
         self.forget_cached();
         Ok(at)
     }
@@ -204,9 +221,24 @@ impl Run {
         let name = stem(&path);
         self.forget_cached();
         let level = self.config().level.unwrap_or(1.0);
-        let profile = match read_json::<DeviceProfile>(&files.profile) {
-            Some(p) if !refresh && p.validate().is_ok() => p,
-            _ => {
+        let cached_profile = read_json::<DeviceProfile>(&files.profile).filter(|p| {
+            !refresh
+                && p.validate().is_ok()
+                && p.reference.is_some() == calibration.reference.is_some()
+        });
+        let cached_quality = read_json::<QualityTable>(&files.quality)
+            .filter(|q| !refresh && q.validate().is_ok() && q.scorer == scorer.name());
+        // The original model, where something is to be measured against it.
+        let mut original = match calibration.reference {
+            Some(path) if cached_profile.is_none() || cached_quality.is_none() => {
+                let file = arbor_gguf::GgufFile::open(path)?;
+                Some(crate::load_model(self.backend(), &file, &mut |_, _| {})?)
+            }
+            _ => None,
+        };
+        let profile = match cached_profile {
+            Some(p) => p,
+            None => {
                 let text = self.engine().tokenizer().encode(calibration.text)?;
                 let lengths: Vec<usize> = (PROFILE_LENGTHS.iter().copied())
                     .filter(|&n| n <= text.len())
@@ -226,6 +258,7 @@ impl Run {
                 };
                 let p = measure_profile(
                     &mut family,
+                    original.as_mut().map(|m| &mut **m as &mut dyn LanguageModel),
                     (&name, kernels),
                     &text,
                     &plan,
@@ -239,16 +272,31 @@ impl Run {
                 p
             }
         };
-        let quality = match read_json::<QualityTable>(&files.quality) {
-            Some(q) if !refresh && q.validate().is_ok() && q.scorer == scorer.name() => q,
-            _ => {
+        let quality = match cached_quality {
+            Some(q) => q,
+            None => {
                 let tokenizer = self.engine().tokenizer();
                 let prompts: Vec<SloPrompt> = (calibration.prompts.iter())
                     .map(|t| slo_prompt(tokenizer, t, true))
                     .collect::<Result<_>>()?;
                 let stop = tokenizer.stop_ids();
+                // The answers pairs are held to: the original model's, or
+                // the full level's without one.
+                let answers = match original.as_mut() {
+                    Some(m) => answers(
+                        &mut Reference(m.as_mut()),
+                        &prompts,
+                        calibration.answer_tokens,
+                        &stop,
+                    )?,
+                    None => answers(
+                        &mut Elastic(self.engine_mut().model_mut()),
+                        &prompts,
+                        calibration.answer_tokens,
+                        &stop,
+                    )?,
+                };
                 let mut family = Elastic(self.engine_mut().model_mut());
-                let answers = answers(&mut family, &prompts, calibration.answer_tokens, &stop)?;
                 let mut bar = |done, total| {
                     progress(OpenEvent::Measure {
                         what: "quality table (levels)",
@@ -272,7 +320,7 @@ impl Run {
                 q
             }
         };
-        self.engine_mut().model_mut().set_level(level)?;
+        self.set_level(level)?;
         Ok(SloTables {
             profile,
             quality,
@@ -310,7 +358,7 @@ impl Run {
         let switched = Instant::now();
         // Forgets the prompt cache: keys and values cached at another
         // level are not this level's.
-        self.set_level(choice.pair.model)?;
+        self.set_slo_level(choice.pair.model)?;
         let switch_secs = switched.elapsed().as_secs_f64();
         let g = self.generate_with(&kept, options, cancel, on)?;
         let s = &g.stats;
