@@ -85,7 +85,11 @@ pub fn elastic_file(model: &str) -> Result<PathBuf> {
 /// beside it or among the fetched models, where it exists.
 pub fn original_of(elastic: &Path) -> Option<PathBuf> {
     let file = arbor_gguf::GgufFile::open(elastic).ok()?;
-    let name = file.header().get_str("arbor.elastic.source").ok()?.to_string();
+    let name = file
+        .header()
+        .get_str("arbor.elastic.source")
+        .ok()?
+        .to_string();
     let beside = elastic.with_file_name(&name);
     [beside, arbor_fetch::arbor_home().join("models").join(&name)]
         .into_iter()
@@ -158,14 +162,18 @@ pub fn device(args: &DeviceArgs, device: RunConfig) -> Result<()> {
 pub fn profile_table(t: &SloTables) -> String {
     let p = &t.profile;
     let lengths: Vec<usize> = p.levels[0].prefill.iter().map(|x| x.0).collect();
-    let full_tpot = p.tpot(1.0);
+    let full = |n: usize| p.full(n);
     let mut s = format!(
-        "device profile of {} [{}, {} threads, {}]; scorer {:.2} µs/token\n| level |",
+        "device profile of {} [{}, {} threads, {}]; scorer {:.2} µs/token; shares of {}\n| level |",
         p.model,
         p.kernels,
         p.threads,
         p.measured,
-        p.scorer_per_token * 1e6
+        p.scorer_per_token * 1e6,
+        match p.reference {
+            Some(_) => "the original model (last row)",
+            None => "the full level",
+        }
     );
     for n in &lengths {
         s.push_str(&format!(" prefill {n} (ms, share) |"));
@@ -173,19 +181,21 @@ pub fn profile_table(t: &SloTables) -> String {
     s.push_str(" tpot ms (share) |\n|---|");
     s.push_str(&"---|".repeat(lengths.len() + 1));
     s.push('\n');
-    for l in &p.levels {
-        s.push_str(&format!("| {:.1} |", l.level));
+    let rows = (p.levels.iter().map(|l| (format!("{:.1}", l.level), l)))
+        .chain(p.reference.iter().map(|l| ("original".to_string(), l)));
+    for (name, l) in rows {
+        s.push_str(&format!("| {name} |"));
         for &(n, secs) in &l.prefill {
             s.push_str(&format!(
                 " {:.0} ({:.2}) |",
                 secs * 1e3,
-                secs / p.prefill(1.0, n)
+                secs / full(n).ttft
             ));
         }
         s.push_str(&format!(
             " {:.1} ({:.2}) |\n",
             l.tpot * 1e3,
-            l.tpot / full_tpot
+            l.tpot / full(1).tpot
         ));
     }
     let q = &t.quality;

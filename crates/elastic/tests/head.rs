@@ -78,7 +78,10 @@ fn a_frequency_ordered_head_gives_the_same_logits_and_its_prefix_the_kept_tokens
     assert!(b.set_head_share(0.0).is_err() && b.set_head_share(1.5).is_err());
     assert!(a.set_head_share(0.5).is_err());
     assert_eq!(LanguageModel::set_head_share(&mut a, 0.5).unwrap(), None);
-    assert_eq!(LanguageModel::set_head_share(&mut b, 0.2).unwrap(), Some(40));
+    assert_eq!(
+        LanguageModel::set_head_share(&mut b, 0.2).unwrap(),
+        Some(40)
+    );
 }
 
 #[test]
@@ -88,9 +91,14 @@ fn tied_heads_and_broken_orders_are_refused() {
         ..tiny(GgmlType::Q8_0, 6)
     };
     let source = Temp::write(&tied.writer(), "head-tied");
-    let e = build_with(&tied, &source, Some(order(tied.vocab as u32)), "head-tied-out")
-        .err()
-        .expect("a tied head cannot be reordered");
+    let e = build_with(
+        &tied,
+        &source,
+        Some(order(tied.vocab as u32)),
+        "head-tied-out",
+    )
+    .err()
+    .expect("a tied head cannot be reordered");
     assert!(e.to_string().contains("tied"), "{e}");
 
     let m = tiny(GgmlType::Q8_0, 7);

@@ -102,12 +102,19 @@ fn a_profile_with_the_original_model_holds_objectives_against_it() {
     };
     // The cached profile has no reference: measured again, with one.
     let t = run.slo_tables(&c, false, &mut |_| {}).unwrap();
-    let r = t.profile.reference.as_ref().expect("the original was measured");
+    let r = t
+        .profile
+        .reference
+        .as_ref()
+        .expect("the original was measured");
     assert_eq!(r.prefill.len(), 5);
     assert!(r.tpot > 0.0);
     assert_eq!(t.profile.full(100).tpot, r.tpot);
     assert_ne!(t.profile.full(100).tpot, t.profile.tpot(1.0));
-    assert_eq!(run.slo_tables(&c, false, &mut |_| {}).unwrap().profile, t.profile);
+    // Now cached with its reference: read back, not measured again.
+    let again = run.slo_tables(&c, false, &mut |_| {}).unwrap().profile;
+    assert_eq!(again.measured, t.profile.measured);
+    assert!(again.reference.is_some());
 }
 
 #[test]

@@ -161,9 +161,8 @@ impl Elastic {
         }
         if let Some(v) = &self.vocab {
             let mut seen = vec![false; c.vocab_size];
-            let fresh = |t: &u32| {
-                (seen.get_mut(*t as usize)).is_some_and(|s| !std::mem::replace(s, true))
-            };
+            let fresh =
+                |t: &u32| (seen.get_mut(*t as usize)).is_some_and(|s| !std::mem::replace(s, true));
             if v.len() != c.vocab_size || !v.iter().all(fresh) {
                 return Err(invalid(format!(
                     "the head's token order is not an order of the {} tokens",

@@ -16,8 +16,8 @@ pub use arbor_slo::{
     SloError, protected_mask,
 };
 pub use measure::{
-    Elastic, Family, Reference, ProfilePlan, Served, SloPrompt, Variants, answers, at_level, greedy,
-    measure_profile, measure_quality, pair_agreement, prefill, serve_pair,
+    Elastic, Family, HEAD_SHARE, ProfilePlan, Reference, Served, SloPrompt, Variants, answers,
+    at_level, greedy, measure_profile, measure_quality, pair_agreement, prefill, serve_pair,
 };
 
 use crate::open::OpenEvent;
@@ -31,7 +31,7 @@ use measure::slo_error;
 pub const PROFILE_LENGTHS: [usize; 5] = [32, 64, 128, 256, 512];
 /// Greedy steps a device profile times per level.
 pub const PROFILE_DECODE: usize = 16;
-/// The device profile takes the fastest of this many runs per point.
+/// The device profile takes the median of this many runs per point.
 pub const PROFILE_REPS: usize = 3;
 /// Share of the objective the decision plans to use: predictions are
 /// medians of a noisy machine, so it leaves this much room.
@@ -258,7 +258,9 @@ impl Run {
                 };
                 let p = measure_profile(
                     &mut family,
-                    original.as_mut().map(|m| &mut **m as &mut dyn LanguageModel),
+                    original
+                        .as_mut()
+                        .map(|m| &mut **m as &mut dyn LanguageModel),
                     (&name, kernels),
                     &text,
                     &plan,
