@@ -162,7 +162,6 @@ pub fn device(args: &DeviceArgs, device: RunConfig) -> Result<()> {
 pub fn profile_table(t: &SloTables) -> String {
     let p = &t.profile;
     let lengths: Vec<usize> = p.levels[0].prefill.iter().map(|x| x.0).collect();
-    let full = |n: usize| p.full(n);
     let mut s = format!(
         "device profile of {} [{}, {} threads, {}]; scorer {:.2} µs/token; shares of {}\n| level |",
         p.model,
@@ -189,13 +188,13 @@ pub fn profile_table(t: &SloTables) -> String {
             s.push_str(&format!(
                 " {:.0} ({:.2}) |",
                 secs * 1e3,
-                secs / full(n).ttft
+                secs / p.full(n).ttft
             ));
         }
         s.push_str(&format!(
             " {:.1} ({:.2}) |\n",
             l.tpot * 1e3,
-            l.tpot / full(1).tpot
+            l.tpot / p.full(1).tpot
         ));
     }
     let q = &t.quality;

@@ -131,7 +131,7 @@ pub fn build(
         vocab: opts.vocab.clone(),
     };
     elastic.validate(c)?;
-    let head = match (&opts.vocab, &layout.head) {
+    let mut head = match (&opts.vocab, &layout.head) {
         (Some(_), None) => {
             return Err(ElasticError::Input(
                 "the head is tied to the token embedding: its rows cannot be put in frequency \
@@ -169,7 +169,6 @@ pub fn build(
         .collect();
     // Tensors outside the layers (embedding, norm, head) as they are, the
     // head's rows in frequency order where asked.
-    let mut head = head;
     for info in &h.tensors {
         if !in_layers.contains(info.name.as_str()) {
             let bytes = match head.take_if(|(name, _)| *name == info.name) {

@@ -462,10 +462,13 @@ impl<B: Backend> Decoder<B> {
                 return Err(ModelError::Invalid("no output head".into()));
             }
         };
-        match self.head_keep < self.head_rows {
-            true => Ok(b.matmul_part(&x, head, self.head_keep, 0..self.config.hidden)?),
-            false => Ok(b.matmul(&x, head)?),
-        }
+        crate::weights::part(b, &x, head, self.head_keep, self.config.hidden)
+    }
+
+    /// The token of each head row where the file stores its head in
+    /// frequency order ([`crate::Elastic::vocab`]).
+    fn head_order(&self) -> Option<&[u32]> {
+        self.elastic.as_ref()?.vocab.as_deref()
     }
 
     /// Logits of [`Decoder::head`] on the host, one row per token of the
@@ -473,7 +476,7 @@ impl<B: Backend> Decoder<B> {
     /// the tokens past its kept rows `-inf`.
     fn host_logits(&self, logits: B::Tensor, rows: usize) -> Result<Logits> {
         let data = self.backend.take_vec(logits)?;
-        let Some(order) = self.elastic.as_ref().and_then(|e| e.vocab.as_ref()) else {
+        let Some(order) = self.head_order() else {
             return Ok(Logits {
                 rows,
                 vocab: self.head_rows,
@@ -504,7 +507,7 @@ impl<B: Backend> Decoder<B> {
                 "head share {share} is outside (0, 1]"
             )));
         }
-        if self.elastic.as_ref().is_none_or(|e| e.vocab.is_none()) {
+        if self.head_order().is_none() {
             return Err(ModelError::Input(
                 "only an elastic file built with its head in frequency order runs part of \
                  its head"
@@ -520,7 +523,7 @@ impl<B: Backend> Decoder<B> {
     /// The column of each token's logit in [`Decoder::head`]'s output (its
     /// head row): the token itself unless the head is in frequency order.
     pub fn head_columns(&self, tokens: &[u32]) -> Vec<usize> {
-        match self.elastic.as_ref().and_then(|e| e.vocab.as_ref()) {
+        match self.head_order() {
             None => tokens.iter().map(|&t| t as usize).collect(),
             Some(order) => {
                 let mut row = vec![0usize; order.len()];
@@ -642,7 +645,7 @@ impl<B: Backend> LanguageModel for Decoder<B> {
     }
 
     fn set_head_share(&mut self, share: f64) -> Result<Option<usize>> {
-        match self.elastic.as_ref().is_some_and(|e| e.vocab.is_some()) {
+        match self.head_order().is_some() {
             true => Decoder::set_head_share(self, share).map(Some),
             false => Ok(None),
         }

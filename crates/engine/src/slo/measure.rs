@@ -22,9 +22,9 @@ pub trait Family {
     fn at(&mut self, level: f64) -> Result<&mut dyn LanguageModel>;
 }
 
-/// An elastic model's levels: switching moves prefix views. Each level
-/// multiplies the same share of a frequency-ordered output head (see
-/// [`at_level`]).
+/// An elastic model's levels: switching moves prefix views, and a level
+/// below the whole model runs part of a frequency-ordered output head
+/// ([`at_level`]).
 pub struct Elastic<'a>(pub &'a mut dyn LanguageModel);
 
 /// Share of a frequency-ordered head that levels below the whole model

@@ -284,19 +284,12 @@ impl Run {
                 let stop = tokenizer.stop_ids();
                 // The answers pairs are held to: the original model's, or
                 // the full level's without one.
-                let answers = match original.as_mut() {
-                    Some(m) => answers(
-                        &mut Reference(m.as_mut()),
-                        &prompts,
-                        calibration.answer_tokens,
-                        &stop,
-                    )?,
-                    None => answers(
-                        &mut Elastic(self.engine_mut().model_mut()),
-                        &prompts,
-                        calibration.answer_tokens,
-                        &stop,
-                    )?,
+                let answers = {
+                    let mut from: Box<dyn Family + '_> = match original.as_mut() {
+                        Some(m) => Box::new(Reference(m.as_mut())),
+                        None => Box::new(Elastic(self.engine_mut().model_mut())),
+                    };
+                    answers(from.as_mut(), &prompts, calibration.answer_tokens, &stop)?
                 };
                 let mut family = Elastic(self.engine_mut().model_mut());
                 let mut bar = |done, total| {
