@@ -4,7 +4,7 @@
 
 use arbor_tensor::{
     Backend, GgmlType, Heads, Mask, Result, Rope, WeightData, check_part, matmul_part_padded,
-    reference,
+    matmul_sum_parts, reference, sum_segments,
 };
 use candle_core::quantized::k_quants;
 use candle_core::{Device, Module, Tensor};
@@ -200,6 +200,45 @@ impl Backend for CandleBackend {
             Held::Float(f) => f.matmul_part(xs, x.rows, rows, cols, &mut data),
             Held::Candle(_) => return matmul_part_padded(self, x, w, rows, cols),
         }
+        Ok(HostTensor {
+            data,
+            rows: x.rows,
+            cols: rows,
+        })
+    }
+
+    /// Fused for weights under our kernels (one pass over the rows, each
+    /// output's segments summed in turn); other weights take the parts one
+    /// at a time.
+    fn matmul_sum(
+        &self,
+        x: &HostTensor,
+        w: &CandleWeight,
+        rows: usize,
+        ends: &[usize],
+    ) -> Result<HostTensor> {
+        let segs = sum_segments(ends)?;
+        let end = segs.last().map_or(0, |s| s.end);
+        check_part("matmul_sum", (w.rows, w.cols), rows, &(0..end), x.cols)?;
+        let fused = match &w.mm {
+            Held::Own(q) => q.sum_part(rows, &segs).map(|p| (q, p)),
+            _ => None,
+        };
+        let Some((q, (part, blocks))) = fused else {
+            return matmul_sum_parts(self, x, w, rows, ends);
+        };
+        let narrowed;
+        let xs: &[f32] = match end == x.cols {
+            true => &x.data,
+            false => {
+                narrowed = (x.data.chunks_exact(x.cols))
+                    .flat_map(|r| r[..end].iter().copied())
+                    .collect::<Vec<_>>();
+                &narrowed
+            }
+        };
+        let mut data = vec![0f32; x.rows * rows];
+        q.matmul_sum(xs, x.rows, &part, &blocks, &mut data);
         Ok(HostTensor {
             data,
             rows: x.rows,

@@ -212,16 +212,80 @@ impl QWeight {
     /// `m` rows of `x` (each as wide as those blocks): the part read in
     /// place, with the bits of the part cut out as a matrix of its own.
     pub(crate) fn matmul_part(&self, x: &[f32], m: usize, part: &Part, out: &mut [f32]) {
+        let whole = 0..part.blocks.len();
+        self.matmul_sum(x, m, part, std::slice::from_ref(&whole), out)
+    }
+
+    /// The part over input columns `0..e` (`e` where the last of `segs`
+    /// ends) of the first `rows` rows, with `segs` as ranges of its blocks, if the
+    /// fused sum can multiply it: rows not interleaved, every end on a
+    /// block boundary.
+    pub(crate) fn sum_part(
+        &self,
+        rows: usize,
+        segs: &[Range<usize>],
+    ) -> Option<(Part, Vec<Range<usize>>)> {
+        let len = self.kind.block_len();
+        let end = segs.last()?.end;
+        let part = self.part(rows, &(0..end)).filter(|_| self.grouped == 0)?;
+        let whole = |r: &Range<usize>| r.start.is_multiple_of(len) && r.end.is_multiple_of(len);
+        (segs.iter().all(whole)).then(|| {
+            (
+                part,
+                segs.iter().map(|r| r.start / len..r.end / len).collect(),
+            )
+        })
+    }
+
+    /// [`Self::matmul_part`] summed over `segs` (consecutive ranges of the
+    /// part's blocks, from 0 to its end): each output is each segment's
+    /// product, the same bits as a matrix of that segment alone would give,
+    /// added in order; one pass over the rows instead of one per segment.
+    pub(crate) fn matmul_sum(
+        &self,
+        x: &[f32],
+        m: usize,
+        part: &Part,
+        segs: &[Range<usize>],
+        out: &mut [f32],
+    ) {
+        assert!(
+            segs.first().is_some_and(|s| s.start == 0)
+                && segs.last().is_some_and(|s| s.end == part.blocks.len())
+                && segs.windows(2).all(|w| w[0].end == w[1].start)
+                && segs.iter().all(|s| s.start < s.end),
+            "{segs:?} do not cover the {} blocks of {part:?}",
+            part.blocks.len()
+        );
+        assert!(
+            segs.len() == 1 || self.grouped == 0,
+            "interleaved rows sum in one segment"
+        );
         #[cfg(target_arch = "x86_64")]
-        self.matmul_on(vnni(), x, m, part, out);
+        self.matmul_sum_on(vnni(), x, m, part, segs, out);
         #[cfg(not(target_arch = "x86_64"))]
         unreachable!("QWeight is only built where the kernels run ({m} rows, {part:?})");
     }
 
     /// [`Self::matmul_part`] with the AVX-512 VNNI kernels or the AVX2
-    /// ones (`with_vnni` only where the CPU has them).
-    #[cfg(target_arch = "x86_64")]
+    /// ones (`with_vnni` only where the CPU has them), for the tests.
+    #[cfg(all(target_arch = "x86_64", test))]
     fn matmul_on(&self, with_vnni: bool, x: &[f32], m: usize, part: &Part, out: &mut [f32]) {
+        let whole = 0..part.blocks.len();
+        self.matmul_sum_on(with_vnni, x, m, part, std::slice::from_ref(&whole), out)
+    }
+
+    /// [`Self::matmul_sum`] with the AVX-512 VNNI kernels or the AVX2 ones.
+    #[cfg(target_arch = "x86_64")]
+    fn matmul_sum_on(
+        &self,
+        with_vnni: bool,
+        x: &[f32],
+        m: usize,
+        part: &Part,
+        segs: &[Range<usize>],
+        out: &mut [f32],
+    ) {
         let width = part.blocks.len() * self.kind.block_len();
         assert!(x.len() == m * width && out.len() == m * part.rows);
         assert!(
@@ -255,10 +319,10 @@ impl QWeight {
             unsafe {
                 if with_vnni {
                     vnni::groups(self, part, &act, m, grouped, out_at);
-                    vnni::rows(self, part, &act, m, single, out_at)
+                    vnni::rows(self, part, segs, &act, m, single, out_at)
                 } else {
                     avx2::groups(self, part, &act, m, grouped, out_at);
-                    avx2::rows(self, part, &act, m, single, out_at)
+                    avx2::rows(self, part, segs, &act, m, single, out_at)
                 }
             };
         };
@@ -460,6 +524,7 @@ macro_rules! kernels {
             pub(super) unsafe fn rows(
                 w: &QWeight,
                 part: &Part,
+                segs: &[Range<usize>],
                 act: &Activations,
                 m: usize,
                 rows: Range<usize>,
@@ -504,9 +569,14 @@ macro_rules! kernels {
                         } else {
                             chunk
                         };
-                        let mut b0 = 0;
-                        while b0 < nb {
-                            let blocks = b0..(b0 + step).min(nb);
+                        // Segment by segment (see `QWeight::matmul_sum`),
+                        // each from zero, its sum added to the last's.
+                        let chunks = segs.iter().enumerate().flat_map(|(k, seg)| {
+                            (seg.start..seg.end)
+                                .step_by(step)
+                                .map(move |b0| (k > 0, b0..(b0 + step).min(seg.end), seg.clone()))
+                        });
+                        for (add, blocks, seg) in chunks {
                             let mut r = g0;
                             while r < g1 {
                                 // A lone token takes several rows at once,
@@ -526,8 +596,9 @@ macro_rules! kernels {
                                     r,
                                     act,
                                     t0,
-                                    first: blocks.start == 0,
-                                    last: blocks.end == nb,
+                                    first: blocks.start == seg.start,
+                                    last: blocks.end == seg.end,
+                                    add,
                                     blocks: blocks.clone(),
                                     // From the whole arrays: a kernel call
                                     // may cover several rows.
@@ -557,7 +628,6 @@ macro_rules! kernels {
                                 }
                                 r += g;
                             }
-                            b0 += step;
                         }
                         t0 += n;
                     }
@@ -569,7 +639,7 @@ macro_rules! kernels {
             /// and tokens `t0..t0 + T`, over `blocks`; accumulator (i, t)
             /// at `acc + i * TILE + t` (and `acc_m`, for Q4_K's mins),
             /// starting from zero on the `first` chunk and written to `out`
-            /// as results after the `last`.
+            /// as results after the `last` (added to it, if `add`).
             struct Tile<'a> {
                 w: &'a QWeight,
                 /// The first block of row 0 in the part; `nb` blocks of
@@ -584,6 +654,7 @@ macro_rules! kernels {
                 t0: usize,
                 first: bool,
                 last: bool,
+                add: bool,
                 blocks: Range<usize>,
                 acc: *mut __m256,
                 acc_m: *mut __m128,
@@ -603,6 +674,7 @@ macro_rules! kernels {
                     t0,
                     first,
                     last,
+                    add,
                     blocks,
                     acc,
                     acc_m,
@@ -666,7 +738,8 @@ macro_rules! kernels {
                         if w.kind == Kind::Q4K {
                             v += hsum4(mins[i][t]);
                         }
-                        unsafe { *out.get().add((t0 + t) * out_rows + r + i) = v };
+                        let o = unsafe { out.get().add((t0 + t) * out_rows + r + i) };
+                        unsafe { *o = if add { *o + v } else { v } };
                     }
                 }
             }

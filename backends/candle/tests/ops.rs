@@ -543,3 +543,61 @@ fn weight_parts_and_interleaved_heads_match_host_math() {
         assert_close(&got, &want, 1e-5, &format!("{h:?}"));
     }
 }
+
+/// A sum over segments (an elastic layer's down projection held whole)
+/// gives the bits of its parts multiplied one at a time and added in
+/// order — fused under our kernels, part by part for candle-held, float
+/// and interleaved K-quant weights — and bad segment ends are errors.
+#[test]
+fn segment_sums_equal_their_parts_added_bit_for_bit() {
+    let mut g = Gen(0x5e9);
+    let (m, k) = (24, 512);
+    for (be, ty) in [
+        (CandleBackend::new(), GgmlType::Q8_0),
+        (CandleBackend::new(), GgmlType::Q5_0),
+        (CandleBackend::new(), GgmlType::Q6_K),
+        (CandleBackend::new(), GgmlType::F32),
+        (CandleBackend::new().with_candle_kernels(), GgmlType::Q8_0),
+    ] {
+        let bytes = match ty {
+            GgmlType::F32 => g.vec(m * k).iter().flat_map(|v| v.to_le_bytes()).collect(),
+            _ => random_blocks(ty, m * k / ty.block_len(), &mut g),
+        };
+        let w = be
+            .weight(WeightData {
+                name: "w",
+                ty,
+                rows: m,
+                cols: k,
+                bytes: &bytes,
+            })
+            .unwrap();
+        let ends: &[usize] = match ty {
+            GgmlType::Q6_K => &[256, 512],
+            _ => &[64, 96, 256, 512],
+        };
+        for (rows, upto, n) in [(24, ends.len(), 1), (16, ends.len() - 1, 5), (8, 1, 9)] {
+            let x = be.tensor(&g.vec(n * k), n, k).unwrap();
+            let got = be.to_vec(&be.matmul_sum(&x, &w, rows, &ends[..upto]).unwrap());
+            let want = be
+                .to_vec(&arbor_tensor::matmul_sum_parts(&be, &x, &w, rows, &ends[..upto]).unwrap());
+            let (got, want) = (got.unwrap(), want.unwrap());
+            assert_eq!(got.len(), n * rows);
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{ty}: rows ..{rows}, ends {:?}, {n} tokens",
+                &ends[..upto]
+            );
+        }
+        let x = be.tensor(&g.vec(2 * k), 2, k).unwrap();
+        for bad in [&[][..], &[64, 64], &[96, 64], &[0, 64], &[64, k + 32]] {
+            assert!(be.matmul_sum(&x, &w, 8, bad).is_err(), "{ty}: ends {bad:?}");
+        }
+        assert!(
+            be.matmul_sum(&x, &w, m + 1, &[64]).is_err(),
+            "{ty}: too many rows"
+        );
+    }
+}

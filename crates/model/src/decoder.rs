@@ -426,7 +426,11 @@ impl<B: Backend> Decoder<B> {
             let gate = probe(mlp(&m.gate, Proj::Gate, 0..own)?, i, |p| &p.gate)?;
             let up = probe(mlp(&m.up, Proj::Up, 0..own)?, i, |p| &p.up)?;
             let act = probe(b.swiglu(&gate, &up)?, i, |p| &p.down)?;
-            let mut down = down_sum(b, None, &act, &m.down, d, 0..own)?;
+            let mut down = match (&suffix, m.down.as_slice(), elastic) {
+                // A whole elastic layer: its segments summed in one pass.
+                (None, [whole], Some(e)) => b.matmul_sum(&act, whole, d, &e.down_ends(i, own))?,
+                _ => down_sum(b, None, &act, &m.down, d, 0..own)?,
+            };
             let mut act = act;
             if let Some((lent, held)) = &suffix {
                 let (s, rest) = (&lent.mlp, *held..cut.neurons);

@@ -256,6 +256,20 @@ impl Elastic {
             })
     }
 
+    /// Where layer `layer`'s down projection segments end, up to neuron
+    /// `upto` (a level's cut, so the last end): the levels' cuts, in order,
+    /// without repeats — where `arbor elastic build` cuts the stored
+    /// segments (see [`crate::split`]).
+    pub fn down_ends(&self, layer: usize, upto: usize) -> Vec<usize> {
+        let mut ends: Vec<usize> = (self.cuts.iter())
+            .map(|c| c[layer].neurons)
+            .filter(|&n| n > 0 && n < upto)
+            .collect();
+        ends.dedup();
+        ends.push(upto);
+        ends
+    }
+
     /// Bytes of the layer weights level `level` (an index) multiplies per
     /// token in a file of layout `layout` (norms and biases aside).
     pub fn level_bytes(&self, layout: &Layout, level: usize) -> u64 {
@@ -265,15 +279,8 @@ impl Elastic {
             let cut = self.cuts[level][i];
             let heads = cut.heads as f64 / c.heads.n_heads as f64;
             let neurons = cut.neurons as f64 / c.ffn_hidden as f64;
-            // Where the next down segment's neurons start.
-            let mut seg_start = 0;
             for t in entries.iter().filter(|t| t.rows > 1) {
                 let share = match t.name.rsplit('.').nth(1) {
-                    _ if t.name.contains(".ffn_down.weight.seg") => {
-                        let kept = cut.neurons.saturating_sub(seg_start).min(t.cols);
-                        seg_start += t.cols;
-                        kept as f64 / t.cols as f64
-                    }
                     Some("attn_q" | "attn_output") => heads,
                     Some("ffn_gate" | "ffn_up" | "ffn_down") => neurons,
                     _ => 1.0,

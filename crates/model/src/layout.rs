@@ -158,15 +158,14 @@ pub struct Layout {
     pub head: Option<TensorEntry>,
     /// The final norm, `[1, hidden]`.
     pub norm: TensorEntry,
-    /// Each layer's tensors, in the order the forward pass uses them; an
-    /// elastic file's down projection as its stored segments.
+    /// Each layer's tensors, in the order the forward pass uses them.
     pub layers: Vec<Vec<TensorEntry>>,
     /// The levels of an elastic file (see [`crate::Elastic`]).
     pub elastic: Option<crate::Elastic>,
     /// Each layer's down projection stored again as column segments between
-    /// consecutive elastic levels (`blk.N.ffn_down.weight.segK`): what the
-    /// decoder multiplies, one after another, and what split layers hold
-    /// and stream (see [`crate::split`]); empty where the file has none.
+    /// consecutive elastic levels (`blk.N.ffn_down.weight.segK`): what split
+    /// layers hold and stream (see [`crate::split`]); empty where the file
+    /// has none. Whole layers hold the whole matrix.
     pub down_segments: Vec<Vec<TensorEntry>>,
 }
 
@@ -204,21 +203,6 @@ impl Layout {
         let down_segments: Vec<Vec<TensorEntry>> = (0..config.n_layers)
             .map(|i| down_segments(&config, h, i))
             .collect::<Result<_>>()?;
-        // Where the file stores them, a layer's down projection is its
-        // segments: each a matrix that reads contiguously.
-        let mut layers: Vec<Vec<TensorEntry>> = layers;
-        for (entries, segs) in layers.iter_mut().zip(&down_segments) {
-            if let Some(at) = (!segs.is_empty())
-                .then(|| {
-                    entries
-                        .iter()
-                        .position(|e| e.name.ends_with(".ffn_down.weight"))
-                })
-                .flatten()
-            {
-                entries.splice(at..=at, segs.iter().cloned());
-            }
-        }
         Ok(Self {
             config,
             embedding,

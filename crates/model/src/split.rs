@@ -6,19 +6,22 @@
 //! and the rest is one contiguous range of the file. The down projection's
 //! neurons are its columns; `arbor elastic build` stores them a second time
 //! as column segments between consecutive levels
-//! (`blk.N.ffn_down.weight.segK`, see [`Layout::down_segments`]), and the
-//! decoder holds and multiplies a layer's down projection as those
-//! segments, so the prefix and the suffix are each whole matrices that read
-//! contiguously and load without a copy.
+//! (`blk.N.ffn_down.weight.segK`, see [`Layout::down_segments`]); a split
+//! layer holds and streams its down projection as those segments, so the
+//! prefix and the suffix are each whole matrices that read contiguously
+//! and load without a copy. Whole layers hold the whole matrix.
 //!
 //! A split layer's full pass computes the prefix's MLP and then the
 //! suffix's. Gate and up rows are independent outputs; the down projection
-//! sums over neurons, so every elastic layer — split or whole — adds its
-//! segments' products one at a time in level order (`weights::down_sum`, used by the
-//! decoder), and the split layer's result is the whole layer's bit for bit. (Summed in
-//! any other order the last bits differ, and on a real model a last-bit
-//! difference can flip an activation's 8-bit quantization in a later layer:
-//! the 0.5B's logits moved by ~0.2 from one split layer.)
+//! sums over neurons, so every elastic layer — split or whole — sums it
+//! segment by segment in level order: a split layer adds its segments'
+//! products one at a time (`weights::down_sum`), a whole layer multiplies
+//! its one matrix with [`Backend::matmul_sum`] over the same segments (one
+//! pass where the backend fuses it), and the split layer's result is the
+//! whole layer's bit for bit. (Summed in any other order the last bits
+//! differ, and on a real model a last-bit difference can flip an
+//! activation's 8-bit quantization in a later layer: the 0.5B's logits
+//! moved by ~0.2 from one split layer.)
 
 use std::sync::Arc;
 

@@ -24,8 +24,9 @@ pub(crate) struct Attention<B: Backend> {
 pub struct Mlp<B: Backend> {
     pub(crate) gate: B::Weight,
     pub(crate) up: B::Weight,
-    /// The down projection: one matrix, or an elastic file's column
-    /// segments between levels, in order (see [`crate::split`]).
+    /// The down projection: one matrix (a whole layer's), or a split
+    /// layer's held or lent column segments between levels, in order (see
+    /// [`crate::split`]).
     pub(crate) down: Vec<B::Weight>,
 }
 

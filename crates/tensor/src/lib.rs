@@ -277,6 +277,25 @@ pub trait Backend: Clone + Send + Sync + 'static {
     ) -> Result<Self::Tensor> {
         matmul_part_padded(self, x, w, rows, cols)
     }
+    /// The first `rows` outputs of `w` over its input columns `0..e` for
+    /// `e`, the last of `ends`, summed segment by segment: the part over
+    /// each segment `ends[k - 1]..ends[k]` (from 0) multiplied alone (as
+    /// [`Backend::matmul_part`]), then the products added in order. An
+    /// elastic layer's down projection is one matrix whose levels end on
+    /// segment boundaries; summed this way a level's result does not
+    /// depend on whether its segments are held as one matrix or several
+    /// (split layers, see `arbor-model`'s `split`), bit for bit.
+    ///
+    /// The default multiplies and adds the parts one at a time.
+    fn matmul_sum(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        rows: usize,
+        ends: &[usize],
+    ) -> Result<Self::Tensor> {
+        matmul_sum_parts(self, x, w, rows, ends)
+    }
     /// `x [n, k] · m [k, m_cols]` for a small float matrix held as a tensor
     /// (a LoRA adapter's factors; tracked where the backend trains). Sums
     /// run over `k` in order, one output at a time, so a row's result does
@@ -396,6 +415,53 @@ pub fn matmul_part_padded<B: Backend>(
         .flat_map(|r| r[..rows].iter().copied())
         .collect();
     b.tensor(&kept, n, rows)
+}
+
+/// The segments `0..ends[0]`, `ends[0]..ends[1]`, … of
+/// [`Backend::matmul_sum`], checked to be increasing and non-empty.
+pub fn sum_segments(ends: &[usize]) -> Result<Vec<std::ops::Range<usize>>> {
+    let mut start = 0;
+    let mut segs = Vec::with_capacity(ends.len());
+    for &end in ends {
+        if end <= start {
+            return Err(Error::Shape {
+                op: "matmul_sum",
+                detail: format!("segment ends {ends:?} are not increasing from above 0"),
+            });
+        }
+        segs.push(start..end);
+        start = end;
+    }
+    match segs.is_empty() {
+        true => Err(Error::Shape {
+            op: "matmul_sum",
+            detail: "no segments".into(),
+        }),
+        false => Ok(segs),
+    }
+}
+
+/// [`Backend::matmul_sum`] one part at a time: the default, and the
+/// fallback of backends for weights their fused kernels do not hold.
+pub fn matmul_sum_parts<B: Backend>(
+    b: &B,
+    x: &B::Tensor,
+    w: &B::Weight,
+    rows: usize,
+    ends: &[usize],
+) -> Result<B::Tensor> {
+    let mut acc: Option<B::Tensor> = None;
+    for seg in sum_segments(ends)? {
+        let product = b.matmul_part(x, w, rows, seg)?;
+        acc = Some(match acc {
+            Some(a) => b.add(&a, &product)?,
+            None => product,
+        });
+    }
+    acc.ok_or_else(|| Error::Shape {
+        op: "matmul_sum",
+        detail: "no segments".into(),
+    })
 }
 
 /// Reference implementations on host slices, used by backends for the odd op

@@ -262,3 +262,82 @@ fn parts_equal_the_part_cut_out_bit_for_bit() {
         }
     }
 }
+
+/// A part summed segment by segment in one pass gives the bits of each
+/// segment cut out as a matrix of its own, multiplied alone and the
+/// products added in order — for one token or many, rows short enough to
+/// take in one pass or long enough to take in chunks that straddle the
+/// segments.
+#[test]
+fn segment_sums_equal_the_segments_added_bit_for_bit() {
+    if !available() {
+        return;
+    }
+    let mut g = Gen(0x5e6);
+    // (kind, scale offsets, blocks per row, segment ends in blocks)
+    type Case = (Kind, GgmlType, &'static [usize], usize, &'static [usize]);
+    let cases: [Case; 5] = [
+        (Kind::Q8_0, GgmlType::Q8_0, &[0], 9, &[2, 3, 7, 9]),
+        (Kind::Q5_0, GgmlType::Q5_0, &[0], 9, &[4, 5]),
+        (Kind::Q8_0, GgmlType::Q8_0, &[0], 120, &[50, 51, 120]),
+        (Kind::Q4K, GgmlType::Q4_K, &[0, 2], 5, &[1, 3, 5]),
+        (Kind::Q6K, GgmlType::Q6_K, &[208], 5, &[2, 4]),
+    ];
+    for (kind, ty, scale_at, nb, ends) in cases {
+        let rows = 37;
+        let (len, size) = (kind.block_len(), kind.block_bytes());
+        let bytes = blocks(kind, rows * nb, &mut g, scale_at);
+        let w = QWeight::with_layout(ty, rows, nb * len, &bytes, false).unwrap();
+        let segs: Vec<Range<usize>> = std::iter::once(0)
+            .chain(ends.iter().copied())
+            .collect::<Vec<_>>()
+            .windows(2)
+            .map(|e| e[0] * len..e[1] * len)
+            .collect();
+        for keep in [37, 16] {
+            let (part, blocks) = w.sum_part(keep, &segs).unwrap();
+            let width = part.blocks.len() * len;
+            for m in [1usize, 3, 9] {
+                let x: Vec<f32> = (0..m * width).map(|_| g.f32()).collect();
+                for with_vnni in [false, vnni()] {
+                    let mut got = vec![f32::NAN; m * keep];
+                    w.matmul_sum_on(with_vnni, &x, m, &part, &blocks, &mut got);
+                    let mut want = vec![0f32; m * keep];
+                    for (k, seg) in blocks.iter().enumerate() {
+                        let cut: Vec<u8> = (0..keep)
+                            .flat_map(|r| {
+                                &bytes[(r * nb + seg.start) * size..(r * nb + seg.end) * size]
+                            })
+                            .copied()
+                            .collect();
+                        let sw = seg.len() * len;
+                        let alone = QWeight::with_layout(ty, keep, sw, &cut, false).unwrap();
+                        let xs: Vec<f32> = (x.chunks_exact(width))
+                            .flat_map(|r| r[seg.start * len..seg.end * len].iter().copied())
+                            .collect();
+                        let mut product = vec![0f32; m * keep];
+                        alone.matmul_on(with_vnni, &xs, m, &alone.whole(), &mut product);
+                        for (o, p) in want.iter_mut().zip(&product) {
+                            *o = if k == 0 { *p } else { *o + *p };
+                        }
+                    }
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same,
+                        "{ty}: {nb} blocks, ends {ends:?}, rows ..{keep}, {m} tokens, vnni {with_vnni}"
+                    );
+                }
+            }
+        }
+    }
+    // Interleaved rows and ends inside a block are not fused.
+    let bytes = blocks(Kind::Q6K, 16 * 2, &mut g, &[208]);
+    let w = QWeight::with_layout(GgmlType::Q6_K, 16, 512, &bytes, true).unwrap();
+    assert!(w.sum_part(16, &[0..256, 256..512]).is_none());
+    let bytes = blocks(Kind::Q8_0, 8 * 2, &mut g, &[0]);
+    let w = QWeight::new(GgmlType::Q8_0, 8, 64, &bytes).unwrap();
+    assert!(w.sum_part(8, &[0..16, 16..64]).is_none());
+}
