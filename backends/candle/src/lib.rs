@@ -115,7 +115,7 @@ impl CandleBackend {
     }
 
     /// This backend with the matmul kernels it runs here:
-    /// `candle-qmm3-vnni`, `candle-qmm3-avx2` (ours, see [`qmm`]) or
+    /// `candle-qmm4-vnni`, `candle-qmm4-avx2` (ours, see [`qmm`]) or
     /// `candle` (candle-core's). Anything measured with one (latency
     /// profiles) is stale for another; the number changes when our kernels'
     /// speeds do.
@@ -125,8 +125,8 @@ impl CandleBackend {
         }
         #[cfg(target_arch = "x86_64")]
         if qmm::vnni() {
-            return "candle-qmm3-vnni";
+            return "candle-qmm4-vnni";
         }
-        "candle-qmm3-avx2"
+        "candle-qmm4-avx2"
     }
 }

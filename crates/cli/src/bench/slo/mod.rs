@@ -2,9 +2,10 @@
 //! the objectives of ELMS Table 3; held-out ShareGPT requests are split
 //! among them by a skew α and arrive as a Poisson process. Each policy
 //! picks a (model level, prompt level) pair per request from its own
-//! device profile and quality table; every request is then served and
-//! timed, and its objective is held against the original model's measured
-//! latency on the same prompt. Policies: the elastic model with
+//! device profile and quality table; every chosen pair is then served in
+//! rounds beside the original model on the same prompt and its objective
+//! is held against the original's latency measured next to it (see
+//! [`rounds`]). Policies: the elastic model with
 //! bigram-scored prompt levels; the same pairs with tokens dropped at
 //! random; always the full (original) model; whole layers dropped; and
 //! prefixes of the unreordered file. Reports the share of objectives met, quality
@@ -16,15 +17,17 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use arbor_elastic::Order;
-use arbor_engine::slo::{
-    self, DeviceProfile, Elastic, Family, OnMiss, Pair, QualityTable, Reference, Scorer, SloPrompt,
-    SloTables, Variants,
-};
-use arbor_engine::{Engine, LanguageModel, ProfileStore, Run, RunConfig};
-use arbor_slo::{Slo, TRACE_APPS, draw_trace};
+use arbor_engine::slo::{self, Elastic, OnMiss, Pair, Reference, Scorer, SloPrompt, SloTables};
+use arbor_engine::{ProfileStore, RunConfig};
+use arbor_slo::{TRACE_APPS, draw_trace};
 use clap::Args;
 
 use crate::{elastic, progress, report};
+
+mod families;
+mod rounds;
+
+use families::{Families, cached, family_tables, layer_family, open};
 
 #[derive(Args)]
 pub struct BenchSloArgs {
@@ -51,8 +54,10 @@ pub struct BenchSloArgs {
     /// Tokens decoded per request (the time per output token is timed over them).
     #[arg(long, default_value_t = 16)]
     tokens: usize,
-    /// Runs per served (prompt, pair) and per reference prompt; the median
-    /// TTFT and the median TPOT count (this host is noisy).
+    /// Rounds per prompt: each round serves the original model and, two at
+    /// a time between its runs, every pair a policy chose on the prompt;
+    /// the median over rounds of each pair's latency over the original's
+    /// beside it counts (this host is noisy).
     #[arg(long, default_value_t = 3)]
     reps: usize,
     /// Baselines beside the elastic policy: random (its pairs, tokens
@@ -98,11 +103,35 @@ struct Row {
     expected_misses: usize,
 }
 
-/// A served (prompt, pair) and how close it stayed to the full model.
+/// A served (prompt, pair): its median run, how close it stayed to the
+/// full model's answer, and its latency over the original model's beside
+/// it (see [`rounds`]).
 #[derive(Debug, Clone)]
 struct Outcome {
     served: slo::Served,
     quality: f64,
+    ttft_ratio: f64,
+    tpot_ratio: f64,
+}
+
+/// What a policy decided for one request.
+#[derive(Debug, Clone, Copy)]
+struct Decided {
+    pair: Pair,
+    /// The profile's prediction (policies that decide from tables).
+    predicted: Option<arbor_slo::Latency>,
+    /// No pair was predicted to meet the objective.
+    expected_miss: bool,
+}
+
+impl Default for Decided {
+    fn default() -> Self {
+        Decided {
+            pair: Pair::FULL,
+            predicted: None,
+            expected_miss: false,
+        }
+    }
 }
 
 struct Policy {
@@ -243,109 +272,109 @@ pub fn run(args: &BenchSloArgs, device: &RunConfig) -> Result<()> {
         });
     }
 
-    // The original model's latency per prompt, measured: what objectives
-    // are fractions of.
+    // Every policy decides every request of every trace first (decisions
+    // depend on the tables only); then each prompt's chosen pairs are served
+    // in rounds beside the original model (see `rounds`).
+    let traces = (args.skews.iter())
+        .map(|&skew| draw_trace(args.requests, skew, args.rate, prompts.len(), args.seed))
+        .collect::<arbor_slo::Result<Vec<_>>>()?;
+    let decided = decide_all(&traces, &policies, &prompts)?;
+    // Per prompt, the distinct (policy family, scorer, pair) to serve: the
+    // full model's own pair is the reference itself.
+    let items = to_serve(&traces, &decided, &policies, prompts.len());
+    let total: usize = items.iter().map(Vec::len).sum();
+    eprintln!(
+        "serving {total} (prompt, pair) choices on {} prompts, {} rounds each beside the original model",
+        prompts.len(),
+        args.reps
+    );
     let mut done: HashMap<String, Outcome> = HashMap::new();
-    let mut full = Vec::new();
-    {
-        let mut f = Reference(orig_run.engine_mut().model_mut());
-        let mut bar = progress::count_bar("full model per prompt");
-        for (i, p) in prompts.iter().enumerate() {
-            bar(i, prompts.len());
-            // A first run warms caches the others find warm.
-            slo::serve_pair(&mut f, p, &bigram, 1.0, 1.0, args.tokens)?;
-            let served = serve_median(&mut f, p, &bigram, Pair::FULL, args)?;
-            // The full pair on this prompt is this run: a policy that picks
-            // it is held against itself, not against another run's noise.
-            let outcome = Outcome {
-                served: served.clone(),
-                quality: 1.0,
+    let mut fams = Families {
+        elastic: &mut run,
+        layers: layers_run.as_mut(),
+        file: file_run.as_mut(),
+        original: &mut orig_run,
+    };
+    let mut bar = progress::count_bar("pairs beside the original model");
+    let mut finished = 0;
+    for (p, list) in items.iter().enumerate() {
+        bar(finished, total);
+        let prompt = &prompts[p];
+        let mut serve = |i: Option<usize>| -> Result<slo::Served> {
+            let (family, scorer, pair) = match i {
+                None => (3, &bigram, Pair::FULL),
+                Some(i) => {
+                    let (pi, pair) = list[i];
+                    (policies[pi].family, &policies[pi].scorer, pair)
+                }
             };
-            done.insert(outcome_key(3, &bigram, i, Pair::FULL), outcome);
-            full.push(served);
+            let mut fam = fams.get(family)?;
+            let (m, l) = (pair.model, pair.prompt);
+            Ok(slo::serve_pair(
+                fam.as_mut(),
+                prompt,
+                scorer,
+                m,
+                l,
+                args.tokens,
+            )?)
+        };
+        let (reference, measured) = rounds::rounds(list.len(), args.reps, &mut serve)?;
+        done.insert(
+            outcome_key(3, &bigram, p, Pair::FULL),
+            Outcome {
+                served: reference,
+                quality: 1.0,
+                ttft_ratio: 1.0,
+                tpot_ratio: 1.0,
+            },
+        );
+        for (&(pi, pair), m) in list.iter().zip(measured) {
+            let policy = &policies[pi];
+            let mut fam = fams.get(policy.family)?;
+            let (a, c) = slo::pair_agreement(
+                fam.as_mut(),
+                prompt,
+                &answers[p],
+                &policy.scorer,
+                pair.model,
+                pair.prompt,
+            )?;
+            done.insert(
+                outcome_key(policy.family, &policy.scorer, p, pair),
+                Outcome {
+                    served: m.served,
+                    quality: a as f64 / c.max(1) as f64,
+                    ttft_ratio: m.ttft_ratio,
+                    tpot_ratio: m.tpot_ratio,
+                },
+            );
         }
-        bar(prompts.len(), prompts.len());
+        finished += list.len();
     }
+    bar(total, total);
 
     let mut rows = Vec::new();
-    for &skew in &args.skews {
-        let trace = draw_trace(args.requests, skew, args.rate, prompts.len(), args.seed)?;
-        let mut chosen: Vec<Vec<Pair>> = Vec::new();
-        for policy in &policies {
-            let mut bar = progress::count_bar(&format!("α {skew}: {}", policy.name));
+    for ((&skew, trace), per_policy) in args.skews.iter().zip(&traces).zip(&decided) {
+        for (policy, ds) in policies.iter().zip(per_policy) {
             let (mut met, mut q, mut qm, mut sw, mut sc) = (0usize, 0.0, 0.0, 0.0, 0.0);
-            let (mut te, mut pe, mut expected_misses) = (0.0, 0.0, 0);
-            let mut pairs = Vec::new();
-            for (k, req) in trace.iter().enumerate() {
-                bar(k, trace.len());
+            let (mut te, mut pe) = (0.0, 0.0);
+            for (req, d) in trace.iter().zip(ds) {
                 let slo = TRACE_APPS[req.app].slo;
-                let prompt = &prompts[req.prompt];
-                let choice = match (&policy.tables, policy.pairs_of) {
-                    (_, Some(other)) => {
-                        let pair = chosen[other][k];
-                        (pair, None)
-                    }
-                    (Some(t), None) => {
-                        let c = arbor_slo::decide(
-                            &t.profile,
-                            &t.quality,
-                            &slo,
-                            prompt.tokens.len(),
-                            prompt.protected_count(),
-                            slo::HEADROOM,
-                            OnMiss::Fastest,
-                        )?;
-                        expected_misses += usize::from(!c.met);
-                        (c.pair, Some(c.predicted))
-                    }
-                    (None, None) => (Pair::FULL, None),
-                };
-                let (pair, predicted) = choice;
-                pairs.push(pair);
-                let key = outcome_key(policy.family, &policy.scorer, req.prompt, pair);
-                let outcome = match done.get(&key) {
-                    Some(o) => o.clone(),
-                    None => {
-                        let mut fam: Box<dyn Family + '_> = match policy.family {
-                            0 => Box::new(Elastic(run.engine_mut().model_mut())),
-                            1 => Box::new(Reborrow(layers_run.as_mut().context("layers")?)),
-                            2 => Box::new(Elastic(
-                                file_run.as_mut().context("file")?.engine_mut().model_mut(),
-                            )),
-                            _ => Box::new(Reference(orig_run.engine_mut().model_mut())),
-                        };
-                        let served =
-                            serve_median(fam.as_mut(), prompt, &policy.scorer, pair, args)?;
-                        let (a, c) = slo::pair_agreement(
-                            fam.as_mut(),
-                            prompt,
-                            &answers[req.prompt],
-                            &policy.scorer,
-                            pair.model,
-                            pair.prompt,
-                        )?;
-                        let o = Outcome {
-                            served,
-                            quality: a as f64 / c.max(1) as f64,
-                        };
-                        done.insert(key, o.clone());
-                        o
-                    }
-                };
-                let s = &outcome.served;
-                let f = &full[req.prompt];
-                let ok = meets(&slo, s, f);
+                let key = outcome_key(policy.family, &policy.scorer, req.prompt, d.pair);
+                let o = done.get(&key).context("a decided pair was not served")?;
+                let s = &o.served;
+                let ok = o.ttft_ratio <= slo.ttft && o.tpot_ratio <= slo.tpot;
                 met += usize::from(ok);
-                q += outcome.quality;
-                qm += if ok { outcome.quality } else { 0.0 };
+                q += o.quality;
+                qm += if ok { o.quality } else { 0.0 };
                 sw += s.switch_secs / s.ttft;
                 sc += s.score_secs / s.ttft;
-                if let Some(p) = predicted {
+                if let Some(p) = d.predicted {
                     te += (s.ttft - p.ttft).abs() / s.ttft;
                     pe += (s.tpot - p.tpot).abs() / s.tpot;
                 }
             }
-            bar(trace.len(), trace.len());
             let n = trace.len() as f64;
             let predicts = policy.tables.is_some() && policy.pairs_of.is_none();
             rows.push(Row {
@@ -359,14 +388,13 @@ pub fn run(args: &BenchSloArgs, device: &RunConfig) -> Result<()> {
                 score_share: sc / n,
                 ttft_error: predicts.then_some(te / n),
                 tpot_error: predicts.then_some(pe / n),
-                expected_misses,
+                expected_misses: ds.iter().filter(|d| d.expected_miss).count(),
             });
-            chosen.push(pairs);
         }
     }
 
     let mut table = format!(
-        "bench slo: {} requests per trace over {} held-out ShareGPT prompts, Poisson arrivals at {}/s, ELMS Table 3 apps, {} tokens decoded each; objectives held against the original model's measured latency on the same prompt (medians of {} runs), quality against its answer\n",
+        "bench slo: {} requests per trace over {} held-out ShareGPT prompts, Poisson arrivals at {}/s, ELMS Table 3 apps, {} tokens decoded each; objectives held against the original model's latency measured beside each pair on the same prompt (median ratio over {} rounds), quality against its answer\n",
         args.requests,
         prompts.len(),
         args.rate,
@@ -396,6 +424,80 @@ pub fn run(args: &BenchSloArgs, device: &RunConfig) -> Result<()> {
     Ok(())
 }
 
+/// Every policy's decision for every request of every trace (per trace,
+/// per policy, per request): a policy with tables decides from them, one
+/// that serves another's pairs copies them, the full model takes its own.
+fn decide_all(
+    traces: &[Vec<arbor_slo::Request>],
+    policies: &[Policy],
+    prompts: &[SloPrompt],
+) -> Result<Vec<Vec<Vec<Decided>>>> {
+    let mut decided: Vec<Vec<Vec<Decided>>> = Vec::new();
+    for trace in traces {
+        let mut per_policy: Vec<Vec<Decided>> = Vec::new();
+        for policy in policies {
+            let mut ds = Vec::with_capacity(trace.len());
+            for (k, req) in trace.iter().enumerate() {
+                let prompt = &prompts[req.prompt];
+                ds.push(match (&policy.tables, policy.pairs_of) {
+                    (_, Some(other)) => Decided {
+                        pair: per_policy[other][k].pair,
+                        ..Decided::default()
+                    },
+                    (Some(t), None) => {
+                        let c = arbor_slo::decide(
+                            &t.profile,
+                            &t.quality,
+                            &TRACE_APPS[req.app].slo,
+                            prompt.tokens.len(),
+                            prompt.protected_count(),
+                            slo::HEADROOM,
+                            OnMiss::Fastest,
+                        )?;
+                        Decided {
+                            pair: c.pair,
+                            predicted: Some(c.predicted),
+                            expected_miss: !c.met,
+                        }
+                    }
+                    (None, None) => Decided::default(),
+                });
+            }
+            per_policy.push(ds);
+        }
+        decided.push(per_policy);
+    }
+    Ok(decided)
+}
+
+/// Per prompt, the distinct (policy, pair) to serve — one per family,
+/// scorer and pair; the full model's own pair is the reference itself.
+fn to_serve(
+    traces: &[Vec<arbor_slo::Request>],
+    decided: &[Vec<Vec<Decided>>],
+    policies: &[Policy],
+    prompts: usize,
+) -> Vec<Vec<(usize, Pair)>> {
+    let mut items: Vec<Vec<(usize, Pair)>> = vec![Vec::new(); prompts];
+    for (trace, per_policy) in traces.iter().zip(decided) {
+        for (pi, ds) in per_policy.iter().enumerate() {
+            for (req, d) in trace.iter().zip(ds) {
+                let list = &mut items[req.prompt];
+                let family = policies[pi].family;
+                let same = |&(p, pair): &(usize, Pair)| {
+                    outcome_key(policies[p].family, &policies[p].scorer, 0, pair)
+                        == outcome_key(family, &policies[pi].scorer, 0, d.pair)
+                };
+                let reference = family == 3 && d.pair == Pair::FULL;
+                if !reference && !list.iter().any(same) {
+                    list.push((pi, d.pair));
+                }
+            }
+        }
+    }
+    items
+}
+
 /// Which served run a (family, scorer, prompt, pair) reuses.
 fn outcome_key(family: usize, scorer: &Scorer, prompt: usize, pair: Pair) -> String {
     format!(
@@ -404,151 +506,6 @@ fn outcome_key(family: usize, scorer: &Scorer, prompt: usize, pair: Pair) -> Str
         pair.model,
         pair.prompt
     )
-}
-
-/// `prompt` served at `pair` `args.reps` times: the median TTFT (with that
-/// run's switching and scoring times) and the median TPOT.
-fn serve_median(
-    fam: &mut dyn Family,
-    prompt: &SloPrompt,
-    scorer: &Scorer,
-    pair: Pair,
-    args: &BenchSloArgs,
-) -> Result<slo::Served> {
-    let mut runs = (0..args.reps)
-        .map(|_| slo::serve_pair(fam, prompt, scorer, pair.model, pair.prompt, args.tokens))
-        .collect::<arbor_engine::Result<Vec<_>>>()?;
-    let mid = runs.len() / 2;
-    let mut tpot: Vec<f64> = runs.iter().map(|r| r.tpot).collect();
-    tpot.sort_by(f64::total_cmp);
-    runs.sort_by(|a, b| a.ttft.total_cmp(&b.ttft));
-    let mut m = runs.swap_remove(mid);
-    m.tpot = tpot[mid];
-    Ok(m)
-}
-
-/// Whether `s` met `slo` against the full model's `f` on the same prompt.
-fn meets(slo: &Slo, s: &slo::Served, f: &slo::Served) -> bool {
-    s.ttft <= slo.ttft * f.ttft && s.tpot <= slo.tpot * f.tpot
-}
-
-/// A family behind a mutable borrow.
-struct Reborrow<'a>(&'a mut Variants);
-
-impl Family for Reborrow<'_> {
-    fn levels(&self) -> Vec<f64> {
-        self.0.levels()
-    }
-    fn at(&mut self, level: f64) -> arbor_engine::Result<&mut dyn LanguageModel> {
-        self.0.at(level)
-    }
-}
-
-fn open(device: &RunConfig, path: &Path) -> Result<Run> {
-    let config = device.clone().merge(RunConfig {
-        target: Some(path.display().to_string()),
-        ..RunConfig::default()
-    });
-    Ok(Engine::open(
-        &config.target_only(),
-        &mut progress::open_bar(),
-    )?)
-}
-
-/// The original model (`base`, loaded from `original`) with the cheapest
-/// whole non-anchor layers dropped, as many per level as the elastic levels
-/// drop of their units.
-fn layer_family(original: &Path, base: &Run, elastic_run: &Run) -> Result<Variants> {
-    let levels = elastic_run
-        .engine()
-        .model()
-        .levels()
-        .context("the elastic model has no levels")?
-        .to_vec();
-    let masks = super::elastic::layer_masks(original, &levels)?;
-    let out = (levels.iter().zip(&masks))
-        .map(|(&level, keep)| Ok((level, base.engine().model().without_layers(keep)?)))
-        .collect::<Result<_>>()?;
-    Ok(Variants(out))
-}
-
-/// A baseline family's tables, cached under its name.
-fn family_tables(
-    v: &mut Variants,
-    name: &str,
-    store: &ProfileStore,
-    (calibration, answers): (&[SloPrompt], &[Vec<u32>]),
-    scorer: &Scorer,
-    args: &BenchSloArgs,
-    device: &RunConfig,
-) -> Result<SloTables> {
-    let kernels = arbor_engine::pick_backend(device.backend.as_deref())?.kernels();
-    let threads = rayon::current_num_threads();
-    let text = arbor_engine::Tokenizer::from_gguf(
-        arbor_gguf::GgufFile::open(&arbor_fetch::resolve_model(&args.model)?)?.header(),
-    )?
-    .encode(&elastic::calibration_text("brown")?)?;
-    let profile: DeviceProfile = cached(
-        &store
-            .dir()
-            .join(format!("slo-device-{name}-{kernels}-t{threads}.json")),
-        args.refresh,
-        || {
-            let plan = slo::ProfilePlan {
-                lengths: slo::PROFILE_LENGTHS.to_vec(),
-                decode: slo::PROFILE_DECODE,
-                reps: slo::PROFILE_REPS,
-            };
-            Ok(slo::measure_profile(
-                v,
-                None,
-                (name, kernels),
-                &text,
-                &plan,
-                scorer,
-                &mut progress::count_bar(&format!("{name} profile")),
-            )?)
-        },
-    )?;
-    let quality: QualityTable = cached(
-        &store.dir().join(format!("slo-quality-{name}.json")),
-        args.refresh,
-        || {
-            Ok(slo::measure_quality(
-                v,
-                name,
-                calibration,
-                answers,
-                scorer,
-                &slo::PROMPT_LEVELS,
-                &mut progress::count_bar(&format!("{name} quality")),
-            )?)
-        },
-    )?;
-    Ok(SloTables {
-        profile,
-        quality,
-        scorer: scorer.clone(),
-    })
-}
-
-/// `path`'s JSON, or `make()` written there.
-fn cached<T: serde::Serialize + serde::de::DeserializeOwned>(
-    path: &Path,
-    refresh: bool,
-    make: impl FnOnce() -> Result<T>,
-) -> Result<T> {
-    if !refresh
-        && let Ok(text) = std::fs::read_to_string(path)
-        && let Ok(v) = serde_json::from_str(&text)
-    {
-        return Ok(v);
-    }
-    let v = make()?;
-    std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
-    std::fs::write(path, serde_json::to_string_pretty(&v)?)?;
-    eprintln!("cached {}", path.display());
-    Ok(v)
 }
 
 fn plot(rows: &[Row], args: &BenchSloArgs) -> Result<()> {
