@@ -195,6 +195,20 @@ fn every_row_is_computed_for_any_shape() {
     }
 }
 
+/// Whether two outputs are equal bit for bit.
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits())
+}
+
+/// The blocks `blocks` of the first `keep` rows of a matrix of `nb`
+/// blocks of `size` bytes per row, as a matrix of their own.
+fn cut_out(bytes: &[u8], nb: usize, size: usize, keep: usize, blocks: &Range<usize>) -> Vec<u8> {
+    (0..keep)
+        .flat_map(|r| &bytes[(r * nb + blocks.start) * size..(r * nb + blocks.end) * size])
+        .copied()
+        .collect()
+}
+
 /// A part read in place (leading rows, a range of each row's blocks) gives
 /// the bits of the same part cut out as a matrix of its own, for every
 /// kernel type, interleaved or not, one token or many.
@@ -221,12 +235,7 @@ fn parts_equal_the_part_cut_out_bit_for_bit() {
                 let part = w
                     .part(keep, &(blocks.start * len..blocks.end * len))
                     .unwrap();
-                let cut: Vec<u8> = (0..keep)
-                    .flat_map(|r| {
-                        &bytes[(r * nb + blocks.start) * size..(r * nb + blocks.end) * size]
-                    })
-                    .copied()
-                    .collect();
+                let cut = cut_out(&bytes, nb, size, keep, &blocks);
                 let width = blocks.len() * len;
                 let alone = QWeight::with_layout(ty, keep, width, &cut, interleave).unwrap();
                 for m in [1usize, 3, 9] {
@@ -236,12 +245,8 @@ fn parts_equal_the_part_cut_out_bit_for_bit() {
                         w.matmul_on(with_vnni, &x, m, &part, &mut got);
                         let mut want = vec![0f32; m * keep];
                         alone.matmul_on(with_vnni, &x, m, &alone.whole(), &mut want);
-                        let same = got
-                            .iter()
-                            .zip(&want)
-                            .all(|(a, b)| a.to_bits() == b.to_bits());
                         assert!(
-                            same,
+                            same_bits(&got, &want),
                             "{ty}: rows ..{keep}, blocks {blocks:?}, {m} tokens, vnni {with_vnni}, interleaved {interleave}"
                         );
                     }
@@ -304,12 +309,7 @@ fn segment_sums_equal_the_segments_added_bit_for_bit() {
                     w.matmul_sum_on(with_vnni, &x, m, &part, &blocks, &mut got);
                     let mut want = vec![0f32; m * keep];
                     for (k, seg) in blocks.iter().enumerate() {
-                        let cut: Vec<u8> = (0..keep)
-                            .flat_map(|r| {
-                                &bytes[(r * nb + seg.start) * size..(r * nb + seg.end) * size]
-                            })
-                            .copied()
-                            .collect();
+                        let cut = cut_out(&bytes, nb, size, keep, seg);
                         let sw = seg.len() * len;
                         let alone = QWeight::with_layout(ty, keep, sw, &cut, false).unwrap();
                         let xs: Vec<f32> = (x.chunks_exact(width))
@@ -321,12 +321,8 @@ fn segment_sums_equal_the_segments_added_bit_for_bit() {
                             *o = if k == 0 { *p } else { *o + *p };
                         }
                     }
-                    let same = got
-                        .iter()
-                        .zip(&want)
-                        .all(|(a, b)| a.to_bits() == b.to_bits());
                     assert!(
-                        same,
+                        same_bits(&got, &want),
                         "{ty}: {nb} blocks, ends {ends:?}, rows ..{keep}, {m} tokens, vnni {with_vnni}"
                     );
                 }

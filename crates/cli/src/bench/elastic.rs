@@ -205,7 +205,8 @@ pub fn run(args: &BenchElasticArgs, device: &RunConfig) -> Result<()> {
     Ok(())
 }
 
-fn open(device: &RunConfig, path: &Path) -> Result<arbor_engine::Run> {
+/// `path` opened as a target-only run with the device's settings.
+pub(super) fn open(device: &RunConfig, path: &Path) -> Result<arbor_engine::Run> {
     let config = device.clone().merge(RunConfig {
         target: Some(path.display().to_string()),
         ..RunConfig::default()

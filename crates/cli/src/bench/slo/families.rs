@@ -8,7 +8,9 @@ use arbor_engine::slo::{
     self, DeviceProfile, Elastic, Family, QualityTable, Reference, Scorer, SloPrompt, SloTables,
     Variants,
 };
-use arbor_engine::{Engine, LanguageModel, ProfileStore, Run, RunConfig};
+use arbor_engine::{LanguageModel, ProfileStore, Run, RunConfig};
+
+pub(super) use crate::bench::elastic::open;
 
 use super::BenchSloArgs;
 use crate::{elastic, progress};
@@ -49,17 +51,6 @@ impl Family for Reborrow<'_> {
     fn at(&mut self, level: f64) -> arbor_engine::Result<&mut dyn LanguageModel> {
         self.0.at(level)
     }
-}
-
-pub(super) fn open(device: &RunConfig, path: &Path) -> Result<Run> {
-    let config = device.clone().merge(RunConfig {
-        target: Some(path.display().to_string()),
-        ..RunConfig::default()
-    });
-    Ok(Engine::open(
-        &config.target_only(),
-        &mut progress::open_bar(),
-    )?)
 }
 
 /// The original model (`base`, loaded from `original`) with the cheapest
