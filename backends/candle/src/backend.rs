@@ -171,17 +171,7 @@ impl Backend for CandleBackend {
         cols: std::ops::Range<usize>,
     ) -> Result<HostTensor> {
         check_part("matmul_part", (w.rows, w.cols), rows, &cols, x.cols)?;
-        // The columns of `x` the part reads, contiguous.
-        let narrowed;
-        let xs: &[f32] = match cols.len() == x.cols {
-            true => &x.data,
-            false => {
-                narrowed = (x.data.chunks_exact(x.cols))
-                    .flat_map(|r| r[cols.clone()].iter().copied())
-                    .collect::<Vec<_>>();
-                &narrowed
-            }
-        };
+        let xs = columns(x, cols.clone());
         let mut data = vec![0f32; x.rows * rows];
         match &w.mm {
             Held::Own(q) => {
@@ -195,9 +185,9 @@ impl Backend for CandleBackend {
                         ),
                     )
                 })?;
-                q.matmul_part(xs, x.rows, &part, &mut data)
+                q.matmul_part(&xs, x.rows, &part, &mut data)
             }
-            Held::Float(f) => f.matmul_part(xs, x.rows, rows, cols, &mut data),
+            Held::Float(f) => f.matmul_part(&xs, x.rows, rows, cols, &mut data),
             Held::Candle(_) => return matmul_part_padded(self, x, w, rows, cols),
         }
         Ok(HostTensor {
@@ -227,18 +217,9 @@ impl Backend for CandleBackend {
         let Some((q, (part, blocks))) = fused else {
             return matmul_sum_parts(self, x, w, rows, ends);
         };
-        let narrowed;
-        let xs: &[f32] = match end == x.cols {
-            true => &x.data,
-            false => {
-                narrowed = (x.data.chunks_exact(x.cols))
-                    .flat_map(|r| r[..end].iter().copied())
-                    .collect::<Vec<_>>();
-                &narrowed
-            }
-        };
+        let xs = columns(x, 0..end);
         let mut data = vec![0f32; x.rows * rows];
-        q.matmul_sum(xs, x.rows, &part, &blocks, &mut data);
+        q.matmul_sum(&xs, x.rows, &part, &blocks, &mut data);
         Ok(HostTensor {
             data,
             rows: x.rows,
@@ -496,5 +477,16 @@ impl Backend for CandleBackend {
             rows: n,
             cols: q.cols,
         })
+    }
+}
+
+/// Columns `cols` of `x`, row after row, contiguous (borrowed when they are
+/// all of `x`'s): what a weight's part multiplies.
+fn columns(x: &HostTensor, cols: std::ops::Range<usize>) -> std::borrow::Cow<'_, [f32]> {
+    match cols.len() == x.cols {
+        true => std::borrow::Cow::Borrowed(&x.data),
+        false => (x.data.chunks_exact(x.cols))
+            .flat_map(|r| r[cols.clone()].iter().copied())
+            .collect(),
     }
 }

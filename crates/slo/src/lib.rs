@@ -26,7 +26,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use decide::{Choice, OnMiss, Pair, decide};
-pub use profile::{DeviceProfile, Latency, LevelLatency};
+pub use profile::{DeviceProfile, Latency, LevelLatency, median};
 pub use prompt::{PROMPT_LEVELS, keep, kept_len, protected_mask};
 pub use quality::QualityTable;
 pub use scorer::{Bigram, Scorer};

@@ -7,6 +7,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Result, SloError, check_ascending};
 
+/// The middle of `v` (the upper of the two middle values): what a profile
+/// and a bench take of several runs on a noisy machine. `v` holds at
+/// least one value.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 /// One elastic level's measured latency.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LevelLatency {

@@ -450,18 +450,12 @@ pub fn matmul_sum_parts<B: Backend>(
     rows: usize,
     ends: &[usize],
 ) -> Result<B::Tensor> {
-    let mut acc: Option<B::Tensor> = None;
-    for seg in sum_segments(ends)? {
-        let product = b.matmul_part(x, w, rows, seg)?;
-        acc = Some(match acc {
-            Some(a) => b.add(&a, &product)?,
-            None => product,
-        });
+    let segs = sum_segments(ends)?;
+    let mut acc = b.matmul_part(x, w, rows, segs[0].clone())?;
+    for seg in &segs[1..] {
+        acc = b.add(&acc, &b.matmul_part(x, w, rows, seg.clone())?)?;
     }
-    acc.ok_or_else(|| Error::Shape {
-        op: "matmul_sum",
-        detail: "no segments".into(),
-    })
+    Ok(acc)
 }
 
 /// Reference implementations on host slices, used by backends for the odd op

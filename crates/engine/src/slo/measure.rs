@@ -235,10 +235,7 @@ pub fn measure_profile(
 
 /// The median of each point over `runs` of one model (at least one).
 fn median_run(runs: &[LevelLatency]) -> LevelLatency {
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
+    use arbor_slo::median;
     LevelLatency {
         level: runs[0].level,
         prefill: (0..runs[0].prefill.len())

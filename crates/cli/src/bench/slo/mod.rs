@@ -479,18 +479,15 @@ fn to_serve(
     prompts: usize,
 ) -> Vec<Vec<(usize, Pair)>> {
     let mut items: Vec<Vec<(usize, Pair)>> = vec![Vec::new(); prompts];
+    let mut seen = std::collections::HashSet::new();
     for (trace, per_policy) in traces.iter().zip(decided) {
         for (pi, ds) in per_policy.iter().enumerate() {
+            let policy = &policies[pi];
             for (req, d) in trace.iter().zip(ds) {
-                let list = &mut items[req.prompt];
-                let family = policies[pi].family;
-                let same = |&(p, pair): &(usize, Pair)| {
-                    outcome_key(policies[p].family, &policies[p].scorer, 0, pair)
-                        == outcome_key(family, &policies[pi].scorer, 0, d.pair)
-                };
-                let reference = family == 3 && d.pair == Pair::FULL;
-                if !reference && !list.iter().any(same) {
-                    list.push((pi, d.pair));
+                let reference = policy.family == 3 && d.pair == Pair::FULL;
+                let key = outcome_key(policy.family, &policy.scorer, req.prompt, d.pair);
+                if !reference && seen.insert(key) {
+                    items[req.prompt].push((pi, d.pair));
                 }
             }
         }

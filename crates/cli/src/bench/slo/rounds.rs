@@ -9,6 +9,7 @@
 
 use anyhow::Result;
 use arbor_engine::slo::Served;
+use arbor_slo::median;
 
 /// Pairs served between two reference runs.
 const BETWEEN: usize = 2;
@@ -80,12 +81,6 @@ fn median_run(mut runs: Vec<Served>) -> Served {
     let mut m = runs.swap_remove(runs.len() / 2);
     m.tpot = tpot;
     m
-}
-
-/// The middle value (the upper of the two middle ones).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 #[cfg(test)]
