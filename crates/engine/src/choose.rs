@@ -34,7 +34,9 @@ const LOOKUP_ACCEPTANCE: f64 = 0.06;
 /// Acceptance per position of a self draft that runs the share `running`
 /// of the target's layers, skipping the others spread evenly: measured
 /// for the 1.5B (28 layers; chains of 4 along its greedy answers to 8
-/// MT-Bench questions): 4 layers skipped ≈ 0.72, 8 ≈ 0.38, 12 ≈ 0.10.
+/// MT-Bench questions): 4 layers skipped ≈ 0.72, 8 ≈ 0.38, 12 ≈ 0.10
+/// (`cargo run --release -p arbor-drafts --example measure_drafts`, which
+/// measures prompt lookup's acceptance too).
 fn self_acceptance(running: f64) -> f64 {
     let points = [
         (0.5, 0.0),

@@ -231,24 +231,40 @@ mod tests;
 pub mod testing {
     use std::path::PathBuf;
 
-    /// The cached file of model `name`, or `None` (with a note on stderr)
-    /// when it has not been fetched, so tests on real models skip on a
-    /// machine without them. A model listed in `ARBOR_REQUIRE_MODELS`
-    /// (comma-separated; CI lists the ones it fetches) must be there: its
-    /// absence panics, failing the test instead of skipping it.
+    /// The cached file of model `name`, or `None` when it has not been
+    /// fetched, so tests on real models skip on a machine without them:
+    /// every real-model test finds its files here. A skip prints
+    /// `skipped: <test>: <why>` on stderr. A model listed in
+    /// `ARBOR_REQUIRE_MODELS` (comma-separated; CI lists the ones it
+    /// fetches) must be there: its absence panics, failing the test and
+    /// naming it, instead of skipping it.
     pub fn cached_model(name: &str) -> Option<PathBuf> {
         let entry = super::model_entry(name).unwrap_or_else(|| panic!("unknown model {name}"));
         let path = super::model_path(entry);
-        if path.exists() {
+        if path.is_file() {
             return Some(path);
         }
-        let required = std::env::var("ARBOR_REQUIRE_MODELS").unwrap_or_default();
+        let test = std::thread::current()
+            .name()
+            .unwrap_or("a test")
+            .to_string();
         assert!(
-            !required.split(',').any(|r| r.trim() == name),
-            "{name} is required (ARBOR_REQUIRE_MODELS) but missing at {}; run `arbor fetch {name}`",
+            !required(name),
+            "{test}: {name} is required (ARBOR_REQUIRE_MODELS) but missing at {}; run `arbor fetch {name}`",
             path.display()
         );
-        eprintln!("note: {name} not fetched ({}); skipping", path.display());
+        eprintln!(
+            "skipped: {test}: {name} is not fetched ({}; `arbor fetch {name}`)",
+            path.display()
+        );
         None
+    }
+
+    /// Whether `ARBOR_REQUIRE_MODELS` lists model `name`.
+    pub fn required(name: &str) -> bool {
+        std::env::var("ARBOR_REQUIRE_MODELS")
+            .unwrap_or_default()
+            .split(',')
+            .any(|r| r.trim() == name)
     }
 }

@@ -1,14 +1,15 @@
-//! Measures cheap drafts on a real model (ignored by default): greedy
+//! Measures cheap drafts on a real model (a measurement, not a test): greedy
 //! acceptance per draft position and draft step time of self drafts that
 //! skip k of the target's layers (spread evenly, a contiguous late-middle
 //! block, or the last layers) and of prompt lookup, on MT-Bench questions.
 //!
 //! ```text
-//! CARGO_TARGET_DIR=/work/tgt-rel cargo test --release -p arbor-drafts \
-//!     --test measure -- --ignored --nocapture
+//! cargo run --release -p arbor-drafts --example measure_drafts
 //! ```
 //!
-//! `ARBOR_MEASURE_MODEL`, `ARBOR_MEASURE_PROMPTS` (question ids, comma
+//! It reads `$ARBOR_HOME/models/qwen2.5-coder-1.5b.gguf` and MT-Bench
+//! (`arbor fetch qwen2.5-coder-1.5b`, `arbor fetch --dataset mt-bench`).
+//! `ARBOR_MEASURE_MODEL` (a path), `ARBOR_MEASURE_PROMPTS` (question ids, comma
 //! separated), `ARBOR_MEASURE_TOKENS` (continuation length),
 //! `ARBOR_MEASURE_TURNS` (`2`: measure on the answer to the question's
 //! second turn, the first answer in the context) and `ARBOR_MEASURE_ONLY`
@@ -145,13 +146,10 @@ fn placements(n: usize, k: usize) -> Vec<(&'static str, Vec<usize>)> {
     ]
 }
 
-#[test]
-#[ignore = "needs the real model files; run with --ignored --nocapture"]
-fn cheap_draft_acceptance_on_a_real_model() {
-    let path = env(
-        "ARBOR_MEASURE_MODEL",
-        "/root/.cache/arbor/models/qwen2.5-coder-1.5b.gguf",
-    );
+fn main() {
+    let home = arbor_fetch::arbor_home();
+    let default_model = home.join("models").join("qwen2.5-coder-1.5b.gguf");
+    let path = env("ARBOR_MEASURE_MODEL", &default_model.to_string_lossy());
     let ids: Vec<u64> = env("ARBOR_MEASURE_PROMPTS", "81,101,121,131")
         .split(',')
         .map(|s| s.trim().parse().unwrap())
@@ -163,8 +161,13 @@ fn cheap_draft_acceptance_on_a_real_model() {
     let tok = Tokenizer::from_gguf(file.header()).unwrap();
     let mut target =
         arbor_pipeline::load_resident(CandleBackend::new(), &file, &mut |_, _| {}).unwrap();
-    let questions =
-        std::fs::read_to_string("/root/.cache/arbor/datasets/mt-bench-question.jsonl").unwrap();
+    let questions = home.join("datasets").join("mt-bench-question.jsonl");
+    let questions = std::fs::read_to_string(&questions).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run `arbor fetch --dataset mt-bench`)",
+            questions.display()
+        )
+    });
     let mut runs = Vec::new();
     let mut target_secs = 0.0;
     let mut target_steps = 0;
