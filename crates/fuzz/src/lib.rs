@@ -20,7 +20,9 @@
 //! - `ARBOR_FUZZ_TOTALS=FILE`: add each run's executions to running totals
 //!   kept in `FILE`;
 //! - `ARBOR_FUZZ_CRASHES=DIR`: where failing inputs are saved (default: a
-//!   folder in the temporary directory).
+//!   folder in the temporary directory);
+//! - `ARBOR_FUZZ_LAST=FILE`: write each input there before running it, to
+//!   find the input behind a hang or an aborted process (slow).
 
 pub mod alloc;
 mod corpus;
@@ -74,6 +76,8 @@ pub struct Report {
     pub target: &'static str,
     pub seed: u64,
     pub execs: u64,
+    /// Inputs that once failed, replayed first.
+    pub regressions: usize,
     /// Inputs given at the start (committed seeds and any kept corpus).
     pub seeds: usize,
     /// Corpus size at the end: the seeds and every input with a new outcome.
@@ -88,11 +92,12 @@ impl std::fmt::Display for Report {
         let secs = self.elapsed.as_secs_f64();
         write!(
             f,
-            "fuzz {}: {} executions in {secs:.1}s ({:.0}/s), corpus {} ({} seeds + {} new), \
-             {} distinct outcomes, seed {:#x}",
+            "fuzz {}: {} executions in {secs:.1}s ({:.0}/s), {} regressions replayed, \
+             corpus {} ({} seeds + {} new), {} distinct outcomes, seed {:#x}",
             self.target,
             self.execs,
             self.execs as f64 / secs.max(1e-9),
+            self.regressions,
             self.corpus,
             self.seeds,
             self.corpus - self.seeds,
@@ -108,12 +113,14 @@ type Generator<'a> = Box<dyn FnMut(&mut Rng) -> Vec<u8> + 'a>;
 pub struct Fuzzer<'a> {
     name: &'static str,
     seeds: Vec<Vec<u8>>,
+    regressions: Vec<Vec<u8>>,
     dictionary: Vec<Vec<u8>>,
     max_len: usize,
     default_execs: u64,
     budget: Option<Budget>,
     crashes: PathBuf,
     generate: Option<Generator<'a>>,
+    last: Option<PathBuf>,
 }
 
 impl<'a> Fuzzer<'a> {
@@ -121,12 +128,14 @@ impl<'a> Fuzzer<'a> {
         Self {
             name,
             seeds: Vec::new(),
+            regressions: Vec::new(),
             dictionary: Vec::new(),
             max_len: 64 << 10,
             default_execs: 2000,
             budget: None,
             crashes: crash_dir(name),
             generate: None,
+            last: std::env::var_os("ARBOR_FUZZ_LAST").map(PathBuf::from),
         }
     }
 
@@ -140,10 +149,11 @@ impl<'a> Fuzzer<'a> {
     }
 
     /// Every file in `dir`, which may be missing: inputs that once failed,
-    /// replayed first on every run.
+    /// replayed first on every run (but not mutated: one that once hung
+    /// would make its mutants slow).
     pub fn regressions_from(mut self, dir: impl AsRef<Path>) -> Self {
         let inputs = inputs_in(dir.as_ref());
-        self.seeds.extend(inputs.into_iter().map(|(_, b)| b));
+        self.regressions.extend(inputs.into_iter().map(|(_, b)| b));
         self
     }
 
@@ -209,6 +219,11 @@ impl<'a> Fuzzer<'a> {
         let mut seen = std::collections::HashSet::new();
         let mut corpus: Vec<Vec<u8>> = Vec::new();
         let mut execs = 0u64;
+        let n_regressions = self.regressions.len();
+        for input in std::mem::take(&mut self.regressions) {
+            seen.insert(self.exec(&mut target, &input, execs, seed));
+            execs += 1;
+        }
         let n_seeds = self.seeds.len();
         for input in std::mem::take(&mut self.seeds) {
             let o = self.exec(&mut target, &input, execs, seed);
@@ -218,7 +233,7 @@ impl<'a> Fuzzer<'a> {
         }
         let mut new = Vec::new();
         while match budget {
-            Budget::Execs(n) => execs < n.max(n_seeds as u64),
+            Budget::Execs(n) => execs < n,
             Budget::Time(t) => start.elapsed() < t,
         } {
             let input = self.next_input(&mut rng, &corpus);
@@ -236,6 +251,7 @@ impl<'a> Fuzzer<'a> {
             target: self.name,
             seed,
             execs,
+            regressions: n_regressions,
             seeds: n_seeds,
             corpus: corpus.len(),
             outcomes: seen.len(),
@@ -276,6 +292,9 @@ impl<'a> Fuzzer<'a> {
         index: u64,
         seed: u64,
     ) -> u64 {
+        if let Some(path) = &self.last {
+            std::fs::write(path, input).expect("ARBOR_FUZZ_LAST is writable");
+        }
         match catch_unwind(AssertUnwindSafe(|| target(input))) {
             Ok(o) => o,
             Err(payload) => {
