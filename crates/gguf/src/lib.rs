@@ -27,6 +27,8 @@ pub use write::GgufWriter;
 pub const MAGIC: [u8; 4] = *b"GGUF";
 /// Alignment of tensor data when the file does not say otherwise.
 pub const DEFAULT_ALIGNMENT: u64 = 32;
+/// The largest `general.alignment` arbor reads or writes (1 MiB).
+pub const MAX_ALIGNMENT: u64 = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {

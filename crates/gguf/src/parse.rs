@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::{DEFAULT_ALIGNMENT, GgmlType, GgufError, Header, MAGIC, Result, TensorInfo, Value};
+use crate::{
+    DEFAULT_ALIGNMENT, GgmlType, GgufError, Header, MAGIC, MAX_ALIGNMENT, Result, TensorInfo, Value,
+};
 
 /// Arrays nest at most this deep; real files use one level.
 const MAX_DEPTH: u32 = 4;
@@ -156,7 +158,7 @@ pub fn parse_header(buf: &[u8]) -> Result<Header> {
     let alignment = match metadata.get("general.alignment") {
         None => DEFAULT_ALIGNMENT,
         Some(v) => match v.as_u64() {
-            Some(a) if a > 0 && a.is_power_of_two() && a <= 1 << 20 => a,
+            Some(a) if a.is_power_of_two() && a <= MAX_ALIGNMENT => a,
             _ => {
                 return Err(GgufError::Invalid(format!(
                     "general.alignment must be a power of two up to 1 MiB, got {v:?}"

@@ -17,7 +17,7 @@ use std::path::Path;
 
 use half::{bf16, f16};
 
-use crate::{DEFAULT_ALIGNMENT, GgmlType, GgufError, MAGIC, Result, Value};
+use crate::{DEFAULT_ALIGNMENT, GgmlType, GgufError, MAGIC, MAX_ALIGNMENT, Result, Value};
 
 /// Nesting limit of the reader; the writer refuses deeper arrays so that
 /// everything it writes can be read back.
@@ -50,15 +50,23 @@ impl GgufWriter {
         Self::default()
     }
 
-    /// Adds (or replaces) a metadata key. Setting `general.alignment` to
-    /// an integer changes the alignment the tensors are written with.
+    /// Adds (or replaces) a metadata key. Setting `general.alignment`
+    /// changes the alignment the tensors are written with.
     ///
     /// # Panics
     /// When an array mixes value types or nests deeper than the reader
-    /// accepts.
+    /// accepts, or `general.alignment` is not an integer power of two up to
+    /// [`MAX_ALIGNMENT`] (the reader refuses any other, and a huge one
+    /// would pad the file to match).
     pub fn add_meta(&mut self, key: impl Into<String>, value: Value) -> &mut Self {
         let key = key.into();
         check_value(&key, &value, 0);
+        if key == "general.alignment" {
+            assert!(
+                value.as_u64().is_some_and(valid_alignment),
+                "general.alignment must be a power of two up to {MAX_ALIGNMENT}, got {value:?}"
+            );
+        }
         match self.metadata.iter_mut().find(|(k, _)| *k == key) {
             Some(slot) => slot.1 = value,
             None => self.metadata.push((key, value)),
@@ -66,12 +74,9 @@ impl GgufWriter {
         self
     }
 
-    /// Sets `general.alignment` (a power of two).
+    /// Sets `general.alignment` (a power of two up to [`MAX_ALIGNMENT`];
+    /// panics otherwise).
     pub fn alignment(&mut self, alignment: u32) -> &mut Self {
-        assert!(
-            alignment.is_power_of_two(),
-            "alignment {alignment} is not a power of two"
-        );
         self.add_meta("general.alignment", Value::U32(alignment))
     }
 
@@ -162,13 +167,12 @@ impl GgufWriter {
     }
 
     /// The alignment tensors are written with: `general.alignment` when it
-    /// is set to a usable value, else the GGUF default of 32.
+    /// is set (`add_meta` checked it), else the GGUF default of 32.
     fn data_alignment(&self) -> u64 {
         self.metadata
             .iter()
             .find(|(k, _)| k == "general.alignment")
             .and_then(|(_, v)| v.as_u64())
-            .filter(|a| a.is_power_of_two())
             .unwrap_or(DEFAULT_ALIGNMENT)
     }
 
@@ -216,6 +220,11 @@ impl GgufWriter {
             source,
         })
     }
+}
+
+/// An alignment the reader accepts.
+fn valid_alignment(a: u64) -> bool {
+    a.is_power_of_two() && a <= MAX_ALIGNMENT
 }
 
 /// Panics when `value` cannot be written as GGUF or read back by arbor.

@@ -567,3 +567,6 @@ fn stream(
         .keep_alive(KeepAlive::default());
     (StatusCode::OK, body).into_response()
 }
+
+#[cfg(test)]
+mod fuzz;

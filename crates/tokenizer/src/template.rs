@@ -22,12 +22,19 @@
 //!   HTML escaping) rather than minijinja's HTML-safe form.
 
 use std::fmt;
+use std::panic::AssertUnwindSafe;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use minijinja::value::{Kwargs, Value};
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, context};
 
 use crate::{ChatMessage, Result, TokenizerError};
+
+/// Instructions one render may run: enough for conversations far past any
+/// context (Qwen2.5's template renders 10,000 messages on it); a template from a hostile file that loops for ever
+/// (two nested `range(100000)` loops are 10^10 steps) stops here with an
+/// error instead of hanging its caller.
+const FUEL: u64 = 5_000_000;
 
 /// The name the template is stored under in its environment (shows up in
 /// render errors as `(in chat_template:LINE)`).
@@ -66,6 +73,7 @@ impl ChatTemplate {
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
+        env.set_fuel(Some(FUEL));
         env.set_auto_escape_callback(|_| AutoEscape::None);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
@@ -88,11 +96,20 @@ impl ChatTemplate {
             bos_token => self.tokens.bos.as_str(),
             eos_token => self.tokens.eos.as_str(),
         };
-        let mut out = self
-            .env
-            .get_template(NAME)
-            .and_then(|t| t.render(ctx))
-            .map_err(render_error)?;
+        // minijinja can panic on values a template computes (in 2.24,
+        // `9223372036854775807 * [1]` overflows a length in debug builds);
+        // a template comes from the model file, so that is the template's
+        // error, not the caller's crash.
+        let rendered = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            self.env.get_template(NAME).and_then(|t| t.render(ctx))
+        }))
+        .map_err(|panic| {
+            let why = (panic.downcast_ref::<String>().map(String::as_str))
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("no message");
+            TokenizerError::ChatTemplate(format!("the template engine failed: {why}"))
+        })?;
+        let mut out = rendered.map_err(render_error)?;
         // Templates for models that start with BOS usually write
         // `{{ bos_token }}` themselves; when `encode` adds BOS too the prompt
         // would start with two, so the template's one is dropped (as
@@ -143,6 +160,10 @@ fn render_error(e: Error) -> TokenizerError {
     TokenizerError::ChatTemplate(text)
 }
 
+/// The widest `tojson` indent: real templates use 2 or 4; a huge one
+/// (from a hostile file) would ask for that many spaces per level.
+const MAX_INDENT: usize = 1024;
+
 /// `tojson(value, indent=None, ensure_ascii=False)` with the output of
 /// Python's `json.dumps`, which is what the templates were written against:
 /// `{"a": 1, "b": [1, 2]}` on one line, or `indent` spaces per level.
@@ -156,6 +177,12 @@ fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value,
         Some(v) if v.is_none() => None,
         Some(v) => Some(usize::try_from(v)?),
     };
+    if let Some(n) = indent.filter(|&n| n > MAX_INDENT) {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("tojson: indent {n} is over {MAX_INDENT}"),
+        ));
+    }
     let ensure_ascii = kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false);
     kwargs.assert_all_used()?;
 
@@ -340,3 +367,6 @@ fn date_from_days(days: i64) -> (i64, u32, u32) {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod fuzz;
