@@ -93,9 +93,10 @@ impl LanguageModel for Drafting {
             if turn.left == 0 {
                 self.turns.changed.notify_all();
                 let id = turn.id;
-                drop((self.turns).wait_while(turn, "the target never resumed", |t| {
-                    t.open && t.id == id
-                }));
+                drop(
+                    (self.turns)
+                        .wait_while(turn, "the target never resumed", |t| t.open && t.id == id),
+                );
             }
         }
         out
