@@ -95,6 +95,7 @@ pub fn run(args: &ServeArgs, device: RunConfig) -> Result<()> {
         body_limit: args.body_limit,
         model_id: args.name.clone(),
         slo,
+        clock: arbor_serve::Clock::default(),
     };
     let strategy = run.strategy().name();
     arbor_serve::serve_until_signal(run, options, |addr| {

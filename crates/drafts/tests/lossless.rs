@@ -11,7 +11,10 @@ use arbor_sampling::SamplingParams;
 use arbor_speculative::{
     DecodeOptions, Decoded, Decoding, Strategy, TreeConfig, Verification, decode,
 };
-use common::{Model, TempFile, load_streamed, tiny};
+use std::sync::Arc;
+
+use arbor_model::testing::{Drafting, Turns};
+use common::{Model, TempFile, load_streamed_with, tiny};
 
 fn opts(decoding: Decoding, max_tokens: usize) -> DecodeOptions {
     DecodeOptions {
@@ -44,11 +47,23 @@ fn prompts() -> Vec<Vec<u32>> {
     ]
 }
 
-fn target_with_streamed_layers(tmp: &TempFile) -> Model {
-    load_streamed(tmp, &[true, false, true, true, false, true])
+/// The target, with its streamed layers' waits giving `turns` to a draft
+/// wrapped by [`check`].
+fn target_with_streamed_layers(tmp: &TempFile, turns: &Arc<Turns>) -> Model {
+    let resident = [true, false, true, true, false, true];
+    load_streamed_with(tmp, &resident, Some(turns.clone()))
 }
 
-fn check(target: &mut Model, draft: &mut dyn LanguageModel, name: &str) -> (usize, usize) {
+fn check(
+    target: &mut Model,
+    draft: Box<dyn LanguageModel>,
+    turns: &Arc<Turns>,
+    name: &str,
+) -> (usize, usize) {
+    let draft = &mut Drafting {
+        inner: draft,
+        turns: turns.clone(),
+    };
     let (mut accepted, mut provisional) = (0, 0);
     for prompt in prompts() {
         let plain = decode(
@@ -81,9 +96,10 @@ fn check(target: &mut Model, draft: &mut dyn LanguageModel, name: &str) -> (usiz
 #[test]
 fn prompt_lookup_is_lossless() {
     let tmp = TempFile::write(&tiny(6, false, 21).writer(), "lossless-lookup");
-    let mut target = target_with_streamed_layers(&tmp);
-    let mut lookup = PromptLookup::new(target.config().clone());
-    let (accepted, _) = check(&mut target, &mut lookup, "lookup");
+    let turns = Turns::new();
+    let mut target = target_with_streamed_layers(&tmp, &turns);
+    let lookup = Box::new(PromptLookup::new(target.config().clone()));
+    let (accepted, _) = check(&mut target, lookup, &turns, "lookup");
     assert!(accepted > 0, "prompt lookup was never accepted");
 }
 
@@ -91,9 +107,10 @@ fn prompt_lookup_is_lossless() {
 fn a_self_draft_is_lossless() {
     for tied in [false, true] {
         let tmp = TempFile::write(&tiny(6, tied, 22).writer(), "lossless-self");
-        let mut target = target_with_streamed_layers(&tmp);
-        let mut draft = target.self_draft().unwrap();
-        let (accepted, provisional) = check(&mut target, &mut draft, "self draft");
+        let turns = Turns::new();
+        let mut target = target_with_streamed_layers(&tmp, &turns);
+        let draft = Box::new(target.self_draft().unwrap());
+        let (accepted, provisional) = check(&mut target, draft, &turns, "self draft");
         assert!(accepted > 0, "the self draft was never accepted");
         assert!(provisional > 0, "no provisional round ran");
     }

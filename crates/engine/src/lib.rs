@@ -331,6 +331,19 @@ impl Engine {
         }
     }
 
+    /// Puts `wrap(model)` in the target's place: a wrapper that watches or
+    /// paces its passes (tests hold a server's generation at a pass this
+    /// way). The wrapper must answer as the model does.
+    pub fn wrap_model(
+        &mut self,
+        wrap: impl FnOnce(Box<dyn LanguageModel>) -> Box<dyn LanguageModel>,
+    ) {
+        // A model with no weights holds the place while `wrap` runs.
+        let stand_in = arbor_drafts::PromptLookup::new(self.model.config().clone());
+        let model = std::mem::replace(&mut self.model, Box::new(stand_in));
+        self.model = wrap(model);
+    }
+
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
     }

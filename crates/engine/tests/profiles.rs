@@ -5,7 +5,8 @@
 //! `real_models.rs` for `ARBOR_REQUIRE_MODELS`).
 
 use arbor_engine::{
-    BackendKind, Engine, LatencyRecord, ProfileStore, RunConfig, Tuning, profiles::now_utc,
+    BackendKind, Engine, LatencyRecord, PROFILE_SIZES, ProfileStore, RunConfig, Tuning,
+    profiles::now_utc,
 };
 use arbor_fetch::testing::cached_model as model;
 
@@ -18,17 +19,19 @@ fn a_stale_latency_profile_is_measured_again() {
     let store = ProfileStore::new(dir.clone());
     let kernels = BackendKind::Candle.kernels();
     let threads = rayon::current_num_threads();
-    // A curve as if measured while something else held the cores, far
-    // slower than any real pass: target and draft (the same file) alike,
-    // so the tree strategy judges drafting not worth it and makes plain
-    // one-token passes, which the run compares with the curve.
+    // A curve as if measured while something else held the cores, a day
+    // per pass (no pass that finishes is that slow, however loaded the
+    // machine): target and draft (the same file) alike, so the tree
+    // strategy judges drafting not worth it and makes plain one-token
+    // passes, which the run compares with the curve.
+    const DAY: f64 = 86_400.0;
     let slow = LatencyRecord {
         model: "smollm2-135m".into(),
         kernels: kernels.into(),
         threads,
         repetitions: 3,
         measured: now_utc(),
-        points: vec![(1, 10.0), (2, 11.0), (4, 13.0), (64, 80.0)],
+        points: vec![(1, DAY), (2, 1.1 * DAY), (4, 1.3 * DAY), (64, 8.0 * DAY)],
     };
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
@@ -49,7 +52,7 @@ fn a_stale_latency_profile_is_measured_again() {
     let mut run = Engine::open_with_store(&config, store.clone(), &mut |_| {}).unwrap();
     assert_eq!(
         run.profiles().unwrap().target.at(1),
-        10.0,
+        DAY,
         "the cached curve"
     );
     let prompt = run
@@ -59,8 +62,10 @@ fn a_stale_latency_profile_is_measured_again() {
     assert!(g.stats.target_steps >= 16, "{:?}", g.stats);
     let notes = run.take_notes();
     assert!(notes.iter().any(|n| n.contains("re-measured")), "{notes:?}");
+    // Measured again at every size, cached, and in use.
     let fresh = store.cached_latency(&path, kernels, threads).unwrap();
-    assert!(fresh.points[0].1 < 1.0, "{:?}", fresh.points);
-    assert!(run.profiles().unwrap().target.at(1) < 1.0);
+    let sizes: Vec<usize> = fresh.points.iter().map(|p| p.0).collect();
+    assert_eq!(sizes, PROFILE_SIZES, "{:?}", fresh.points);
+    assert_eq!(run.profiles().unwrap().target.points, fresh.points);
     std::fs::remove_dir_all(dir).ok();
 }

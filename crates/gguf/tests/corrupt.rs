@@ -9,16 +9,43 @@ use arbor_gguf::{GgmlType, GgufError, GgufFile, GgufWriter, Header, Value, parse
 
 // ---- allocation tracking -------------------------------------------------
 
-/// Passes everything to the system allocator, remembering the largest
-/// single request made by the current thread (tests run on many threads).
+/// Passes everything to the system allocator, counting what the current
+/// thread asks for (tests run on many threads): the largest single
+/// request, the number of requests and their total size.
 struct Tracking;
 
+#[derive(Debug, Clone, Copy, Default)]
+struct Allocs {
+    largest: usize,
+    count: usize,
+    bytes: usize,
+}
+
 thread_local! {
-    static LARGEST: Cell<usize> = const { Cell::new(0) };
+    static ALLOCS: Cell<Allocs> = const {
+        Cell::new(Allocs {
+            largest: 0,
+            count: 0,
+            bytes: 0,
+        })
+    };
 }
 
 fn note(size: usize) {
-    let _ = LARGEST.try_with(|m| m.set(m.get().max(size)));
+    let _ = ALLOCS.try_with(|a| {
+        let mut v = a.get();
+        v.largest = v.largest.max(size);
+        v.count += 1;
+        v.bytes = v.bytes.saturating_add(size);
+        a.set(v);
+    });
+}
+
+/// What the current thread allocated while `f` ran.
+fn allocs_of<T>(f: impl FnOnce() -> T) -> (T, Allocs) {
+    ALLOCS.with(|a| a.set(Allocs::default()));
+    let out = f();
+    (out, ALLOCS.with(Cell::get))
 }
 
 unsafe impl GlobalAlloc for Tracking {
@@ -42,31 +69,49 @@ unsafe impl GlobalAlloc for Tracking {
 #[global_allocator]
 static ALLOC: Tracking = Tracking;
 
-/// Parses `buf`, asserting that no single allocation exceeded 64 KiB and
-/// that it took under a second.
+/// The work a parse of `len` bytes may do, counted in allocations: every
+/// string, array, key and tensor it builds takes at least 8 bytes of the
+/// file, and a byte of the file becomes at most one [`Value`] (an array of
+/// `u8`), so both the number of allocations and their total size grow at
+/// most linearly with the file, whatever its counts and lengths claim. A
+/// parse that copied the file per item, or looped over a claimed count,
+/// would break these bounds on the larger files below.
+fn work_bound(len: usize) -> Allocs {
+    Allocs {
+        largest: (64 << 10).max(std::mem::size_of::<Value>() * len),
+        count: len / 8 + 32,
+        bytes: 2 * std::mem::size_of::<Value>() * len + (16 << 10),
+    }
+}
+
+/// Parses `buf`, asserting that its allocations stayed within
+/// [`work_bound`] of its length (for the small files here, none over 64 KiB).
 fn parse_small(buf: &[u8]) -> Result<Header, GgufError> {
-    LARGEST.with(|m| m.set(0));
-    let start = std::time::Instant::now();
-    let r = parse_header(buf);
-    let largest = LARGEST.with(Cell::get);
+    let (r, used) = allocs_of(|| parse_header(buf));
+    let bound = work_bound(buf.len());
     assert!(
-        largest <= 64 << 10,
-        "parse allocated {largest} bytes at once"
+        used.largest <= bound.largest,
+        "parse allocated {} bytes at once",
+        used.largest
     );
     assert!(
-        start.elapsed().as_secs() < 1,
-        "parse took {:?}",
-        start.elapsed()
+        used.count <= bound.count && used.bytes <= bound.bytes,
+        "a parse of {} bytes made {used:?}, more than {bound:?}",
+        buf.len()
     );
     r
 }
 
 #[test]
 fn the_tracker_sees_allocations() {
-    LARGEST.with(|m| m.set(0));
-    let v: Vec<u8> = Vec::with_capacity(1 << 20);
-    assert!(LARGEST.with(Cell::get) >= 1 << 20);
+    let (v, used) = allocs_of(|| Vec::<u8>::with_capacity(1 << 20));
+    assert!(used.largest >= 1 << 20 && used.count >= 1 && used.bytes >= 1 << 20);
     drop(v);
+    // Work per item claimed rather than per byte present breaks the bound.
+    let claimed = 1000;
+    let (_, used) = allocs_of(|| (0..claimed).map(|i| vec![i as u8]).collect::<Vec<_>>());
+    let bound = work_bound(64);
+    assert!(used.count > bound.count, "{used:?} vs {bound:?}");
 }
 
 // ---- building files byte by byte ------------------------------------------
@@ -162,6 +207,29 @@ fn the_valid_file_parses() {
     let h = parse_small(&valid_file()).unwrap();
     assert_eq!(h.tensors.len(), 2);
     assert_eq!(h.metadata.len(), 6);
+}
+
+/// Large valid files stay within the linear bound too: the densest
+/// values (one byte each), many small keys, many tensors.
+#[test]
+fn work_grows_with_the_file() {
+    let mut r = Raw::start(3, 0, 1);
+    r.str("bytes").u32(9).u32(0).u64(20_000);
+    r.0.extend(std::iter::repeat_n(7u8, 20_000));
+    assert_eq!(parse_small(&r.bytes()).unwrap().metadata.len(), 1);
+
+    let mut r = Raw::start(3, 0, 2_000);
+    for i in 0..2_000 {
+        r.kv_u32(&format!("k{i}"), i);
+    }
+    assert_eq!(parse_small(&r.bytes()).unwrap().metadata.len(), 2_000);
+
+    let mut r = Raw::start(3, 500, 0);
+    for i in 0..500 {
+        r.tensor(&format!("t{i}"), &[8], 0, 32 * i);
+    }
+    r.data(32 * 500);
+    assert_eq!(parse_small(&r.bytes()).unwrap().tensors.len(), 500);
 }
 
 #[test]

@@ -248,6 +248,13 @@ pub trait LanguageModel: Send {
         drop(tx);
     }
 
+    /// Told, when this model drafts for a target whose pass waits for
+    /// weights (provisional generation), that it has nothing more it may
+    /// extend until the target resumes. The default does nothing; a test's
+    /// draft releases its waiting target on it, so the steps a draft takes
+    /// in each wait do not depend on how threads are scheduled.
+    fn idle_while_target_waits(&mut self) {}
+
     /// Causal forward of `tokens` after the cache, positions continuing
     /// from the cache length; logits of the last token only.
     fn step(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {

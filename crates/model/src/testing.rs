@@ -2,9 +2,12 @@
 //! model: caches, masks, backends, and speculative decoding, where
 //! deliberately good or bad drafts are needed; and an in-memory
 //! [`RowSource`] ([`MemoryRows`]) for decoders whose embedding rows are not
-//! resident.
+//! resident; [`Turns`], provisional generation without thread timing.
 
 use arbor_gguf::{GgmlType, GgufWriter, Value, quantize_q8_0};
+
+mod turns;
+pub use turns::{Drafting, Turns};
 
 use crate::{Layout, ModelError, Result, RowSource};
 

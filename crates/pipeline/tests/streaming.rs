@@ -10,7 +10,7 @@ use std::time::Instant;
 use arbor_backend_candle::CandleBackend;
 use arbor_gguf::GgmlType;
 use arbor_model::{LanguageModel, held_bytes};
-use arbor_pipeline::{Mode, SpanKind, buffer_sets};
+use arbor_pipeline::{Mode, Span, SpanKind, StreamStats, buffer_sets};
 use common::*;
 
 #[test]
@@ -149,9 +149,52 @@ fn the_monitor_counts_layers_and_bytes() {
                 assert!(waits as u64 <= N * k, "{mode:?}");
             }
         }
-        for s in st.monitor.spans() {
+        check_spans(&st.monitor.spans(), &stats, mode);
+    }
+}
+
+/// What a monotonic clock guarantees of the spans, however long each took:
+/// each kind's spans come from one thread, one after another; the seconds
+/// in the statistics are their durations (all of them on demand; in a
+/// pipeline the loader may have worked before recording began); and on
+/// demand a pass waits exactly while its layer is read and built.
+fn check_spans(spans: &[Span], stats: &StreamStats, mode: Mode) {
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9;
+    for (kind, secs) in [
+        (SpanKind::Io, stats.io_secs),
+        (SpanKind::Build, stats.build_secs),
+        (SpanKind::Wait, stats.wait_secs),
+    ] {
+        let of_kind: Vec<&Span> = spans.iter().filter(|s| s.kind == kind).collect();
+        for s in &of_kind {
             assert!(s.start <= s.end, "{s:?}");
         }
-        assert!(stats.io_secs >= 0.0 && stats.build_secs >= 0.0 && stats.wait_secs >= 0.0);
+        for w in of_kind.windows(2) {
+            assert!(
+                w[0].end <= w[1].start,
+                "{mode:?}: {kind:?} spans overlap: {w:?}"
+            );
+        }
+        let total: f64 = of_kind.iter().map(|s| s.end - s.start).sum();
+        match mode {
+            Mode::OnDemand => assert!(close(total, secs), "{kind:?}: {total} vs {secs}"),
+            Mode::Pipelined { .. } => assert!(total <= secs + 1e-9, "{kind:?}: {total} > {secs}"),
+        }
+    }
+    if mode == Mode::OnDemand {
+        let of = |kind| spans.iter().filter(move |s: &&Span| s.kind == kind);
+        for ((wait, io), build) in of(SpanKind::Wait)
+            .zip(of(SpanKind::Io))
+            .zip(of(SpanKind::Build))
+        {
+            assert!(
+                wait.start <= io.start
+                    && io.end <= build.start
+                    && build.end <= wait.end
+                    && wait.layer == io.layer
+                    && io.layer == build.layer,
+                "{wait:?} {io:?} {build:?}"
+            );
+        }
     }
 }

@@ -12,6 +12,7 @@
 
 pub mod api;
 pub mod client;
+pub mod clock;
 pub mod error;
 pub mod metrics;
 mod routes;
@@ -25,6 +26,7 @@ use std::time::Duration;
 use arbor_engine::{Run, Tokenizer};
 use tokio::sync::{mpsc, oneshot};
 
+pub use clock::Clock;
 pub use error::ApiError;
 pub use metrics::Metrics;
 
@@ -49,6 +51,8 @@ pub struct ServeOptions {
     /// An elastic target's objective tables: requests may then carry an
     /// `arbor.slo` (without them such requests are refused).
     pub slo: Option<arbor_engine::slo::SloTables>,
+    /// What deadlines are read from: the system clock, or a test's.
+    pub clock: Clock,
 }
 
 impl Default for ServeOptions {
@@ -62,6 +66,7 @@ impl Default for ServeOptions {
             body_limit: 1 << 20,
             model_id: None,
             slo: None,
+            clock: Clock::default(),
         }
     }
 }

@@ -22,11 +22,11 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::ServeOptions;
 use crate::api::{self, Settings};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::worker::{CancelOnDrop, Finish, Job, Out};
+use crate::{Clock, ServeOptions};
 
 /// What every handler shares.
 pub(crate) struct State {
@@ -37,6 +37,7 @@ pub(crate) struct State {
     model_id: String,
     api_key: Option<String>,
     timeout: Duration,
+    clock: Clock,
     /// Prompt plus new tokens one request may hold.
     context: usize,
     default_max_tokens: usize,
@@ -72,6 +73,7 @@ impl State {
             model_id,
             api_key: options.api_key.clone(),
             timeout: options.timeout,
+            clock: options.clock.clone(),
             context,
             default_max_tokens: run.options().max_tokens,
             resident: engine.memory().map_or(0, |m| m.target_resident_bytes),
@@ -311,7 +313,7 @@ async fn generate(
     let cancel = Arc::new(AtomicBool::new(false));
     let guard = CancelOnDrop(cancel.clone());
     let (tx, rx) = mpsc::unbounded_channel();
-    let deadline = Instant::now() + state.timeout;
+    let deadline = state.clock.now() + state.timeout;
     let job = Job {
         prompt,
         protected,
@@ -321,6 +323,7 @@ async fn generate(
         cancel,
         deadline,
         timeout: state.timeout,
+        clock: state.clock.clone(),
     };
     state.metrics.queued.fetch_add(1, Ordering::Relaxed);
     if let Err(e) = state.jobs.try_send(job) {

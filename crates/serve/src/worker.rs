@@ -12,6 +12,7 @@ use arbor_engine::slo::{SloError, SloPrompt, SloReport, SloTables, protected_mas
 use arbor_engine::{EngineError, Run, StopReason, TextEvent};
 use tokio::sync::mpsc;
 
+use crate::Clock;
 use crate::api::Settings;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -30,6 +31,8 @@ pub struct Job {
     /// Queue wait counts: a request still queued at its deadline fails.
     pub deadline: Instant,
     pub timeout: Duration,
+    /// What `deadline` is read against.
+    pub clock: Clock,
 }
 
 /// What the worker sends a request's handler.
@@ -96,7 +99,7 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
         metrics.cancelled.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    if Instant::now() >= job.deadline {
+    if job.clock.now() >= job.deadline {
         return fail(ApiError::timeout(job.timeout.as_secs_f64()));
     }
     // A request's own strategy, for this request only.
@@ -138,7 +141,7 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
             gone = true;
             job.cancel.store(true, Ordering::Relaxed);
         }
-        if Instant::now() >= job.deadline {
+        if job.clock.now() >= job.deadline {
             timed_out = true;
             job.cancel.store(true, Ordering::Relaxed);
         }

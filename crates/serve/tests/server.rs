@@ -7,7 +7,9 @@ mod common;
 use common::*;
 
 use arbor_engine::RunConfig;
-use arbor_serve::ServeOptions;
+use std::time::Duration;
+
+use arbor_serve::{Clock, ServeOptions};
 use serde_json::{Value, json};
 
 fn plain() -> RunConfig {
@@ -390,7 +392,9 @@ fn the_api_key_is_checked_when_set() {
 
 /// One request generating, one waiting: a third finds the queue (of one)
 /// full; the first client then leaves mid-stream, its generation stops
-/// well before its token limit, and the waiting request is served.
+/// well before its token limit, and the waiting request is served. The
+/// model's passes go through a gate, so the first generation stands at a
+/// pass while the others arrive.
 #[test]
 fn a_full_queue_is_429_and_a_client_that_leaves_stops_its_generation() {
     let path = tiny_model("queue", true);
@@ -398,7 +402,8 @@ fn a_full_queue_is_429_and_a_client_that_leaves_stops_its_generation() {
         queue: 1,
         ..ServeOptions::default()
     };
-    let server = serve(&path, plain(), options);
+    let gate = Gate::allowing(0);
+    let server = serve_paced(&path, plain(), options, &gate);
     let addr = server.addr();
     let model = http(addr, "GET", "/v1/models", &[], "").json()["data"][0]["id"]
         .as_str()
@@ -408,8 +413,8 @@ fn a_full_queue_is_429_and_a_client_that_leaves_stops_its_generation() {
     let long = chat(&id, "go", json!({"max_tokens": 400, "stream": true}));
     let mut first = Events::open(addr, "/v1/chat/completions", &long);
     assert_eq!(first.status, 200);
-    first.next_data().unwrap(); // the role chunk: queued and taken
-    first.next_data().unwrap(); // text: generating
+    first.next_data().unwrap(); // the role chunk: queued
+    gate.wait("the first request's first pass", |p| p.asked == 1);
     let waiting = std::thread::spawn(move || {
         post(
             addr,
@@ -418,7 +423,7 @@ fn a_full_queue_is_429_and_a_client_that_leaves_stops_its_generation() {
         )
     });
     // The second request is queued once the queue depth says so.
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let until = std::time::Instant::now() + Duration::from_secs(60);
     while metric(addr, "queue_depth") < 1.0 {
         assert!(
             std::time::Instant::now() < until,
@@ -432,13 +437,26 @@ fn a_full_queue_is_429_and_a_client_that_leaves_stops_its_generation() {
     assert!(r.header("retry-after").is_some());
     assert_eq!(r.json()["error"]["type"], "rate_limit_error");
     drop(first); // the client leaves
+    // The worker finds it gone between passes: one pass at a time until
+    // it does (the next pass asked is then the second request's).
+    let mut passes = 0;
+    while metric(addr, "requests_cancelled_total") < 1.0 {
+        passes += 1;
+        assert!(passes < 400, "the first generation ran to its limit");
+        gate.allow(1);
+        gate.wait("the next pass", |p| p.asked == passes + 1);
+    }
+    gate.open();
     let second = waiting.join().unwrap();
     assert_eq!(second.status, 200, "{}", second.body);
     assert_eq!(metric(addr, "requests_cancelled_total"), 1.0);
-    let generated = metric(addr, "generated_tokens_total");
+    let answered = second.json()["usage"]["completion_tokens"]
+        .as_f64()
+        .unwrap();
+    let generated = metric(addr, "generated_tokens_total") - answered;
     assert!(
-        generated < 400.0,
-        "the first generation stopped early: {generated}"
+        generated < 400.0 && generated <= passes as f64,
+        "the first generation stopped early: {generated} tokens, {passes} passes"
     );
     server.shutdown().unwrap();
     std::fs::remove_file(path).ok();
@@ -485,43 +503,64 @@ fn a_conversations_next_turn_reuses_its_cached_prefix() {
     std::fs::remove_file(path).ok();
 }
 
-/// A request past its timeout gets 408 and its generation stops; a
-/// shutdown lets a stream in flight finish.
+/// A request past its deadline gets 408 and its generation stops; a
+/// shutdown lets a stream in flight finish. The deadline is read from a
+/// manual clock the test moves while the model is held between passes,
+/// and the stream is held at a pass while the server stops listening.
 #[test]
 fn timeouts_are_408_and_shutdown_lets_streams_finish() {
     let path = tiny_model("timeout", true);
+    let clock = Clock::manual();
+    let timeout = Duration::from_secs(3600);
     let options = ServeOptions {
-        timeout: std::time::Duration::from_millis(300),
+        timeout,
+        clock: clock.clone(),
         ..ServeOptions::default()
     };
-    let server = serve(&path, plain(), options);
+    let gate = Gate::allowing(3);
+    let server = serve_paced(&path, plain(), options, &gate);
     let addr = server.addr();
     let id = http(addr, "GET", "/v1/models", &[], "").json()["data"][0]["id"].clone();
     let long = json!({"model": id, "prompt": "go", "max_tokens": 400, "temperature": 0});
-    let r = post(addr, "/v1/completions", &long);
+    let request = std::thread::spawn(move || post(addr, "/v1/completions", &long));
+    // Three passes within the deadline; the fourth waits while it passes.
+    gate.wait("the fourth pass", |p| p.asked == 4);
+    clock.advance(timeout);
+    gate.open();
+    let r = request.join().unwrap();
     assert_eq!(r.status, 408, "{}", r.body);
     assert_eq!(r.json()["error"]["type"], "timeout_error");
     let generated = metric(addr, "generated_tokens_total");
-    assert!(generated < 400.0, "stopped at the deadline: {generated}");
+    assert!(
+        (3.0..400.0).contains(&generated),
+        "stopped at the deadline, not before: {generated}"
+    );
     server.shutdown().unwrap();
 
-    let server = serve(&path, plain(), ServeOptions::default());
+    let gate = Gate::allowing(0);
+    let server = serve_paced(&path, plain(), ServeOptions::default(), &gate);
     let addr = server.addr();
     let mut body = json!({"model": id, "prompt": "go", "max_tokens": 60, "temperature": 0});
     body["stream"] = json!(true);
-    let mut events = Events::open(addr, "/v1/completions", &body);
-    events.next_data().unwrap(); // generating
+    let events = Events::open(addr, "/v1/completions", &body);
+    assert_eq!(events.status, 200);
+    gate.wait("the stream's first pass", |p| p.asked == 1);
     let stopping = std::thread::spawn(move || server.shutdown());
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(addr).is_ok() {
+        assert!(std::time::Instant::now() < until, "still listening");
+        std::thread::yield_now();
+    }
+    // The server no longer listens; the stream, held at its first pass,
+    // goes on to its end.
+    gate.open();
     let rest = events.rest();
     assert_eq!(
         rest.last().map(String::as_str),
         Some("[DONE]"),
         "the stream finished"
     );
+    assert!(rest.len() > 2, "{rest:?}");
     stopping.join().unwrap().unwrap();
-    assert!(
-        std::net::TcpStream::connect(addr).is_err(),
-        "no longer listening"
-    );
     std::fs::remove_file(path).ok();
 }

@@ -7,10 +7,9 @@ mod common;
 
 use arbor_backend_candle::CandleBackend;
 use arbor_gguf::GgufFile;
-use arbor_model::testing::{TinyModel, write_temp};
+use arbor_model::testing::{Drafting, TinyModel, Turns, write_temp};
+use std::sync::Arc;
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
 
 use arbor_model::{Config, Decoder, LanguageModel, Logits, Mask, Result, Row, WeightWait};
 use arbor_sampling::SamplingParams;
@@ -373,55 +372,20 @@ fn tree_sampling_matches_the_target_distribution() {
     );
 }
 
-/// Counts the draft's forward passes, so a "loading" target can give the
-/// draft a set number of steps while it waits.
-#[derive(Default)]
-struct Counter {
-    n: Mutex<usize>,
-    changed: Condvar,
-}
-
-struct Counted {
-    inner: Box<dyn LanguageModel>,
-    drafts: Arc<Counter>,
-}
-
-impl LanguageModel for Counted {
-    fn forward(&mut self, t: &[u32], p: &[u32], m: &Mask, rows: &[usize]) -> Result<Logits> {
-        let out = self.inner.forward(t, p, m, rows);
-        *self.drafts.n.lock().unwrap() += 1;
-        self.drafts.changed.notify_all();
-        out
-    }
-    delegate_to_inner!();
-    fn backend_name(&self) -> &'static str {
-        "counted"
-    }
-}
-
 /// A target whose passes wait for weights, like one streamed from disk:
-/// each reports a wait, stays in it until the draft has run `steps` more
-/// passes (or 100 ms went by with the loop having nothing to draft), and
-/// then computes.
+/// each reports a wait and stays in it for the draft's turn of `steps`
+/// passes (fewer when the draft has nothing to extend), then computes.
 struct Loading {
     inner: Box<dyn LanguageModel>,
     waits: Option<Sender<WeightWait>>,
-    drafts: Arc<Counter>,
+    turns: Arc<Turns>,
     steps: usize,
 }
 
 impl LanguageModel for Loading {
     fn forward(&mut self, t: &[u32], p: &[u32], m: &Mask, rows: &[usize]) -> Result<Logits> {
         if let Some(tx) = &self.waits {
-            let n = self.drafts.n.lock().unwrap();
-            let until = *n + self.steps;
-            tx.send(WeightWait::Waiting).unwrap();
-            let _n = self
-                .drafts
-                .changed
-                .wait_timeout_while(n, Duration::from_millis(100), |n| *n < until)
-                .unwrap();
-            tx.send(WeightWait::Resumed).unwrap();
+            self.turns.wait(tx, self.steps);
         }
         self.inner.forward(t, p, m, rows)
     }
@@ -487,16 +451,16 @@ fn provisional_tokens_are_streamed_kept_or_rolled_back_and_never_change_the_outp
                 &mut |_| {},
             )
             .unwrap();
-            let drafts = Arc::new(Counter::default());
+            let turns = Turns::new();
             let mut t = Loading {
                 inner: t,
                 waits: None,
-                drafts: drafts.clone(),
+                turns: turns.clone(),
                 steps: 3,
             };
-            let mut d = Counted {
+            let mut d = Drafting {
                 inner: draft(kind, 300),
-                drafts,
+                turns,
             };
             let mut events = Vec::new();
             let out = decode(

@@ -1,19 +1,20 @@
 //! Helpers shared by the drafts tests: tiny random models in temporary
 //! files, decoders whose layers are partly streamed from the file (with
-//! reported weight waits, so provisional rounds happen), and the same
+//! reported weight waits, in which a draft takes turns, so provisional
+//! rounds happen), and the same
 //! model rewritten with only some of its layers.
 
 // Each test file uses its own subset of these.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
-use std::time::Duration;
 
 use arbor_backend_candle::CandleBackend;
 use arbor_gguf::{GgufFile, GgufWriter, Value};
-use arbor_model::testing::{MemoryRows, TinyModel};
+use arbor_model::testing::{MemoryRows, TinyModel, Turns};
 use arbor_model::{
     Decoder, LayerSource, LayerWeights, Layout, Lease, Result, RowSource, WeightWait,
 };
@@ -62,21 +63,27 @@ pub fn load_full(file: &GgufFile) -> Model {
     Decoder::load(CandleBackend::new(), file, &mut |_, _| {}).unwrap()
 }
 
-/// Layers read from the file on every pass, each read reporting a short
-/// wait like a layer streamed from disk.
+/// Layers read from the file on every pass, each read reporting a wait
+/// like a layer streamed from disk: with `turns`, one in which the draft
+/// takes a turn of one pass (see [`Turns`]); without, one that ends at
+/// once.
 pub struct FileLayers {
     file: GgufFile,
     layout: Layout,
     backend: CandleBackend,
     waits: Option<Sender<WeightWait>>,
+    turns: Option<Arc<Turns>>,
 }
 
 impl LayerSource<CandleBackend> for FileLayers {
     fn layer(&mut self, layer: usize) -> Result<Lease<CandleBackend>> {
-        if let Some(tx) = &self.waits {
-            let _ = tx.send(WeightWait::Waiting);
-            std::thread::sleep(Duration::from_millis(2));
-            let _ = tx.send(WeightWait::Resumed);
+        match (&self.waits, &self.turns) {
+            (Some(tx), Some(turns)) => turns.wait(tx, 1),
+            (Some(tx), None) => {
+                let _ = tx.send(WeightWait::Waiting);
+                let _ = tx.send(WeightWait::Resumed);
+            }
+            (None, _) => {}
         }
         let entries = &self.layout.layers[layer];
         let bytes = entries
@@ -97,6 +104,12 @@ impl LayerSource<CandleBackend> for FileLayers {
 /// The model in `tmp` with the layers marked in `resident` loaded and the
 /// others streamed from the file; an untied embedding is read by rows.
 pub fn load_streamed(tmp: &TempFile, resident: &[bool]) -> Model {
+    load_streamed_with(tmp, resident, None)
+}
+
+/// [`load_streamed`] whose streamed layers' waits give a draft wrapped in
+/// [`arbor_model::testing::Drafting`] over `turns` a turn each.
+pub fn load_streamed_with(tmp: &TempFile, resident: &[bool], turns: Option<Arc<Turns>>) -> Model {
     let file = tmp.open();
     let layout = Layout::from_gguf(file.header()).unwrap();
     let rows = layout
@@ -118,6 +131,7 @@ pub fn load_streamed(tmp: &TempFile, resident: &[bool]) -> Model {
         layout,
         backend,
         waits: None,
+        turns,
     }));
     m
 }

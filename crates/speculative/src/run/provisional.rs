@@ -271,6 +271,9 @@ impl Run<'_, '_> {
             if !open {
                 return Ok(());
             }
+            if waiting {
+                self.draft().idle_while_target_waits();
+            }
             match rx.recv() {
                 Ok(w) => waiting = w == WeightWait::Waiting,
                 Err(_) => (open, waiting) = (false, false),
