@@ -61,7 +61,7 @@ fn build(args: &[&str]) -> Result<(), String> {
         cargo.push("--release");
     }
     if device == Some("arm64") {
-        step_with(&cargo, &arm64_env(false)?)?;
+        step_with(&cargo, &arm64_env()?)?;
         let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
         let profile = if release { "release" } else { "debug" };
         eprintln!("xtask: built {target}/{ARM64}/{profile}/arbor");
@@ -75,41 +75,21 @@ fn native_arm64() -> bool {
     cfg!(target_arch = "aarch64")
 }
 
-/// Environment for a cargo command building (and, with `run`, running)
-/// ARM64 code on this host: on another host, Debian's cross linker
-/// (`gcc-aarch64-linux-gnu`) and, to run, `qemu-aarch64` with the cross
-/// libraries (`qemu-user`; the CPU it emulates comes from `QEMU_CPU`).
-/// A variable already set is left alone; on an ARM64 host, nothing is set.
-fn arm64_env(run: bool) -> Result<Vec<(String, String)>, String> {
-    if native_arm64() {
+/// Environment for a cargo command building ARM64 code on this host: on
+/// another host, Debian's cross linker (`gcc-aarch64-linux-gnu`), unless
+/// the variable is set already; on an ARM64 host, nothing.
+fn arm64_env() -> Result<Vec<(String, String)>, String> {
+    const LINKER: &str = "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER";
+    if native_arm64() || std::env::var_os(LINKER).is_some() {
         return Ok(Vec::new());
     }
-    let mut env = Vec::new();
-    let mut want = vec![(
-        "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER",
-        "aarch64-linux-gnu-gcc",
-        "gcc-aarch64-linux-gnu",
-    )];
-    if run {
-        want.push((
-            "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER",
-            "qemu-aarch64 -L /usr/aarch64-linux-gnu",
-            "qemu-user",
+    if !on_path("aarch64-linux-gnu-gcc") {
+        return Err(format!(
+            "aarch64-linux-gnu-gcc is missing: install Debian's gcc-aarch64-linux-gnu \
+             and libc6-dev-arm64-cross (or set {LINKER})"
         ));
     }
-    for (var, value, package) in want {
-        if std::env::var_os(var).is_some() {
-            continue;
-        }
-        let tool = value.split(' ').next().unwrap_or(value);
-        if !on_path(tool) {
-            return Err(format!(
-                "{tool} is missing: install Debian's {package} (or set {var})"
-            ));
-        }
-        env.push((var.to_owned(), value.to_owned()));
-    }
-    Ok(env)
+    Ok(vec![(LINKER.into(), "aarch64-linux-gnu-gcc".into())])
 }
 
 fn on_path(tool: &str) -> bool {
@@ -135,61 +115,101 @@ fn test(args: &[&str]) -> Result<(), String> {
     test_arm64(&cpus)
 }
 
-/// The ARM64 test subset, built for `aarch64-unknown-linux-gnu` and run
-/// once per emulated CPU (`-cpu max`: dotprod, i8mm, SVE; `cortex-a72`:
-/// plain NEON), so both kernel variants run; on an ARM64 host, once,
-/// natively. A subset of the crates (the kernels, the model, the lossless
-/// and split properties, SmolLM2's greedy output), not a second build of
-/// the workspace: emulation is slow, and the rest has no ARM-specific code.
+/// The ARM64 test subset: (package directory, test target, test-name
+/// filters). The kernels against the lane reference (every type and
+/// variant, 1-17 tokens, parts and segment sums) and the backend's ops;
+/// batch invariance and row forwards on tiny models; speculative output
+/// equal to the target's alone (proptest); split elastic layers equal to
+/// whole ones; SmolLM2-135M's greedy text against llama.cpp's.
+const ARM64_TESTS: &[(&str, &str, &[&str])] = &[
+    ("backends/candle", "arbor_backend_candle", &[]),
+    ("backends/candle", "ops", &[]),
+    ("crates/model", "arbor_model", &[]),
+    ("crates/model", "batch_invariance", &[]),
+    ("crates/model", "rows", &[]),
+    ("crates/model", "embedding_rows", &[]),
+    ("crates/model", "slim_head", &[]),
+    ("crates/speculative", "lossless", &[]),
+    ("crates/elastic", "split", &[]),
+    (
+        "crates/engine",
+        "real_models",
+        &["smollm2_matches_llama_cpp"],
+    ),
+];
+
+/// [`ARM64_TESTS`] built for `aarch64-unknown-linux-gnu` in one cargo
+/// invocation (one feature resolution, so no crate is built twice; the
+/// engine with the candle backend only: burn is built only for the
+/// elastic tests' dev-dependency) and run once per emulated CPU (`-cpu
+/// max`: dotprod, i8mm, SVE; `cortex-a72`: plain NEON), so both kernel
+/// variants run; on an ARM64 host, once, natively. A subset, not a second
+/// build of the workspace: emulation is slow, and the rest has no
+/// ARM-specific code.
 fn test_arm64(cpus: &[&str]) -> Result<(), String> {
-    let env = arm64_env(true)?;
-    let target = ["--target", ARM64];
-    // (packages and test targets, test-name filter)
-    let runs: [(&[&str], &[&str]); 4] = [
-        // Every kernel variant against the lane reference, every type,
-        // 1-17 tokens, parts and segment sums; the backend's ops; batch
-        // invariance and row forwards on tiny models.
-        (&["-p", "arbor-backend-candle", "-p", "arbor-model"], &[]),
-        // Speculative output equals the target's alone (proptest).
-        (&["-p", "arbor-speculative", "--test", "lossless"], &[]),
-        // Split layers give the whole layer's bits.
-        (&["-p", "arbor-elastic", "--test", "split"], &[]),
-        // SmolLM2-135M greedy, against llama.cpp's text.
-        (
-            &["-p", "arbor-engine", "--test", "real_models"],
-            &["smollm2_matches_llama_cpp"],
-        ),
-    ];
     let start = Instant::now();
-    for (select, _) in &runs {
-        let mut cargo = vec!["test", "--no-run"];
-        cargo.extend(target);
-        cargo.extend(select.iter());
-        step_with(&cargo, &env)?;
+    let mut cargo = vec!["test", "--no-run", "--target", ARM64];
+    cargo.extend(["--message-format", "json-render-diagnostics"]);
+    for p in [
+        "arbor-backend-candle",
+        "arbor-model",
+        "arbor-speculative",
+        "arbor-elastic",
+        "arbor-engine",
+    ] {
+        cargo.extend(["-p", p]);
     }
+    cargo.extend(["--no-default-features", "--features", "arbor-engine/candle"]);
+    cargo.push("--lib");
+    for (_, target, _) in ARM64_TESTS {
+        if !target.starts_with("arbor_") {
+            cargo.extend(["--test", target]);
+        }
+    }
+    let env = arm64_env()?;
+    if !native_arm64() && !on_path("qemu-aarch64") {
+        return Err("qemu-aarch64 is missing: install Debian's qemu-user".into());
+    }
+    let line = format!("cargo {}", cargo.join(" "));
+    eprintln!("==> {line}");
+    let built = Command::new("cargo")
+        .args(&cargo)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("{line}: {e}"))?;
+    if !built.status.success() {
+        return Err(format!("`{line}` failed ({})", built.status));
+    }
+    eprintln!("<== built in {:.1?}", start.elapsed());
+    let binaries = test_binaries(&String::from_utf8_lossy(&built.stdout))?;
     let cpus: &[&str] = if native_arm64() { &["native"] } else { cpus };
     for cpu in cpus {
-        let mut env = env.clone();
-        if !native_arm64() {
-            env.push(("QEMU_CPU".into(), (*cpu).into()));
-            // Which kernel variant must run there (a kernel test checks).
-            let kernels = match *cpu {
-                "max" => Some("candle-qmm4-dotprod"),
-                "cortex-a72" | "cortex-a53" | "cortex-a57" => Some("candle-qmm4-neon"),
-                _ => None,
+        for ((dir, target, filters), exe) in ARM64_TESTS.iter().zip(&binaries) {
+            let mut cmd = if native_arm64() {
+                Command::new(exe)
+            } else {
+                let mut c = Command::new("qemu-aarch64");
+                c.args(["-L", "/usr/aarch64-linux-gnu", exe])
+                    .env("QEMU_CPU", cpu);
+                // Which kernel variant must run there (a kernel test checks).
+                match *cpu {
+                    "max" => c.env("ARBOR_EXPECT_KERNELS", "candle-qmm4-dotprod"),
+                    "cortex-a72" | "cortex-a53" | "cortex-a57" => {
+                        c.env("ARBOR_EXPECT_KERNELS", "candle-qmm4-neon")
+                    }
+                    _ => &mut c,
+                };
+                c
             };
-            if let Some(k) = kernels {
-                env.push(("ARBOR_EXPECT_KERNELS".into(), k.into()));
+            cmd.args(*filters).current_dir(dir);
+            let t = Instant::now();
+            eprintln!("==> [{cpu}] {dir}: {target} {}", filters.join(" "));
+            let status = cmd.status().map_err(|e| format!("running {exe}: {e}"))?;
+            eprintln!("<== [{cpu}] {target}: {status} in {:.1?}", t.elapsed());
+            if !status.success() {
+                return Err(format!("[{cpu}] {dir} {target} failed ({status})"));
             }
-        }
-        for (select, filter) in &runs {
-            let mut cargo = vec!["test"];
-            cargo.extend(target);
-            cargo.extend(select.iter());
-            cargo.push("--");
-            cargo.extend(filter.iter());
-            eprintln!("xtask: on {cpu}");
-            step_with(&cargo, &env)?;
         }
     }
     eprintln!(
@@ -197,6 +217,34 @@ fn test_arm64(cpus: &[&str]) -> Result<(), String> {
         start.elapsed()
     );
     Ok(())
+}
+
+/// The test executables of [`ARM64_TESTS`], in order, from cargo's JSON
+/// messages.
+fn test_binaries(messages: &str) -> Result<Vec<String>, String> {
+    let mut found: Vec<Option<String>> = vec![None; ARM64_TESTS.len()];
+    for line in messages.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let (Some(exe), Some(name), Some(manifest)) = (
+            v["executable"].as_str(),
+            v["target"]["name"].as_str(),
+            v["manifest_path"].as_str(),
+        ) else {
+            continue;
+        };
+        for (i, (dir, target, _)) in ARM64_TESTS.iter().enumerate() {
+            if *target == name && manifest.ends_with(&format!("{dir}/Cargo.toml")) {
+                found[i] = Some(exe.to_owned());
+            }
+        }
+    }
+    found
+        .into_iter()
+        .zip(ARM64_TESTS)
+        .map(|(exe, (dir, target, _))| exe.ok_or(format!("cargo built no test {target} in {dir}")))
+        .collect()
 }
 
 /// The test part of `.ci/run`; keep the two in sync.
