@@ -442,8 +442,8 @@ impl<T> SendPtr<T> {
 /// weights (scales widened to f32 once), Q8_K blocks for the K-quants.
 struct Activations {
     /// Q8_0: 32 quants per block. Q8_K: candle's blocks, for Q4_K with pair
-    /// sums in place of the 16-quant sums, for Q6_K and several tokens each
-    /// followed by 256 bytes of offset sums.
+    /// sums in place of the 16-quant sums, for Q6_K and several tokens on
+    /// x86 each followed by 256 bytes of offset sums.
     bytes: Vec<u8>,
     /// Q8_0 block scales as f32 (empty for Q8_K).
     scales: Vec<f32>,
