@@ -161,6 +161,14 @@ macro_rules! kernels {
                 }
             }
 
+            /// Which of two integer partial sums 32-quant chunk `k` adds
+            /// to: with few tokens two chains halve the dependent `mla`s,
+            /// with many the tokens already overlap.
+            #[inline(always)]
+            const fn chain<const T: usize>(k: usize) -> usize {
+                if T >= 4 { 0 } else { k % 2 }
+            }
+
             /// Computes output rows `rows` of `part` for all `m` tokens,
             /// each output summed segment by segment (see
             /// `QWeight::matmul_sum`).
@@ -337,17 +345,21 @@ macro_rules! kernels {
                         );
                         acc_m[t] = vfmaq_f32(acc_m[t], dmin, vcvtq_f32_s32(prod));
                         let q8 = unsafe { y.add(4) as *const i8 };
-                        let mut sumi = [zero; 2];
+                        // Two chains of dependent `mla`s per lane half
+                        // for few tokens (exact integers: any grouping).
+                        let mut sumi = [[zero; 2]; 2];
                         for (k, q) in q.iter().enumerate() {
                             for h in 0..2 {
                                 let yv = unsafe { vld1q_s8(q8.add(32 * k + 16 * h)) };
                                 let p = dot4(zero, q[h], yv);
-                                sumi[h] = vmlaq_n_s32(sumi[h], p, i32::from(sc[k]));
+                                let s = &mut sumi[chain::<T>(k)][h];
+                                *s = vmlaq_n_s32(*s, p, i32::from(sc[k]));
                             }
                         }
                         let d = vdupq_n_f32(yd * xd);
                         for h in 0..2 {
-                            acc[t][h] = vfmaq_f32(acc[t][h], d, vcvtq_f32_s32(sumi[h]));
+                            let sumi = vaddq_s32(sumi[0][h], sumi[1][h]);
+                            acc[t][h] = vfmaq_f32(acc[t][h], d, vcvtq_f32_s32(sumi));
                         }
                     }
                 }
@@ -374,7 +386,8 @@ macro_rules! kernels {
                     let xd = unsafe { f16_at(blk.add(208)) };
                     let sc: [i8; 16] =
                         unsafe { std::ptr::read_unaligned(blk.add(192) as *const [i8; 16]) };
-                    let mut sumi = [[zero; 2]; T];
+                    // As in `q4k`: two chains for few tokens.
+                    let mut sumi = [[[zero; 2]; 2]; T];
                     // Half a block (128 quants, four 32-quant chunks) at a
                     // time, as ggml does.
                     for j in 0..2 {
@@ -406,7 +419,8 @@ macro_rules! kernels {
                                 for h in 0..2 {
                                     let yv = unsafe { vld1q_s8(q8.add(32 * c + 16 * h)) };
                                     let p = dot4(zero, q[h], yv);
-                                    sumi[h] = vmlaq_n_s32(sumi[h], p, i32::from(sc[2 * c + h]));
+                                    let s = &mut sumi[chain::<T>(c)][h];
+                                    *s = vmlaq_n_s32(*s, p, i32::from(sc[2 * c + h]));
                                 }
                             }
                         }
@@ -417,7 +431,8 @@ macro_rules! kernels {
                         };
                         let d = vdupq_n_f32(yd * xd);
                         for h in 0..2 {
-                            acc[t][h] = vfmaq_f32(acc[t][h], d, vcvtq_f32_s32(sumi[t][h]));
+                            let sumi = vaddq_s32(sumi[t][0][h], sumi[t][1][h]);
+                            acc[t][h] = vfmaq_f32(acc[t][h], d, vcvtq_f32_s32(sumi));
                         }
                     }
                 }
