@@ -148,6 +148,22 @@ const ARM64_TESTS: &[(&str, &str, &[&str])] = &[
 /// ARM-specific code.
 fn test_arm64(cpus: &[&str]) -> Result<(), String> {
     let start = Instant::now();
+    // The NEON kernels are compiled only there: lint them there too.
+    let env = arm64_env()?;
+    step_with(
+        &[
+            "clippy",
+            "--target",
+            ARM64,
+            "-p",
+            "arbor-backend-candle",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &env,
+    )?;
     let mut cargo = vec!["test", "--no-run", "--target", ARM64];
     cargo.extend(["--message-format", "json-render-diagnostics"]);
     for p in [
@@ -166,7 +182,6 @@ fn test_arm64(cpus: &[&str]) -> Result<(), String> {
             cargo.extend(["--test", target]);
         }
     }
-    let env = arm64_env()?;
     if !native_arm64() && !on_path("qemu-aarch64") {
         return Err("qemu-aarch64 is missing: install Debian's qemu-user".into());
     }
