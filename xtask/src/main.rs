@@ -1,16 +1,24 @@
-//! `cargo xtask build --device cpu|wgpu [--release]` builds the `arbor` binary;
+//! `cargo xtask build --device cpu|wgpu|arm64 [--release]` builds the
+//! `arbor` binary (`arm64`: for `aarch64-unknown-linux-gnu`, cross-linked
+//! from another host);
 //! `cargo xtask ci` runs the checks of `.ci/run`;
 //! `cargo xtask fuzz [SECS]` runs every fuzz target for SECS seconds each
 //! (default 80), as CI's fuzzing step does;
+//! `cargo xtask test --device arm64` runs the ARM64 test subset (under
+//! qemu from another host, see [`test_arm64`]);
 //! `cargo xtask fetch [--release] [ARGS...]` runs `arbor fetch ARGS...`.
 
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-const USAGE: &str = "usage: cargo xtask build --device cpu|wgpu [--release]
+const USAGE: &str = "usage: cargo xtask build --device cpu|wgpu|arm64 [--release]
        cargo xtask ci
        cargo xtask fuzz [SECS]
+       cargo xtask test --device arm64 [--cpu NAME,...]
        cargo xtask fetch [--release] [ARGS...]";
+
+/// The ARM64 target: phones, Jetsons, Raspberry Pis, ARM laptops on Linux.
+const ARM64: &str = "aarch64-unknown-linux-gnu";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -20,6 +28,7 @@ fn main() -> ExitCode {
         ["ci"] => ci(),
         ["fuzz"] => fuzz("80"),
         ["fuzz", secs] => fuzz(secs),
+        ["test", rest @ ..] => test(rest),
         ["fetch", rest @ ..] => fetch(rest),
         _ => Err(USAGE.to_owned()),
     };
@@ -49,16 +58,227 @@ fn build(args: &[&str]) -> Result<(), String> {
     match device {
         Some("cpu") => {} // default features: candle + burn flex
         Some("wgpu") => cargo.extend(["--features", "wgpu"]),
-        _ => return Err(format!("--device must be cpu or wgpu\n{USAGE}")),
+        // The CPU backends, our NEON kernels chosen at run time.
+        Some("arm64") => cargo.extend(["--target", ARM64]),
+        _ => return Err(format!("--device must be cpu, wgpu or arm64\n{USAGE}")),
     }
     if release {
         cargo.push("--release");
+    }
+    if device == Some("arm64") {
+        step_with(&cargo, &arm64_env()?)?;
+        let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+        let profile = if release { "release" } else { "debug" };
+        eprintln!("xtask: built {target}/{ARM64}/{profile}/arbor");
+        return Ok(());
     }
     step(&cargo)
 }
 
 /// The features of CI's one build (see [`ci`]).
 const FEATURES: &str = "arbor-engine/ndarray,arbor-engine/wgpu";
+/// Whether this machine is itself ARM64 (then nothing is cross-built).
+fn native_arm64() -> bool {
+    cfg!(target_arch = "aarch64")
+}
+
+/// Environment for a cargo command building ARM64 code on this host: on
+/// another host, Debian's cross linker (`gcc-aarch64-linux-gnu`), unless
+/// the variable is set already; on an ARM64 host, nothing.
+fn arm64_env() -> Result<Vec<(String, String)>, String> {
+    const LINKER: &str = "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER";
+    if native_arm64() || std::env::var_os(LINKER).is_some() {
+        return Ok(Vec::new());
+    }
+    if !on_path("aarch64-linux-gnu-gcc") {
+        return Err(format!(
+            "aarch64-linux-gnu-gcc is missing: install Debian's gcc-aarch64-linux-gnu \
+             and libc6-dev-arm64-cross (or set {LINKER})"
+        ));
+    }
+    Ok(vec![(LINKER.into(), "aarch64-linux-gnu-gcc".into())])
+}
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+/// `cargo xtask test --device arm64 [--cpu NAME,...]`.
+fn test(args: &[&str]) -> Result<(), String> {
+    let (mut device, mut cpus) = (None, None);
+    let mut it = args.iter();
+    while let Some(&arg) = it.next() {
+        match arg {
+            "--device" => device = it.next().copied(),
+            "--cpu" => cpus = it.next().copied(),
+            _ => return Err(format!("unexpected argument `{arg}`\n{USAGE}")),
+        }
+    }
+    if device != Some("arm64") {
+        return Err(format!("only --device arm64 has a test subset\n{USAGE}"));
+    }
+    let cpus: Vec<&str> = cpus.unwrap_or("max,cortex-a72").split(',').collect();
+    test_arm64(&cpus)
+}
+
+/// The ARM64 test subset: (package directory, test target, test-name
+/// filters). The kernels against the lane reference (every type and
+/// variant, 1-17 tokens, parts and segment sums) and the backend's ops;
+/// batch invariance and row forwards on tiny models; speculative output
+/// equal to the target's alone (proptest); split elastic layers equal to
+/// whole ones; SmolLM2-135M's greedy text against llama.cpp's.
+const ARM64_TESTS: &[(&str, &str, &[&str])] = &[
+    ("backends/candle", "arbor_backend_candle", &[]),
+    // Known: candle-core's own aarch64 kernels (Q5_K here, which no
+    // shipped model uses) are not batch-invariant; ours are tested above.
+    (
+        "backends/candle",
+        "ops",
+        &[
+            "--skip",
+            "batched_matmul_rows_equal_single_row_matmuls_bit_for_bit",
+        ],
+    ),
+    ("crates/model", "arbor_model", &[]),
+    ("crates/model", "batch_invariance", &[]),
+    ("crates/model", "rows", &[]),
+    ("crates/model", "embedding_rows", &[]),
+    ("crates/model", "slim_head", &[]),
+    ("crates/speculative", "lossless", &[]),
+    // The tiny-model split tests; the real-file ones build an elastic
+    // SmolLM2 and run it three ways, minutes under emulation.
+    ("crates/elastic", "split", &["--skip", "a_real_split"]),
+    (
+        "crates/engine",
+        "real_models",
+        &["greedy_output_matches_llama_cpp", "--exact"],
+    ),
+];
+
+/// [`ARM64_TESTS`] built for `aarch64-unknown-linux-gnu` in one cargo
+/// invocation (one feature resolution, so no crate is built twice; the
+/// engine with the candle backend only: burn is built only for the
+/// elastic tests' dev-dependency) and run once per emulated CPU (`-cpu
+/// max`: dotprod, i8mm, SVE; `cortex-a72`: plain NEON), so both kernel
+/// variants run; on an ARM64 host, once, natively. A subset, not a second
+/// build of the workspace: emulation is slow, and the rest has no
+/// ARM-specific code.
+fn test_arm64(cpus: &[&str]) -> Result<(), String> {
+    let start = Instant::now();
+    // The NEON kernels are compiled only there: lint them there too.
+    let env = arm64_env()?;
+    step_with(
+        &[
+            "clippy",
+            "--target",
+            ARM64,
+            "-p",
+            "arbor-backend-candle",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &env,
+    )?;
+    let mut cargo = vec!["test", "--no-run", "--target", ARM64];
+    cargo.extend(["--message-format", "json-render-diagnostics"]);
+    for p in [
+        "arbor-backend-candle",
+        "arbor-model",
+        "arbor-speculative",
+        "arbor-elastic",
+        "arbor-engine",
+    ] {
+        cargo.extend(["-p", p]);
+    }
+    cargo.extend(["--no-default-features", "--features", "arbor-engine/candle"]);
+    cargo.push("--lib");
+    for (_, target, _) in ARM64_TESTS {
+        if !target.starts_with("arbor_") {
+            cargo.extend(["--test", target]);
+        }
+    }
+    if !native_arm64() && !on_path("qemu-aarch64") {
+        return Err("qemu-aarch64 is missing: install Debian's qemu-user".into());
+    }
+    let line = format!("cargo {}", cargo.join(" "));
+    eprintln!("==> {line}");
+    let built = Command::new("cargo")
+        .args(&cargo)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("{line}: {e}"))?;
+    if !built.status.success() {
+        return Err(format!("`{line}` failed ({})", built.status));
+    }
+    eprintln!("<== built in {:.1?}", start.elapsed());
+    let binaries = test_binaries(&String::from_utf8_lossy(&built.stdout))?;
+    let cpus: &[&str] = if native_arm64() { &["native"] } else { cpus };
+    for cpu in cpus {
+        for ((dir, target, filters), exe) in ARM64_TESTS.iter().zip(&binaries) {
+            let mut cmd = if native_arm64() {
+                Command::new(exe)
+            } else {
+                let mut c = Command::new("qemu-aarch64");
+                c.args(["-L", "/usr/aarch64-linux-gnu", exe])
+                    .env("QEMU_CPU", cpu);
+                // Which kernel variant must run there (a kernel test checks).
+                match *cpu {
+                    "max" => c.env("ARBOR_EXPECT_KERNELS", "candle-qmm4-dotprod"),
+                    "cortex-a72" | "cortex-a53" | "cortex-a57" => {
+                        c.env("ARBOR_EXPECT_KERNELS", "candle-qmm4-neon")
+                    }
+                    _ => &mut c,
+                };
+                c
+            };
+            cmd.args(*filters).current_dir(dir);
+            let t = Instant::now();
+            eprintln!("==> [{cpu}] {dir}: {target} {}", filters.join(" "));
+            let status = cmd.status().map_err(|e| format!("running {exe}: {e}"))?;
+            eprintln!("<== [{cpu}] {target}: {status} in {:.1?}", t.elapsed());
+            if !status.success() {
+                return Err(format!("[{cpu}] {dir} {target} failed ({status})"));
+            }
+        }
+    }
+    eprintln!(
+        "xtask test --device arm64: passed in {:.1?}",
+        start.elapsed()
+    );
+    Ok(())
+}
+
+/// The test executables of [`ARM64_TESTS`], in order, from cargo's JSON
+/// messages.
+fn test_binaries(messages: &str) -> Result<Vec<String>, String> {
+    let mut found: Vec<Option<String>> = vec![None; ARM64_TESTS.len()];
+    for line in messages.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let (Some(exe), Some(name), Some(manifest)) = (
+            v["executable"].as_str(),
+            v["target"]["name"].as_str(),
+            v["manifest_path"].as_str(),
+        ) else {
+            continue;
+        };
+        for (i, (dir, target, _)) in ARM64_TESTS.iter().enumerate() {
+            if *target == name && manifest.ends_with(&format!("{dir}/Cargo.toml")) {
+                found[i] = Some(exe.to_owned());
+            }
+        }
+    }
+    found
+        .into_iter()
+        .zip(ARM64_TESTS)
+        .map(|(exe, (dir, target, _))| exe.ok_or(format!("cargo built no test {target} in {dir}")))
+        .collect()
+}
 
 /// The test part of `.ci/run`; keep the two in sync.
 fn ci() -> Result<(), String> {
@@ -179,11 +399,18 @@ fn fetch(args: &[&str]) -> Result<(), String> {
 
 /// Runs `cargo ARGS`, printing the command and how long it took.
 fn step(args: &[&str]) -> Result<(), String> {
-    let line = format!("cargo {}", args.join(" "));
+    step_with(args, &[])
+}
+
+/// [`step`] with environment variables `env` set.
+fn step_with(args: &[&str], env: &[(String, String)]) -> Result<(), String> {
+    let vars: Vec<String> = env.iter().map(|(k, v)| format!("{k}='{v}' ")).collect();
+    let line = format!("{}cargo {}", vars.concat(), args.join(" "));
     eprintln!("==> {line}");
     let start = Instant::now();
     let status = Command::new("cargo")
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .status()
         .map_err(|e| format!("{line}: {e}"))?;
     eprintln!("<== {line}: {status} in {:.1?}", start.elapsed());

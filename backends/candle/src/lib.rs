@@ -115,18 +115,15 @@ impl CandleBackend {
     }
 
     /// This backend with the matmul kernels it runs here:
-    /// `candle-qmm4-vnni`, `candle-qmm4-avx2` (ours, see [`qmm`]) or
+    /// `candle-qmm4-vnni`, `candle-qmm4-avx2` (ours on x86, see [`qmm`]),
+    /// `candle-qmm4-dotprod`, `candle-qmm4-neon` (ours on aarch64) or
     /// `candle` (candle-core's). Anything measured with one (latency
     /// profiles) is stale for another; the number changes when our kernels'
     /// speeds do.
     pub fn kernels(&self) -> &'static str {
-        if self.candle_kernels || !qmm::available() {
-            return NAME;
+        match qmm::isa() {
+            Some(isa) if !self.candle_kernels => isa.kernels(),
+            _ => NAME,
         }
-        #[cfg(target_arch = "x86_64")]
-        if qmm::vnni() {
-            return "candle-qmm4-vnni";
-        }
-        "candle-qmm4-avx2"
     }
 }

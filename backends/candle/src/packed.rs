@@ -23,6 +23,7 @@ const TILE_ROWS: usize = 16;
 const SUPERBLOCK: usize = 256;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 enum Level {
     Avx2,
     Vnni,

@@ -1,6 +1,7 @@
-//! Our own matmul kernels on GGUF quantized blocks (x86-64, AVX2 + FMA +
-//! F16C), for the types the Qwen files are made of: Q5_0, Q8_0, Q4_K and
-//! Q6_K.
+//! Our own matmul kernels on GGUF quantized blocks (x86-64: AVX2 + FMA +
+//! F16C, or AVX-512 VNNI; aarch64: NEON, with `sdot` where the CPU has
+//! dotprod, see [`neon`]), for the types the Qwen files are made of: Q5_0,
+//! Q8_0, Q4_K and Q6_K.
 //!
 //! Why not candle's: its plain kernels compute one (weight row, token) dot
 //! product per call, so a batch of tokens re-decodes every weight block once
@@ -19,9 +20,10 @@
 //! for bit (a test checks it), so greedy outputs still match llama.cpp's.
 //!
 //! Weights hold exactly their GGUF bytes, unaligned: Q8_0 and Q5_0 as in
-//! the file, Q4_K and Q6_K (when loaded to stay) with rows interleaved in
-//! groups of eight ([`groups`]), whose kernels work on eight rows per
-//! instruction and still form ggml's per-row sums. Rows are shared out to
+//! the file, Q4_K and Q6_K (when loaded to stay, on x86) with rows
+//! interleaved in groups of eight ([`groups`]), whose kernels work on eight
+//! rows per instruction and still form ggml's per-row sums. The NEON
+//! kernels take every type row at a time, with the same sums. Rows are shared out to
 //! candle's spinning thread pool, which the calling thread joins.
 
 use arbor_tensor::GgmlType;
@@ -66,33 +68,93 @@ impl Kind {
     }
 }
 
-/// Whether this CPU runs the kernels (checked once).
-pub(crate) fn available() -> bool {
+/// One compiled variant of the kernels, per instruction set. All give the
+/// same bits (integer sums are exact; the float steps are the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// AVX2, FMA and F16C.
     #[cfg(target_arch = "x86_64")]
-    {
-        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *OK.get_or_init(|| {
-            is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    Avx2,
+    /// AVX-512 VNNI (256-bit forms) besides.
+    #[cfg(target_arch = "x86_64")]
+    Vnni,
+    /// Plain NEON (e.g. Cortex-A72, the Raspberry Pi 4).
+    #[cfg(target_arch = "aarch64")]
+    Neon,
+    /// NEON with the dot product instructions (`sdot`; Armv8.2 cores and
+    /// later: Cortex-A76/A78, Jetson Orin, recent phones).
+    #[cfg(target_arch = "aarch64")]
+    Dotprod,
 }
 
-/// Whether the AVX-512 VNNI variant runs here (checked once).
-#[cfg(target_arch = "x86_64")]
-pub(crate) fn vnni() -> bool {
-    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OK.get_or_init(|| {
-        available()
-            && std::env::var("ARBOR_NO_AVX512").as_deref() != Ok("1")
-            && is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("avx512vnni")
+impl Isa {
+    /// The kernels' name in [`crate::CandleBackend::kernels`].
+    pub(crate) fn kernels(self) -> &'static str {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => "candle-qmm4-avx2",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Vnni => "candle-qmm4-vnni",
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => "candle-qmm4-neon",
+            #[cfg(target_arch = "aarch64")]
+            Isa::Dotprod => "candle-qmm4-dotprod",
+        }
+    }
+}
+
+/// The variants this CPU runs, plainest first (checked once).
+pub(crate) fn variants() -> &'static [Isa] {
+    static V: std::sync::OnceLock<Vec<Isa>> = std::sync::OnceLock::new();
+    V.get_or_init(|| {
+        #[allow(unused_mut)]
+        let mut v = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+        {
+            v.push(Isa::Avx2);
+            if is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("avx512vnni")
+            {
+                v.push(Isa::Vnni);
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        if std::arch::is_aarch64_feature_detected!("neon") {
+            v.push(Isa::Neon);
+            if std::arch::is_aarch64_feature_detected!("dotprod") {
+                v.push(Isa::Dotprod);
+            }
+        }
+        v
     })
+}
+
+/// The variant that runs here: the best this CPU has, unless
+/// `ARBOR_NO_AVX512=1` / `ARBOR_NO_DOTPROD=1` holds it back; `None` where
+/// none does (candle-core's kernels then run).
+pub(crate) fn isa() -> Option<Isa> {
+    static ISA: std::sync::OnceLock<Option<Isa>> = std::sync::OnceLock::new();
+    *ISA.get_or_init(|| {
+        let held_back = |var: &str| std::env::var(var).as_deref() == Ok("1");
+        variants().iter().copied().rfind(|&isa| match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Vnni => !held_back("ARBOR_NO_AVX512"),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Dotprod => !held_back("ARBOR_NO_DOTPROD"),
+            #[allow(unreachable_patterns)]
+            _ => true,
+        })
+    })
+}
+
+/// Whether this CPU runs the kernels.
+pub(crate) fn available() -> bool {
+    isa().is_some()
 }
 
 /// A weight matrix in GGUF blocks, one row of blocks per output.
@@ -116,7 +178,8 @@ impl QWeight {
 
     /// [`Self::new`], with K-quant rows interleaved in groups of eight
     /// (faster kernels, at the cost of a pass over the bytes) or left as
-    /// GGUF rows: both give the same bits.
+    /// GGUF rows: both give the same bits. Only the x86 kernels have the
+    /// interleaved layout: elsewhere rows stay GGUF rows.
     pub(crate) fn with_layout(
         ty: GgmlType,
         rows: usize,
@@ -132,6 +195,7 @@ impl QWeight {
             "{} bytes are not a {rows}x{cols} {ty} matrix",
             bytes.len()
         );
+        let interleave = interleave && cfg!(target_arch = "x86_64");
         let grouped = rows / groups::ROWS * groups::ROWS;
         let (bytes, grouped) = match kind {
             Kind::Q4K if interleave => (q4k8::interleave(bytes, rows, cols / 256), grouped),
@@ -261,25 +325,22 @@ impl QWeight {
             segs.len() == 1 || self.grouped == 0,
             "interleaved rows sum in one segment"
         );
-        #[cfg(target_arch = "x86_64")]
-        self.matmul_sum_on(vnni(), x, m, part, segs, out);
-        #[cfg(not(target_arch = "x86_64"))]
-        unreachable!("QWeight is only built where the kernels run ({m} rows, {part:?})");
+        let isa = isa().expect("a QWeight is only built where a kernel variant runs");
+        self.matmul_sum_on(isa, x, m, part, segs, out);
     }
 
-    /// [`Self::matmul_part`] with the AVX-512 VNNI kernels or the AVX2
-    /// ones (`with_vnni` only where the CPU has them), for the tests.
-    #[cfg(all(target_arch = "x86_64", test))]
-    fn matmul_on(&self, with_vnni: bool, x: &[f32], m: usize, part: &Part, out: &mut [f32]) {
+    /// [`Self::matmul_part`] with one variant of the kernels (one of
+    /// [`variants`]), for the tests.
+    #[cfg(test)]
+    fn matmul_on(&self, isa: Isa, x: &[f32], m: usize, part: &Part, out: &mut [f32]) {
         let whole = 0..part.blocks.len();
-        self.matmul_sum_on(with_vnni, x, m, part, std::slice::from_ref(&whole), out)
+        self.matmul_sum_on(isa, x, m, part, std::slice::from_ref(&whole), out)
     }
 
-    /// [`Self::matmul_sum`] with the AVX-512 VNNI kernels or the AVX2 ones.
-    #[cfg(target_arch = "x86_64")]
+    /// [`Self::matmul_sum`] with one variant of the kernels.
     fn matmul_sum_on(
         &self,
-        with_vnni: bool,
+        isa: Isa,
         x: &[f32],
         m: usize,
         part: &Part,
@@ -300,7 +361,7 @@ impl QWeight {
             self.rows,
             self.cols
         );
-        assert!(!with_vnni || vnni(), "this CPU lacks AVX-512 VNNI");
+        assert!(variants().contains(&isa), "this CPU lacks {isa:?}");
         let act = Activations::quantize(self.kind, x, m, width);
         let out_at = SendPtr(out.as_mut_ptr());
         // Row chunks small enough to balance two threads, large enough that
@@ -313,16 +374,32 @@ impl QWeight {
             // Whole chunks are whole groups of eight rows.
             let split = span.end.min(self.grouped_rows()).max(span.start);
             let (grouped, single) = (span.start..split, split..span.end);
-            // SAFETY: the CPU has the features (AVX2/FMA/F16C checked in
-            // `new`, VNNI just above); each row range is handed out once, so
-            // writes never overlap.
+            // SAFETY: the CPU has the variant's features (checked just
+            // above); each row range is handed out once, so writes never
+            // overlap.
             unsafe {
-                if with_vnni {
-                    vnni::groups(self, part, &act, m, grouped, out_at);
-                    vnni::rows(self, part, segs, &act, m, single, out_at)
-                } else {
-                    avx2::groups(self, part, &act, m, grouped, out_at);
-                    avx2::rows(self, part, segs, &act, m, single, out_at)
+                match isa {
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Vnni => {
+                        vnni::groups(self, part, &act, m, grouped, out_at);
+                        vnni::rows(self, part, segs, &act, m, single, out_at)
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx2 => {
+                        avx2::groups(self, part, &act, m, grouped, out_at);
+                        avx2::rows(self, part, segs, &act, m, single, out_at)
+                    }
+                    // No interleaved rows here (`with_layout`).
+                    #[cfg(target_arch = "aarch64")]
+                    Isa::Dotprod => {
+                        debug_assert!(grouped.is_empty());
+                        neon::dotprod::rows(self, part, segs, &act, m, single, out_at)
+                    }
+                    #[cfg(target_arch = "aarch64")]
+                    Isa::Neon => {
+                        debug_assert!(grouped.is_empty());
+                        neon::plain::rows(self, part, segs, &act, m, single, out_at)
+                    }
                 }
             };
         };
@@ -365,8 +442,8 @@ impl<T> SendPtr<T> {
 /// weights (scales widened to f32 once), Q8_K blocks for the K-quants.
 struct Activations {
     /// Q8_0: 32 quants per block. Q8_K: candle's blocks, for Q4_K with pair
-    /// sums in place of the 16-quant sums, for Q6_K and several tokens each
-    /// followed by 256 bytes of offset sums.
+    /// sums in place of the 16-quant sums, for Q6_K and several tokens on
+    /// x86 each followed by 256 bytes of offset sums.
     bytes: Vec<u8>,
     /// Q8_0 block scales as f32 (empty for Q8_K).
     scales: Vec<f32>,
@@ -409,10 +486,11 @@ impl Activations {
                         }
                     }
                     Q8K_BYTES
-                } else if m > 1 {
+                } else if m > 1 && cfg!(target_arch = "x86_64") {
                     // Tokens sharing a decoded block each save a multiply
                     // per 32 quants by loading these; a lone token computes
-                    // them (loading twice the activations costs more).
+                    // them (loading twice the activations costs more). The
+                    // NEON kernels take `q - 32` as i8 and need none.
                     bytes = with_offset_sums(&bytes);
                     Q6K_ACT
                 } else {
@@ -1388,6 +1466,7 @@ kernels!(avx2, "avx2,fma,f16c", vnni: false);
 #[cfg(target_arch = "x86_64")]
 kernels!(vnni, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", vnni: true);
 
+#[cfg(target_arch = "x86_64")]
 /// `_mm_shuffle_epi8` picks that spread Q6_K sub-block scales 2k and 2k + 1
 /// over eight bytes each.
 const Q6K_SCALE: [[u8; 16]; 8] = {
@@ -1404,6 +1483,7 @@ const Q6K_SCALE: [[u8; 16]; 8] = {
     t
 };
 
+#[cfg(target_arch = "x86_64")]
 /// `_mm256_shuffle_epi8` picks that broadcast i16 lane `k` (a Q4_K
 /// sub-block scale) over each 128-bit half.
 const Q4K_SCALE: [[u8; 32]; 8] = {
@@ -1421,6 +1501,10 @@ const Q4K_SCALE: [[u8; 32]; 8] = {
 };
 
 mod groups;
+#[cfg(test)]
+mod lanes;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod q4k8;
 mod q6k8;
 #[cfg(test)]

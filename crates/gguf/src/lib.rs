@@ -499,7 +499,7 @@ impl GgufFile {
     /// resident as well (the peak memory of loading is then about one copy
     /// of the weights, not two). Advisory: errors are ignored.
     pub fn release(&self, info: &TensorInfo) {
-        let page = 4096;
+        let page = page_size();
         let start = (self.header.data_offset + info.offset) as usize;
         // Only whole pages inside the tensor, so neighbours stay cached.
         let first = start.next_multiple_of(page);
@@ -528,4 +528,23 @@ impl GgufFile {
         let (info, bytes) = self.tensor(name)?;
         dequantize(info.ty, bytes, info.n_elements() as usize)
     }
+}
+
+/// The OS page size: 4 KiB on x86-64, 4, 16 or 64 KiB on ARM64 kernels
+/// (`madvise` ranges must start on one).
+fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        #[cfg(unix)]
+        {
+            // SAFETY: sysconf has no preconditions.
+            let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+            if let Ok(p) = usize::try_from(p)
+                && p.is_power_of_two()
+            {
+                return p;
+            }
+        }
+        4096
+    })
 }

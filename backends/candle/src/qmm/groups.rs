@@ -111,8 +111,25 @@ pub(crate) unsafe fn transpose_words(src: [*const u8; 8], dst: [*mut u8; 8]) {
     }
 }
 
+/// [`transpose_words`] in plain Rust, for CPUs without AVX2 (the layouts
+/// are the same bytes wherever they are built).
+///
+/// # Safety
+/// Each `src[r]` has 32 readable bytes, each `dst[w]` 32 writable ones.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) unsafe fn transpose_words(src: [*const u8; 8], dst: [*mut u8; 8]) {
+    for (w, &to) in dst.iter().enumerate() {
+        for (r, &from) in src.iter().enumerate() {
+            // SAFETY: 4 bytes inside the 32 the caller vouches for.
+            unsafe { std::ptr::copy_nonoverlapping(from.add(4 * w), to.add(4 * r), 4) };
+        }
+    }
+}
+
 /// Asks for the cache lines of `bytes`.
 pub(crate) fn prefetch(bytes: &[u8]) {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
     #[cfg(target_arch = "x86_64")]
     for at in (0..bytes.len()).step_by(64) {
         // SAFETY: a prefetch of memory we hold; prefetches never fault.

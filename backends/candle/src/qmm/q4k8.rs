@@ -40,7 +40,7 @@ pub(crate) const SCALES_AT: usize = 32;
 pub(crate) const QUANTS_AT: usize = 128;
 
 /// A Q4_K block's sub-block scales and mins (ggml's 6-bit packing).
-fn unpack_scales(q: &[u8]) -> ([u8; 8], [u8; 8]) {
+pub(crate) fn unpack_scales(q: &[u8]) -> ([u8; 8], [u8; 8]) {
     let (mut s, mut m) = ([0u8; 8], [0u8; 8]);
     for j in 0..8 {
         if j < 4 {
@@ -83,8 +83,9 @@ pub(crate) fn interleave(src: &[u8], rows: usize, nb: usize) -> Vec<u8> {
             let from = std::array::from_fn(|r| x[r][16 + 32 * c..][..32].as_ptr());
             let to =
                 std::array::from_fn(|j| dst[QUANTS_AT + 32 * (4 * j + c)..][..32].as_mut_ptr());
-            // SAFETY: weights are only interleaved where the kernels run
-            // (AVX2); the slices above are 32 bytes each.
+            // SAFETY: on x86 weights are only interleaved where the kernels
+            // run (AVX2; elsewhere the plain-Rust version is compiled); the
+            // slices above are 32 bytes each.
             unsafe { groups::transpose_words(from, to) };
         }
         for i in 0..32 {
@@ -132,6 +133,7 @@ pub(crate) fn gguf_row(held: &[u8], rows: usize, nb: usize, r: usize, out: &mut 
 /// `[h]` spreads the scale of sub-block `2g + h` of rows 0..8 to i16 lanes
 /// `2r` and `2r + 1`; `[2]` puts the mins of sub-blocks `2g` and `2g + 1`
 /// of row `r` in i16 lanes `2r` and `2r + 1`.
+#[cfg(target_arch = "x86_64")]
 pub(crate) const PICK: [[u8; 32]; 3] = {
     let mut t = [[0u8; 32]; 3];
     let mut which = 0;

@@ -61,7 +61,8 @@ pub(crate) fn interleave(src: &[u8], rows: usize, nb: usize) -> Vec<u8> {
             let from = std::array::from_fn(|i| x[i][run..][..32].as_ptr());
             let dst_at =
                 std::array::from_fn(|l| dst[QUANTS_AT + to + 192 * l..][..32].as_mut_ptr());
-            // SAFETY: only where the kernels run (AVX2); 32-byte slices.
+            // SAFETY: on x86 only where the kernels run (AVX2; elsewhere the
+            // plain-Rust version); 32-byte slices.
             unsafe { groups::transpose_words(from, dst_at) };
         }
     })
@@ -77,6 +78,7 @@ pub(crate) fn gguf_row(held: &[u8], rows: usize, nb: usize, r: usize, out: &mut 
 
 /// `_mm_shuffle_epi8` pick doubling each of eight bytes (a scale per row,
 /// then sign-extended into the two i16 lanes of that row's i32 lane).
+#[cfg(target_arch = "x86_64")]
 pub(crate) const DOUBLE: [u8; 16] = [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7];
 
 #[cfg(test)]

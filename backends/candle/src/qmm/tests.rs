@@ -1,6 +1,7 @@
 //! The kernels against candle's one-pair `vec_dot`, bit for bit.
 
 use super::*;
+#[cfg(target_arch = "x86_64")]
 use candle_core::quantized::k_quants::{
     BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8K, GgmlType as Candle,
 };
@@ -33,6 +34,7 @@ fn blocks(kind: Kind, n: usize, g: &mut Gen, scale_at: &[usize]) -> Vec<u8> {
 }
 
 /// Candle's blocks over a copy of `bytes` (aligned for `B`).
+#[cfg(target_arch = "x86_64")]
 fn candle_blocks<B: Candle>(bytes: &[u8]) -> Vec<B> {
     let n = bytes.len() / std::mem::size_of::<B>();
     let mut v = vec![B::zeros(); n];
@@ -48,8 +50,43 @@ fn candle_blocks<B: Candle>(bytes: &[u8]) -> Vec<B> {
     v
 }
 
+/// Every (token, row) pair's dot product as the x86 kernels compute it
+/// ([`super::lanes`]); on x86 also candle's `vec_dot` (ggml's AVX2 dot
+/// products), which it must equal bit for bit.
+fn reference(kind: Kind, bytes: &[u8], rows: usize, cols: usize, x: &[f32], m: usize) -> Vec<f32> {
+    let row_bytes = cols / kind.block_len() * kind.block_bytes();
+    let mut out = vec![0f32; m * rows];
+    for t in 0..m {
+        for r in 0..rows {
+            let (row, xt) = (&bytes[r * row_bytes..][..row_bytes], &x[t * cols..][..cols]);
+            out[t * rows + r] = super::lanes::dot(kind, row, xt);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let candle = match kind {
+            Kind::Q8_0 => candle_vec_dot::<BlockQ8_0, BlockQ8_0>(bytes, rows, cols, x, m),
+            Kind::Q4K => candle_vec_dot::<BlockQ4K, BlockQ8K>(bytes, rows, cols, x, m),
+            Kind::Q6K => candle_vec_dot::<BlockQ6K, BlockQ8K>(bytes, rows, cols, x, m),
+            Kind::Q5_0 => unreachable!("checked against its Q8_0 repacking"),
+        };
+        assert!(
+            same_bits(&out, &candle),
+            "{kind:?}: the lanes reference is not candle's vec_dot"
+        );
+    }
+    out
+}
+
 /// candle's `vec_dot` for every (token, row) pair.
-fn reference<W, A: Candle>(bytes: &[u8], rows: usize, cols: usize, x: &[f32], m: usize) -> Vec<f32>
+#[cfg(target_arch = "x86_64")]
+fn candle_vec_dot<W, A: Candle>(
+    bytes: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    m: usize,
+) -> Vec<f32>
 where
     W: Candle<VecDotType = A>,
 {
@@ -68,7 +105,7 @@ where
 
 fn check(kind: Kind, ty: GgmlType, scale_at: &[usize]) {
     if !available() {
-        eprintln!("skipped: this CPU lacks AVX2/FMA/F16C");
+        eprintln!("skipped: no kernel variant runs on this CPU");
         return;
     }
     let mut g = Gen(0xa7b0_0001 ^ kind.block_bytes() as u64);
@@ -84,20 +121,18 @@ fn check(kind: Kind, ty: GgmlType, scale_at: &[usize]) {
         for m in [1usize, 2, 3, 4, 5, 7, 8, 9, 17] {
             let x: Vec<f32> = (0..m * cols).map(|_| g.f32()).collect();
             let want = match kind {
-                Kind::Q8_0 => reference::<BlockQ8_0, BlockQ8_0>(&bytes, rows, cols, &x, m),
                 Kind::Q5_0 => unreachable!("checked against its Q8_0 repacking"),
-                Kind::Q4K => reference::<BlockQ4K, BlockQ8K>(&bytes, rows, cols, &x, m),
-                Kind::Q6K => reference::<BlockQ6K, BlockQ8K>(&bytes, rows, cols, &x, m),
+                _ => reference(kind, &bytes, rows, cols, &x, m),
             };
-            for with_vnni in [false, vnni()] {
+            for &isa in variants() {
                 let mut got = vec![0f32; m * rows];
-                w.matmul_on(with_vnni, &x, m, &w.whole(), &mut got);
+                w.matmul_on(isa, &x, m, &w.whole(), &mut got);
                 for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                     assert!(a.is_finite(), "{ty}: non-finite output {a}");
                     assert_eq!(
                         a.to_bits(),
                         b.to_bits(),
-                        "{ty}, {m} tokens, vnni {with_vnni}, interleaved {interleave}, output {i}: {a} vs candle's {b}"
+                        "{ty}, {m} tokens, {isa:?}, interleaved {interleave}, output {i}: {a} vs candle's {b}"
                     );
                 }
             }
@@ -141,16 +176,16 @@ fn q5_0_equals_its_q8_0_repacking_bit_for_bit() {
     let q8 = QWeight::new(GgmlType::Q8_0, rows, cols, &repacked).unwrap();
     for m in [1usize, 3, 8, 11] {
         let x: Vec<f32> = (0..m * cols).map(|_| g.f32()).collect();
-        let want = reference::<BlockQ8_0, BlockQ8_0>(&repacked, rows, cols, &x, m);
-        for with_vnni in [false, vnni()] {
+        let want = reference(Kind::Q8_0, &repacked, rows, cols, &x, m);
+        for &isa in variants() {
             for w in [&q5, &q8] {
                 let mut got = vec![0f32; m * rows];
-                w.matmul_on(with_vnni, &x, m, &w.whole(), &mut got);
+                w.matmul_on(isa, &x, m, &w.whole(), &mut got);
                 let same = got
                     .iter()
                     .zip(&want)
                     .all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(same, "{:?}, {m} tokens, vnni {with_vnni}", w.kind);
+                assert!(same, "{:?}, {m} tokens, {isa:?}", w.kind);
             }
         }
     }
@@ -175,20 +210,16 @@ fn every_row_is_computed_for_any_shape() {
             let w = QWeight::new(ty, rows, cols, &bytes).unwrap();
             for m in [1usize, 2, 9] {
                 let x: Vec<f32> = (0..m * cols).map(|_| g.f32()).collect();
-                let want = match kind {
-                    Kind::Q8_0 => reference::<BlockQ8_0, BlockQ8_0>(&bytes, rows, cols, &x, m),
-                    Kind::Q4K => reference::<BlockQ4K, BlockQ8K>(&bytes, rows, cols, &x, m),
-                    _ => reference::<BlockQ6K, BlockQ8K>(&bytes, rows, cols, &x, m),
-                };
-                for with_vnni in [false, vnni()] {
+                let want = reference(kind, &bytes, rows, cols, &x, m);
+                for &isa in variants() {
                     // NaN marks outputs the kernel never wrote.
                     let mut got = vec![f32::NAN; m * rows];
-                    w.matmul_on(with_vnni, &x, m, &w.whole(), &mut got);
+                    w.matmul_on(isa, &x, m, &w.whole(), &mut got);
                     let same = got
                         .iter()
                         .zip(&want)
                         .all(|(a, b)| a.to_bits() == b.to_bits());
-                    assert!(same, "{ty}: {rows} rows, {m} tokens, vnni {with_vnni}");
+                    assert!(same, "{ty}: {rows} rows, {m} tokens, {isa:?}");
                 }
             }
         }
@@ -240,22 +271,24 @@ fn parts_equal_the_part_cut_out_bit_for_bit() {
                 let alone = QWeight::with_layout(ty, keep, width, &cut, interleave).unwrap();
                 for m in [1usize, 3, 9] {
                     let x: Vec<f32> = (0..m * width).map(|_| g.f32()).collect();
-                    for with_vnni in [false, vnni()] {
+                    for &isa in variants() {
                         let mut got = vec![f32::NAN; m * keep];
-                        w.matmul_on(with_vnni, &x, m, &part, &mut got);
+                        w.matmul_on(isa, &x, m, &part, &mut got);
                         let mut want = vec![0f32; m * keep];
-                        alone.matmul_on(with_vnni, &x, m, &alone.whole(), &mut want);
+                        alone.matmul_on(isa, &x, m, &alone.whole(), &mut want);
                         assert!(
                             same_bits(&got, &want),
-                            "{ty}: rows ..{keep}, blocks {blocks:?}, {m} tokens, vnni {with_vnni}, interleaved {interleave}"
+                            "{ty}: rows ..{keep}, blocks {blocks:?}, {m} tokens, {isa:?}, interleaved {interleave}"
                         );
                     }
                 }
             }
-            // Parts the kernels cannot read in place are refused.
+            // Parts the kernels cannot read in place are refused (only
+            // x86 interleaves rows; elsewhere any row prefix is a part).
             if interleave && matches!(kind, Kind::Q4K | Kind::Q6K) {
-                assert!(
+                assert_eq!(
                     w.part(12, &(0..cols)).is_none(),
+                    cfg!(target_arch = "x86_64"),
                     "{ty}: half a group of rows"
                 );
             }
@@ -304,9 +337,9 @@ fn segment_sums_equal_the_segments_added_bit_for_bit() {
             let width = part.blocks.len() * len;
             for m in [1usize, 3, 9] {
                 let x: Vec<f32> = (0..m * width).map(|_| g.f32()).collect();
-                for with_vnni in [false, vnni()] {
+                for &isa in variants() {
                     let mut got = vec![f32::NAN; m * keep];
-                    w.matmul_sum_on(with_vnni, &x, m, &part, &blocks, &mut got);
+                    w.matmul_sum_on(isa, &x, m, &part, &blocks, &mut got);
                     let mut want = vec![0f32; m * keep];
                     for (k, seg) in blocks.iter().enumerate() {
                         let cut = cut_out(&bytes, nb, size, keep, seg);
@@ -316,24 +349,42 @@ fn segment_sums_equal_the_segments_added_bit_for_bit() {
                             .flat_map(|r| r[seg.start * len..seg.end * len].iter().copied())
                             .collect();
                         let mut product = vec![0f32; m * keep];
-                        alone.matmul_on(with_vnni, &xs, m, &alone.whole(), &mut product);
+                        alone.matmul_on(isa, &xs, m, &alone.whole(), &mut product);
                         for (o, p) in want.iter_mut().zip(&product) {
                             *o = if k == 0 { *p } else { *o + *p };
                         }
                     }
                     assert!(
                         same_bits(&got, &want),
-                        "{ty}: {nb} blocks, ends {ends:?}, rows ..{keep}, {m} tokens, vnni {with_vnni}"
+                        "{ty}: {nb} blocks, ends {ends:?}, rows ..{keep}, {m} tokens, {isa:?}"
                     );
                 }
             }
         }
     }
-    // Interleaved rows and ends inside a block are not fused.
+    // Interleaved rows (x86 only) and ends inside a block are not fused.
     let bytes = blocks(Kind::Q6K, 16 * 2, &mut g, &[208]);
     let w = QWeight::with_layout(GgmlType::Q6_K, 16, 512, &bytes, true).unwrap();
-    assert!(w.sum_part(16, &[0..256, 256..512]).is_none());
+    assert_eq!(
+        w.sum_part(16, &[0..256, 256..512]).is_none(),
+        cfg!(target_arch = "x86_64")
+    );
     let bytes = blocks(Kind::Q8_0, 8 * 2, &mut g, &[0]);
     let w = QWeight::new(GgmlType::Q8_0, 8, 64, &bytes).unwrap();
     assert!(w.sum_part(8, &[0..16, 16..64]).is_none());
+}
+
+/// The variant `ARBOR_EXPECT_KERNELS` names runs here, when it is set: the
+/// ARM64 CI sets it per emulated CPU (`candle-qmm4-dotprod` on `-cpu max`,
+/// `candle-qmm4-neon` on a Cortex-A72), so each run proves which kernels
+/// the tests above checked.
+#[test]
+fn the_expected_variant_runs() {
+    let got = isa().map_or("candle", Isa::kernels);
+    match std::env::var("ARBOR_EXPECT_KERNELS") {
+        Ok(want) => assert_eq!(got, want, "variants here: {:?}", variants()),
+        Err(_) => eprintln!("kernels here: {got} (variants {:?})", variants()),
+    }
+    #[cfg(target_arch = "aarch64")]
+    assert!(variants().contains(&Isa::Neon), "every ARM64 core has NEON");
 }

@@ -1,0 +1,147 @@
+//! The x86 kernels' arithmetic in plain Rust, one (row, token) pair at a
+//! time: the reference the kernels are tested against on every CPU. On
+//! x86 the tests also hold it against candle's `vec_dot` (ggml's AVX2 dot
+//! products), bit for bit; on aarch64 candle's `vec_dot` is ggml's NEON
+//! one, which sums in another order, so this is what ties the NEON
+//! kernels to the x86 ones.
+//!
+//! Integer products are summed into eight lanes, lane `l` taking elements
+//! `4l..4l + 4` of every 32-quant chunk (times the chunk's sub-block scale
+//! for K-quants); once per block each lane's sum is multiplied into its
+//! own float accumulator by a fused multiply-add with the block scales'
+//! product; the lanes are added as `((0 + 4) + (2 + 6)) + ((1 + 5) + (3 +
+//! 7))`.
+
+use super::{Kind, Q8K_BYTES, Q8K_SUMS, as_bytes};
+use candle_core::quantized::k_quants::{BlockQ8_0, BlockQ8K, GgmlType as _};
+
+/// Token `x` as Q8_0 blocks: (f16 scale as f32, 32 quants) each.
+fn q8_0_blocks(x: &[f32]) -> Vec<(f32, Vec<i8>)> {
+    let mut a = vec![BlockQ8_0::zeros(); x.len() / 32];
+    BlockQ8_0::from_float(x, &mut a);
+    let q = |b: &[u8]| b.iter().map(|&v| v as i8).collect();
+    (as_bytes(&a).chunks_exact(34))
+        .map(|b| (f16_at(b), q(&b[2..])))
+        .collect()
+}
+
+/// Token `x` as Q8_K blocks: (scale, 256 quants, 16 sums of 16 quants).
+fn q8k_blocks(x: &[f32]) -> Vec<(f32, Vec<i8>, Vec<i16>)> {
+    let mut a = vec![BlockQ8K::zeros(); x.len() / 256];
+    BlockQ8K::from_float(x, &mut a);
+    (as_bytes(&a).chunks_exact(Q8K_BYTES))
+        .map(|b| {
+            let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            let qs = b[4..Q8K_SUMS].iter().map(|&v| v as i8).collect();
+            let sums = (b[Q8K_SUMS..].chunks_exact(2))
+                .map(|p| i16::from_le_bytes([p[0], p[1]]))
+                .collect();
+            (d, qs, sums)
+        })
+        .collect()
+}
+
+/// ggml's horizontal sum of eight lanes.
+fn hsum8(x: [f32; 8]) -> f32 {
+    hsum4(std::array::from_fn(|i| x[i] + x[i + 4]))
+}
+
+/// `(0 + 2) + (1 + 3)`.
+fn hsum4(x: [f32; 4]) -> f32 {
+    (x[0] + x[2]) + (x[1] + x[3])
+}
+
+fn f16_at(b: &[u8]) -> f32 {
+    half::f16::from_le_bytes([b[0], b[1]]).to_f32()
+}
+
+/// Lane `l`'s sum over one 32-quant chunk: `Σ w[e] y[e]`, `e` in `4l..4l + 4`.
+fn lane(w: &[i32], y: &[i8], l: usize) -> i32 {
+    (4 * l..4 * l + 4).map(|e| w[e] * i32::from(y[e])).sum()
+}
+
+/// Row `row` (GGUF blocks of `kind`; Q5_0 as its Q8_0 repacking) times
+/// token `x`, quantized with candle's `from_float` as the kernels do.
+pub(super) fn dot(kind: Kind, row: &[u8], x: &[f32]) -> f32 {
+    match kind {
+        Kind::Q8_0 => q8_0(row, x),
+        Kind::Q4K => q4k(row, x),
+        Kind::Q6K => q6k(row, x),
+        Kind::Q5_0 => panic!("Q5_0 is checked through its Q8_0 repacking"),
+    }
+}
+
+fn q8_0(row: &[u8], x: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (blk, (ad, qs)) in row.chunks_exact(34).zip(q8_0_blocks(x)) {
+        let w: Vec<i32> = blk[2..].iter().map(|&q| i32::from(q as i8)).collect();
+        let d = f16_at(blk) * ad;
+        for (l, acc) in acc.iter_mut().enumerate() {
+            *acc = d.mul_add(lane(&w, &qs, l) as f32, *acc);
+        }
+    }
+    hsum8(acc)
+}
+
+fn q4k(row: &[u8], x: &[f32]) -> f32 {
+    let (mut acc, mut acc_m) = ([0f32; 8], [0f32; 4]);
+    for (blk, (ad, qs, bsums)) in row.chunks_exact(144).zip(q8k_blocks(x)) {
+        let (xd, xmin) = (f16_at(blk), f16_at(&blk[2..]));
+        let (sc, mn) = super::q4k8::unpack_scales(&blk[4..16]);
+        let mut sumi = [0i32; 8];
+        for k in 0..8 {
+            // Sub-block 2j: low nibbles of bytes 32j..; 2j + 1: high ones.
+            let bytes = &blk[16 + 32 * (k / 2)..][..32];
+            let w: Vec<i32> = bytes
+                .iter()
+                .map(|&b| i32::from((b >> (4 * (k % 2))) & 15))
+                .collect();
+            for (l, s) in sumi.iter_mut().enumerate() {
+                *s += i32::from(sc[k]) * lane(&w, &qs[32 * k..], l);
+            }
+        }
+        let d = ad * xd;
+        for l in 0..8 {
+            acc[l] = d.mul_add(sumi[l] as f32, acc[l]);
+        }
+        // Sums of 32 quants times the sub-block mins, in pairs.
+        let sums: [i32; 8] =
+            std::array::from_fn(|k| i32::from(bsums[2 * k].wrapping_add(bsums[2 * k + 1])));
+        let dmin = ad * -xmin;
+        for i in 0..4 {
+            let p = i32::from(mn[2 * i]) * sums[2 * i] + i32::from(mn[2 * i + 1]) * sums[2 * i + 1];
+            acc_m[i] = dmin.mul_add(p as f32, acc_m[i]);
+        }
+    }
+    hsum8(acc) + hsum4(acc_m)
+}
+
+fn q6k(row: &[u8], x: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (blk, (ad, qs, _)) in row.chunks_exact(210).zip(q8k_blocks(x)) {
+        let xd = f16_at(&blk[208..]);
+        let sc = &blk[192..208];
+        let mut sumi = [0i32; 8];
+        for c in 0..8 {
+            // Chunk c = 4j + i: quants 128j + 32i.. of the block.
+            let (j, i) = (c / 4, c % 4);
+            let (ql, qh) = (&blk[64 * j..], &blk[128 + 32 * j..]);
+            let w: Vec<i32> = (0..32)
+                .map(|e| {
+                    let low = (ql[32 * (i % 2) + e] >> (4 * (i / 2))) & 15;
+                    let high = (qh[e] >> (2 * i)) & 3;
+                    i32::from(low | (high << 4)) - 32
+                })
+                .collect();
+            for (l, s) in sumi.iter_mut().enumerate() {
+                // Lanes 0..4 take sub-block scale 2c, 4..8 2c + 1.
+                *s += i32::from(sc[2 * c + l / 4] as i8) * lane(&w, &qs[32 * c..], l);
+            }
+        }
+        let d = ad * xd;
+        for l in 0..8 {
+            acc[l] = d.mul_add(sumi[l] as f32, acc[l]);
+        }
+    }
+    hsum8(acc)
+}
