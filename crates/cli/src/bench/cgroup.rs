@@ -131,7 +131,7 @@ impl std::error::Error for CgroupError {
     }
 }
 
-fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> CgroupError + '_ {
+fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CgroupError + 'a {
     move |source| CgroupError::Io {
         what,
         path: path.to_path_buf(),
@@ -359,7 +359,7 @@ impl Group {
     /// Makes the child of `cmd` join this group before it runs.
     pub fn confine(&self, cmd: &mut std::process::Command) -> io::Result<()> {
         let files: Vec<std::ffi::CString> = self
-            .join
+            .join_files()
             .iter()
             .map(|f| std::ffi::CString::new(f.as_os_str().as_encoded_bytes()))
             .collect::<Result<_, _>>()
