@@ -1,16 +1,17 @@
 //! `arbor bench spec --memory-budget`: every strategy in its own process,
-//! inside a cgroup v1 memory limit equal to the budget when run as root, so
-//! the OS holds every row to the same wall; outputs are compared with an
-//! unlimited target-only run.
+//! inside a cgroup (v2 or v1) memory limit equal to the budget, so the OS
+//! holds every row to the same wall; outputs are compared with an unlimited
+//! target-only run. Where no group can be made the benchmark refuses to run,
+//! unless `--unconfined` asks for rows held by nothing but arbor's own plan.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use arbor_engine::{Engine, RunConfig, Trace, format_bytes, parse_bytes};
 
-use super::cgroup::{Cgroup, ReadLimit, confine};
+use super::cgroup::{Group, Hierarchy, Limits, ReadCap};
 use super::peer::{self, Peer, PeerRun};
 use super::spec::BenchSpecArgs;
 use crate::prompts::load_prompts;
@@ -26,8 +27,10 @@ pub struct BudgetRow {
     pub identical: usize,
     pub tok_s: f64,
     pub speedup_vs_autoregressive: f64,
-    /// cgroup peak usage (`memory.max_usage_in_bytes`) when run under a
-    /// limit, else the process's peak RSS.
+    /// The cgroup's peak usage (v2 `memory.peak`, v1
+    /// `memory.max_usage_in_bytes`) when run in one and readable, else the
+    /// process's peak RSS; `peak_source` says which (`cgroup v2`,
+    /// `cgroup v1`, `rss (unconfined)`, `rss (cgroup v2 has no memory.peak)`).
     pub peak_bytes: u64,
     pub peak_source: String,
     /// Killed by the OOM killer (or any signal).
@@ -80,12 +83,13 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
         .iter()
         .map(|p| Peer::parse(p))
         .collect::<Result<_>>()?;
+    let cgroups = confinement(args, &budgets)?;
     let peer_job = match peers.is_empty() {
         true => None,
         false => Some(PeerJob::new(args, device)?),
     };
     eprintln!("reference: unlimited target-only run");
-    let reference = spawn(args, device, "autoregressive", None, false)?;
+    let reference = spawn(args, device, "autoregressive", None, None)?;
     let mut rows = Vec::new();
     for (b, &budget) in budgets.iter().enumerate() {
         let mut ar_tok_s = None;
@@ -96,7 +100,7 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
                 super::spec::entry_label(name),
                 format_bytes(budget)
             );
-            let report = spawn(args, device, name, Some(budget), true)?;
+            let report = spawn(args, device, name, Some(budget), Some(cgroups.as_ref()))?;
             let mut row = report.row;
             row.strategy = super::spec::entry_label(name);
             row.identical = report
@@ -137,7 +141,7 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
         }
         if let (Some(job), Some(base)) = (&peer_job, ar_tok_s) {
             for peer in &peers {
-                for mut row in peer::run(peer, &job.run(), budget)? {
+                for mut row in peer::run(peer, &job.run(cgroups.as_ref()), budget)? {
                     row.speedup_vs_autoregressive = row.tok_s / base.max(1e-9);
                     rows.push(row);
                 }
@@ -151,7 +155,7 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
         }
         summarize(&rows[first..]);
     }
-    let table = table(&rows, args);
+    let table = table(&rows, args, cgroups.as_ref());
     print_results(&table, &rows, args.json)?;
     let mut lines: Vec<String> = names.iter().map(|n| super::spec::entry_label(n)).collect();
     for r in rows.iter().filter(|r| r.peer) {
@@ -161,6 +165,64 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
     }
     draw(&rows, &lines, args)?;
     Ok(())
+}
+
+/// The hierarchy every budgeted row runs in, checked by making (and
+/// removing) a group with the first budget and the read cap, so a machine
+/// without one refuses before the first row; `None` with `--unconfined`.
+fn confinement(args: &BenchSpecArgs, budgets: &[u64]) -> Result<Option<Hierarchy>> {
+    if args.unconfined {
+        if args.read_limit.is_some() {
+            bail!("--read-limit caps reads with a cgroup (io.max or blkio): not with --unconfined");
+        }
+        eprintln!(
+            "--unconfined: no cgroup holds the rows (arbor's or a peer's) to their budgets; \
+             peaks are each process's own peak RSS"
+        );
+        return Ok(None);
+    }
+    const NEEDED: &str = "--memory-budget holds every row to its budget with a cgroup memory \
+        limit (run as root with cgroup v2 or cgroup v1 memory control, see --cgroup-root; or \
+        pass --unconfined to run without one)";
+    let hierarchy = Hierarchy::detect(&args.cgroup_root).context(NEEDED)?;
+    let memory = budgets.first().copied();
+    let limits = match read_limit_bytes(args)? {
+        Some(bps) => {
+            let target = arbor_engine::resolve_or_fetch(&args.target, &mut |_| {})?;
+            limits(&target, memory, Some(bps))?
+        }
+        None => Limits {
+            memory,
+            reads: None,
+        },
+    };
+    hierarchy.group(&limits).context(NEEDED)?;
+    eprintln!(
+        "every budgeted row runs inside a {} group under {}",
+        hierarchy.version(),
+        hierarchy.root().display()
+    );
+    Ok(Some(hierarchy))
+}
+
+/// A group's limits: `memory` bytes, and reads of the device holding
+/// `file` capped at `read_limit` bytes/s.
+pub(super) fn limits(file: &Path, memory: Option<u64>, read_limit: Option<u64>) -> Result<Limits> {
+    let reads = read_limit
+        .map(|bps| ReadCap::of_file(file, bps))
+        .transpose()
+        .with_context(|| format!("finding the block device of {}", file.display()))?;
+    Ok(Limits { memory, reads })
+}
+
+/// A finished row's peak and what measured it: the group's peak where it
+/// can be read, else `rss` (the process's own peak RSS), saying why.
+pub(super) fn measured_peak(group: Option<&Group>, rss: u64) -> (u64, String) {
+    match group.map(|g| (g.version(), g.peak())) {
+        Some((v, Some(peak))) => (peak, v.to_string()),
+        Some((v, None)) => (rss, format!("rss ({v} has no {})", v.peak_file())),
+        None => (rss, "rss (unconfined)".into()),
+    }
 }
 
 /// `auto` against the other rows of one budget, on one line.
@@ -225,8 +287,9 @@ impl PeerJob {
         })
     }
 
-    fn run(&self) -> PeerRun<'_> {
+    fn run<'a>(&'a self, cgroups: Option<&'a Hierarchy>) -> PeerRun<'a> {
         PeerRun {
+            cgroups,
             target: &self.target,
             draft: self.draft.as_deref(),
             prompts: &self.prompts,
@@ -246,10 +309,26 @@ fn trace_path(plot: &Path, name: &str) -> PathBuf {
     plot.with_file_name(format!("{stem}-trace-{name}.png"))
 }
 
-fn table(rows: &[BudgetRow], args: &BenchSpecArgs) -> String {
+fn table(rows: &[BudgetRow], args: &BenchSpecArgs, cgroups: Option<&Hierarchy>) -> String {
     let mut s = args.title(rows.first().map_or(0, |r| r.prompts));
-    if let Some(l) = &args.read_limit {
-        s += &format!("; disk reads capped at {l} (blkio)");
+    match cgroups {
+        Some(h) => {
+            s += &format!(
+                "; every row inside a {} memory limit of its budget",
+                h.version()
+            )
+        }
+        None => {
+            s += "; UNCONFINED (--unconfined): no cgroup held the rows to their budgets, \
+                  peaks are each process's RSS"
+        }
+    }
+    if let (Some(l), Some(h)) = (&args.read_limit, cgroups) {
+        let knob = match h.version() {
+            super::cgroup::Version::V2 => "io.max",
+            super::cgroup::Version::V1 => "blkio",
+        };
+        s += &format!("; disk reads capped at {l} ({knob})");
     }
     s += "; identical = same tokens as the unlimited target-only run; vs AR = against the \
           budget's autoregressive-pipelined row (peers: llama.cpp on fewer prompts and tokens, \
@@ -328,14 +407,15 @@ pub(super) fn settle_storage(file: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Runs one strategy in a child process (inside a cgroup limited to the
-/// budget when `limit` and possible) and reads its report.
+/// Runs one strategy in a child process and reads its report. `limit`:
+/// a budgeted row, after the storage is settled, inside a group of the
+/// hierarchy limited to the budget (`Some(None)`: `--unconfined`).
 fn spawn(
     args: &BenchSpecArgs,
     device: &RunConfig,
     name: &str,
     budget: Option<u64>,
-    limit: bool,
+    limit: Option<Option<&Hierarchy>>,
 ) -> Result<ChildReport> {
     let stem = format!(
         "arbor-bench-{}-{}-{}",
@@ -369,19 +449,24 @@ fn spawn(
     if let Some(b) = budget {
         cmd.args(["--memory-budget", &b.to_string()]);
     }
-    let (group, reads) = match limit {
-        true => {
+    let group = match limit {
+        Some(cgroups) => {
             let target = arbor_engine::resolve_or_fetch(&args.target, &mut |_| {})?;
             settle_storage(&target)?;
-            let reads = read_limit_group(&target, read_limit_bytes(args)?)?;
-            (budget.and_then(Cgroup::new), reads)
+            match cgroups {
+                Some(h) => Some(h.group(&limits(&target, budget, read_limit_bytes(args)?)?)?),
+                None => None,
+            }
         }
-        false => (None, None),
+        None => None,
     };
-    confine(&mut cmd, group.as_ref(), reads.as_ref())?;
+    if let Some(g) = &group {
+        g.confine(&mut cmd)?;
+    }
     let status = cmd.status().context("starting a benchmark process")?;
     let killed = std::os::unix::process::ExitStatusExt::signal(&status).is_some();
     let report = std::fs::read_to_string(&out).ok();
+    let finished = report.is_some();
     let _ = std::fs::remove_file(&out);
     let _ = std::fs::remove_file(&config);
     let mut report: ChildReport = match report {
@@ -401,9 +486,12 @@ fn spawn(
         },
     };
     report.row.killed = killed;
-    if let Some(g) = &group {
-        report.row.peak_bytes = g.peak();
-        report.row.peak_source = "cgroup".into();
+    let row = &mut report.row;
+    if finished && limit.is_some() {
+        (row.peak_bytes, row.peak_source) = measured_peak(group.as_ref(), row.peak_bytes);
+    } else if let Some((g, Some(peak))) = group.as_ref().map(|g| (g, g.peak())) {
+        row.peak_bytes = peak;
+        row.peak_source = format!("{}; {}", g.version(), row.peak_source);
     }
     Ok(report)
 }
@@ -414,22 +502,6 @@ fn read_limit_bytes(args: &BenchSpecArgs) -> Result<Option<u64>> {
     Ok(limit
         .map(|l| parse_bytes(l.trim_end_matches("/s")))
         .transpose()?)
-}
-
-/// The blkio group capping reads of the device holding `file` at
-/// `bytes_per_sec`, if a cap is asked for (an error when it cannot be
-/// made: a benchmark asked to emulate slower storage must not silently
-/// run on the fast one).
-pub(super) fn read_limit_group(
-    file: &Path,
-    bytes_per_sec: Option<u64>,
-) -> Result<Option<ReadLimit>> {
-    bytes_per_sec
-        .map(|bps| {
-            ReadLimit::new(file, bps)
-                .context("--read-limit needs cgroup v1 blkio control (run as root)")
-        })
-        .transpose()
 }
 
 /// The child side: one strategy, every prompt, report to `--report`.

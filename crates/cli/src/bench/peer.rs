@@ -1,7 +1,8 @@
 //! Other engines in the same budget benchmark: llama.cpp's
 //! `llama-completion` (the target alone, weights mmapped) and
 //! `llama-speculative` (with the draft model), each prompt in its own
-//! process inside the same cgroup limit as arbor's rows, on the same GGUF
+//! process inside the same cgroup limit as arbor's rows (or, with
+//! `--unconfined`, as unconfined as they are), on the same GGUF
 //! files and chat-templated prompts, greedy, with a context sized to the
 //! request (llama.cpp's default context allocates ~1 GiB of KV cache and is
 //! killed under these limits).
@@ -12,7 +13,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use super::budget::BudgetRow;
-use super::cgroup::{Cgroup, confine};
+use super::cgroup::Hierarchy;
 
 /// A peer engine to run: where its binaries are.
 pub struct Peer {
@@ -49,6 +50,8 @@ pub struct PeerRun<'a> {
     pub context: usize,
     /// Read bandwidth cap of `--read-limit`, bytes/s.
     pub read_limit: Option<u64>,
+    /// Where the groups are made; `None`: `--unconfined`.
+    pub cgroups: Option<&'a Hierarchy>,
 }
 
 /// Runs llama.cpp target-only and speculative (when a draft model is
@@ -71,7 +74,6 @@ fn tool_row(peer: &Peer, job: &PeerRun<'_>, budget: u64, speculative: bool) -> R
     let mut row = BudgetRow {
         strategy: name.into(),
         budget_bytes: budget,
-        peak_source: "cgroup".into(),
         peer: true,
         ..BudgetRow::default()
     };
@@ -83,19 +85,22 @@ fn tool_row(peer: &Peer, job: &PeerRun<'_>, budget: u64, speculative: bool) -> R
         // counting against this limit (measured: "33 tok/s" under 800 MiB).
         // Best effort: only root may drop them.
         let _ = std::fs::write("/proc/sys/vm/drop_caches", "1");
-        let group = Cgroup::new(budget);
+        let limits = super::budget::limits(job.target, Some(budget), job.read_limit)?;
+        let group = job.cgroups.map(|h| h.group(&limits)).transpose()?;
         let mut cmd = command(peer, job, prompt, speculative);
-        let reads = super::budget::read_limit_group(job.target, job.read_limit)?;
-        confine(&mut cmd, group.as_ref(), reads.as_ref())?;
-        let out = cmd.output().with_context(|| format!("running {name}"))?;
         if let Some(g) = &group {
-            row.peak_bytes = row.peak_bytes.max(g.peak());
+            g.confine(&mut cmd)?;
         }
+        let (out, rss) =
+            output_and_peak_rss(&mut cmd).with_context(|| format!("running {name}"))?;
+        let (peak, source) = super::budget::measured_peak(group.as_ref(), rss);
+        row.peak_bytes = row.peak_bytes.max(peak);
+        row.peak_source = source;
         let log = String::from_utf8_lossy(&out.stderr).into_owned()
             + &String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
             row.killed = std::os::unix::process::ExitStatusExt::signal(&out.status).is_some();
-            row.peak_source = format!("did not finish ({})", out.status);
+            row.peak_source = format!("{}; did not finish ({})", row.peak_source, out.status);
             break;
         }
         let (n, s) = if speculative {
@@ -115,11 +120,57 @@ fn tool_row(peer: &Peer, job: &PeerRun<'_>, budget: u64, speculative: bool) -> R
     row.decode_secs = secs;
     row.tok_s = tokens as f64 / secs.max(1e-9);
     eprintln!(
-        "  {:.2} tok/s, peak {}",
+        "  {:.2} tok/s, peak {} ({})",
         row.tok_s,
-        arbor_engine::format_bytes(row.peak_bytes)
+        arbor_engine::format_bytes(row.peak_bytes),
+        row.peak_source
     );
     Ok(row)
+}
+
+/// `cmd.output()`, and the child's peak RSS in bytes (its own, from
+/// `wait4`: what a peer row reports where no cgroup peak can be read).
+fn output_and_peak_rss(cmd: &mut Command) -> std::io::Result<(std::process::Output, u64)> {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let (Some(mut out), Some(mut err)) = (child.stdout.take(), child.stderr.take()) else {
+        unreachable!("both were piped");
+    };
+    let err = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        err.read_to_end(&mut buf).map(|_| buf)
+    });
+    let mut stdout = Vec::new();
+    out.read_to_end(&mut stdout)?;
+    let stderr = err
+        .join()
+        .map_err(|_| std::io::Error::other("reading the child's stderr panicked"))??;
+    let (mut status, pid) = (0, child.id() as libc::pid_t);
+    // SAFETY: zeroed is a valid rusage; wait4 reaps our own child, which
+    // std's `Child` is not asked to wait for afterwards.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        if unsafe { libc::wait4(pid, &mut status, 0, &mut usage) } == pid {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    let output = std::process::Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout,
+        stderr,
+    };
+    // Linux reports ru_maxrss in KiB.
+    Ok((output, usage.ru_maxrss.max(0) as u64 * 1024))
 }
 
 fn command(peer: &Peer, job: &PeerRun<'_>, prompt: &str, speculative: bool) -> Command {
@@ -210,6 +261,18 @@ mod tests {
         assert_eq!(decoded(spec), Some((17, 8.94)));
         assert!((accept_rate(spec).unwrap() - 0.20833).abs() < 1e-9);
         assert_eq!(eval("nothing here"), None);
+    }
+
+    #[test]
+    fn output_and_peak_rss_of_a_child() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo out; echo err >&2; exit 3"]);
+        let (out, rss) = output_and_peak_rss(&mut cmd).unwrap();
+        assert_eq!(out.stdout, b"out\n");
+        assert_eq!(out.stderr, b"err\n");
+        assert_eq!(out.status.code(), Some(3));
+        // A shell holds at least a few hundred KiB.
+        assert!(rss > 100 << 10, "{rss}");
     }
 
     #[test]

@@ -51,13 +51,23 @@ pub struct BenchSpecArgs {
     #[command(flatten)]
     pub tuning: TuningArgs,
     /// Memory budgets (e.g. `1.3GiB` or a sweep `0.9GiB,1.3GiB,2GiB`): each
-    /// strategy runs in its own process, inside a cgroup v1 limit of the
-    /// budget when run as root. Strategies then include
-    /// `autoregressive-pipelined`.
+    /// strategy runs in its own process, inside a cgroup memory limit of the
+    /// budget without swap (cgroup v2 or v1; needs root). Where no group can
+    /// be made the benchmark refuses to run (see `--unconfined`).
+    /// Strategies then include `autoregressive-pipelined`.
     #[arg(long, value_delimiter = ',')]
     pub memory_budget: Vec<String>,
+    /// Run `--memory-budget` rows without a cgroup: nothing but arbor's own
+    /// plan holds them (and nothing holds a peer) to the budget; peaks are
+    /// each process's own peak RSS, and the rows say so.
+    #[arg(long)]
+    pub unconfined: bool,
+    /// Where the cgroup filesystem is: cgroup v2 if DIR/cgroup.controllers
+    /// exists, else cgroup v1 (DIR/memory, DIR/blkio).
+    #[arg(long, default_value = super::cgroup::SYSTEM_ROOT)]
+    pub cgroup_root: PathBuf,
     /// Cap the block device's read bandwidth for every budgeted process
-    /// (`1GB/s`; cgroup v1 blkio, as root): emulates a device's storage
+    /// (`1GB/s`; cgroup v2 io.max or v1 blkio): emulates a device's storage
     /// where this machine's disk is faster or cached below the page cache.
     #[arg(long)]
     pub read_limit: Option<String>,
