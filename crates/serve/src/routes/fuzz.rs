@@ -105,6 +105,7 @@ fn app() -> (axum::Router, tokio::runtime::Runtime) {
         model_id: MODEL.into(),
         api_key: options.api_key.clone(),
         timeout: options.timeout,
+        clock: options.clock.clone(),
         context: CONTEXT,
         default_max_tokens: 16,
         resident: 0,
