@@ -9,16 +9,38 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-/// Passes everything to the system allocator, noting sizes per thread.
+/// Passes everything to the system allocator, counting what the current
+/// thread asks for (tests run on many threads).
 pub struct Tracking;
 
+/// What one thread allocated: the largest single request, the number of
+/// requests and their total size.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Allocs {
+    pub largest: usize,
+    pub count: usize,
+    pub bytes: usize,
+}
+
 thread_local! {
-    static LARGEST: Cell<usize> = const { Cell::new(0) };
+    static ALLOCS: Cell<Allocs> = const {
+        Cell::new(Allocs {
+            largest: 0,
+            count: 0,
+            bytes: 0,
+        })
+    };
 }
 
 fn note(size: usize) {
     // `try_with`: allocations during thread teardown are not tracked.
-    let _ = LARGEST.try_with(|m| m.set(m.get().max(size)));
+    let _ = ALLOCS.try_with(|a| {
+        let mut v = a.get();
+        v.largest = v.largest.max(size);
+        v.count += 1;
+        v.bytes = v.bytes.saturating_add(size);
+        a.set(v);
+    });
 }
 
 // SAFETY: every call is forwarded unchanged to `System`.
@@ -40,11 +62,18 @@ unsafe impl GlobalAlloc for Tracking {
     }
 }
 
+/// Runs `f`, returning its result and what this thread allocated
+/// meanwhile (all zero unless [`Tracking`] is the global allocator).
+pub fn allocs_during<T>(f: impl FnOnce() -> T) -> (T, Allocs) {
+    let before = ALLOCS.with(|a| a.replace(Allocs::default()));
+    let out = f();
+    let during = ALLOCS.with(|a| a.replace(before));
+    (out, during)
+}
+
 /// Runs `f`, returning its result and the largest single allocation this
 /// thread made meanwhile (0 unless [`Tracking`] is the global allocator).
 pub fn largest_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let before = LARGEST.with(|m| m.replace(0));
-    let out = f();
-    let largest = LARGEST.with(|m| m.replace(before.max(m.get())));
-    (out, largest)
+    let (out, a) = allocs_during(f);
+    (out, a.largest)
 }

@@ -2,69 +2,10 @@
 //! `GgufError`, never a panic, and never allocate more than the file could
 //! justify.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
+use arbor_fuzz::alloc::{Allocs, Tracking, allocs_during as allocs_of};
 use arbor_gguf::{GgmlType, GgufError, GgufFile, GgufWriter, Header, Value, parse_header};
 
 // ---- allocation tracking -------------------------------------------------
-
-/// Passes everything to the system allocator, counting what the current
-/// thread asks for (tests run on many threads): the largest single
-/// request, the number of requests and their total size.
-struct Tracking;
-
-#[derive(Debug, Clone, Copy, Default)]
-struct Allocs {
-    largest: usize,
-    count: usize,
-    bytes: usize,
-}
-
-thread_local! {
-    static ALLOCS: Cell<Allocs> = const {
-        Cell::new(Allocs {
-            largest: 0,
-            count: 0,
-            bytes: 0,
-        })
-    };
-}
-
-fn note(size: usize) {
-    let _ = ALLOCS.try_with(|a| {
-        let mut v = a.get();
-        v.largest = v.largest.max(size);
-        v.count += 1;
-        v.bytes = v.bytes.saturating_add(size);
-        a.set(v);
-    });
-}
-
-/// What the current thread allocated while `f` ran.
-fn allocs_of<T>(f: impl FnOnce() -> T) -> (T, Allocs) {
-    ALLOCS.with(|a| a.set(Allocs::default()));
-    let out = f();
-    (out, ALLOCS.with(Cell::get))
-}
-
-unsafe impl GlobalAlloc for Tracking {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
 
 #[global_allocator]
 static ALLOC: Tracking = Tracking;
