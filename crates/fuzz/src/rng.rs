@@ -1,21 +1,18 @@
 //! A seeded pseudo-random generator (SplitMix64): the same seed gives the
 //! same inputs on every machine.
 
-/// SplitMix64; fast, small, and good enough to pick mutations.
+/// The sampler's SplitMix64 ([`arbor_sampling::Rng`]), with the draws a
+/// fuzzer needs on top.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng(arbor_sampling::Rng);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Self(seed)
+        Self(arbor_sampling::Rng::new(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `0..n`; `n` must not be 0.
