@@ -25,6 +25,7 @@ use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use minijinja::syntax::SyntaxConfig;
 use minijinja::value::{Kwargs, Value};
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, context};
 
@@ -35,6 +36,14 @@ use crate::{ChatMessage, Result, TokenizerError};
 /// (two nested `range(100000)` loops are 10^10 steps) stops here with an
 /// error instead of hanging its caller.
 const FUEL: u64 = 5_000_000;
+
+/// Bytes a render may write besides a multiple of its messages: a prompt
+/// is the messages plus a little markup per message, so 16 MiB over four
+/// times the conversation is far past any context window. Fuel counts
+/// instructions, not output: one `{{ messages * 2**62 }}` prints a lazily
+/// repeated list in one step, which filled the memory of the machine the
+/// fuzzer ran on before this bound.
+const OUTPUT_SLACK: usize = 16 << 20;
 
 /// The name the template is stored under in its environment (shows up in
 /// render errors as `(in chat_template:LINE)`).
@@ -71,8 +80,11 @@ impl ChatTemplate {
     /// does not support.
     pub(crate) fn compile(source: &str, tokens: TemplateTokens) -> Result<Self, Error> {
         let mut env = Environment::new();
-        env.set_trim_blocks(true);
-        env.set_lstrip_blocks(true);
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()?;
+        env.set_syntax(syntax);
         env.set_fuel(Some(FUEL));
         env.set_auto_escape_callback(|_| AutoEscape::None);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -86,6 +98,8 @@ impl ChatTemplate {
     /// The prompt for `messages`, ending with the template's generation
     /// prefix (the assistant header).
     pub(crate) fn render(&self, messages: &[ChatMessage]) -> Result<String> {
+        let text: usize = messages.iter().map(|m| m.content.len()).sum();
+        let cap = OUTPUT_SLACK.saturating_add(text.saturating_mul(4));
         let messages: Vec<Value> = messages
             .iter()
             .map(|m| context! { role => m.role.as_str(), content => m.content.as_str() })
@@ -96,12 +110,18 @@ impl ChatTemplate {
             bos_token => self.tokens.bos.as_str(),
             eos_token => self.tokens.eos.as_str(),
         };
-        // minijinja can panic on values a template computes (in 2.24,
-        // `9223372036854775807 * [1]` overflows a length in debug builds);
+        // minijinja can panic on values a template computes (2.24 did on
+        // `9223372036854775807 * [1]`, overflowing a length);
         // a template comes from the model file, so that is the template's
         // error, not the caller's crash.
+        let mut sink = Bounded {
+            out: Vec::new(),
+            cap,
+            full: false,
+        };
         let rendered = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            self.env.get_template(NAME).and_then(|t| t.render(ctx))
+            let template = self.env.get_template(NAME)?;
+            template.render_captured_to(ctx, &mut sink).map(|_| ())
         }))
         .map_err(|panic| {
             let why = (panic.downcast_ref::<String>().map(String::as_str))
@@ -109,7 +129,19 @@ impl ChatTemplate {
                 .unwrap_or("no message");
             TokenizerError::ChatTemplate(format!("the template engine failed: {why}"))
         })?;
-        let mut out = rendered.map_err(render_error)?;
+        if let Err(e) = rendered {
+            if sink.full {
+                return Err(TokenizerError::ChatTemplate(format!(
+                    "the template wrote more than {} bytes",
+                    sink.cap
+                )));
+            }
+            return Err(render_error(e));
+        }
+        // minijinja writes whole `str`s and a write is taken whole or not
+        // at all, so the bytes are UTF-8.
+        let mut out = String::from_utf8(sink.out)
+            .map_err(|_| TokenizerError::ChatTemplate("the template wrote invalid UTF-8".into()))?;
         // Templates for models that start with BOS usually write
         // `{{ bos_token }}` themselves; when `encode` adds BOS too the prompt
         // would start with two, so the template's one is dropped (as
@@ -119,6 +151,29 @@ impl ChatTemplate {
             out.drain(..bos.len());
         }
         Ok(out)
+    }
+}
+
+/// The render's output, refusing to grow past `cap` bytes (the write fails
+/// and minijinja stops the render with an error).
+struct Bounded {
+    out: Vec<u8>,
+    cap: usize,
+    full: bool,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.out.len().saturating_add(buf.len()) > self.cap {
+            self.full = true;
+            return Err(std::io::Error::other("output bound"));
+        }
+        self.out.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

@@ -163,18 +163,56 @@ fn a_template_that_loops_for_ever_runs_out_of_fuel() {
 /// Found by the fuzzer: `9223372036854775807 * ('<|im_start|>'|list)`
 /// overflowed a length inside minijinja 2.24: a panic where overflow is
 /// checked (after which a fuzz thread twice overflowed its stack), a wrap
-/// where it is not. minijinja is now built without overflow checks in every
-/// profile, and an engine panic would be the template's error, not the
-/// caller's.
+/// where it is not. minijinja 3 refuses such a repeat, and an engine panic
+/// would be the template's error, not the caller's.
 #[test]
 fn an_engine_overflow_is_not_a_panic() {
     let input = std::fs::read(repo_path("fuzz/regressions/chat_template/repeat_overflow"))
         .expect("the regression input");
     check(&input);
+    // minijinja 3 refuses the repeat outright.
     let template = "{{ (9223372036854775807 * ('ab'|list))|length }}";
     let r = ChatFormat::detect(Some(template), false, TemplateTokens::default())
         .render(&[ChatMessage::user("hi")]);
-    assert!(r.is_ok(), "{r:?}");
+    match r {
+        Err(TokenizerError::ChatTemplate(msg)) => assert!(msg.contains("too large"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Found by the fuzzer: `{{ messages * 9223372036854775807 }}` printed a
+/// lazily repeated list in one instruction, so fuel never ran out while the
+/// output grew until the machine's memory was gone (24 GiB, then the OOM
+/// killer). minijinja 3 refuses to repeat a sequence past 10^8 items, and
+/// a render writes into a bounded buffer, so a template that prints without
+/// end (a big repeat, or a long loop of big strings) fails with a typed
+/// error either way.
+#[test]
+fn a_template_that_prints_without_end_is_cut_off() {
+    let input = std::fs::read(repo_path(
+        "fuzz/regressions/chat_template/repeated_list_printed",
+    ))
+    .expect("the regression input");
+    check(&input);
+    let render = |template: &str| {
+        ChatFormat::detect(Some(template), false, TemplateTokens::default())
+            .render(&[ChatMessage::user("hi")])
+    };
+    match render("{{ messages * 9223372036854775807 }}") {
+        Err(TokenizerError::ChatTemplate(msg)) => assert!(msg.contains("too large"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    for template in [
+        "{{ messages * 50000000 }}",
+        "{% for i in range(100000) %}{{ 'x' * 10000 }}{% endfor %}",
+    ] {
+        match render(template) {
+            Err(TokenizerError::ChatTemplate(msg)) => {
+                assert!(msg.contains("wrote more than"), "{template}: {msg}")
+            }
+            other => panic!("{template}: {other:?}"),
+        }
+    }
 }
 
 /// The fuel is far more than real templates need: Qwen2.5's (the most
