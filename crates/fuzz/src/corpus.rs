@@ -8,11 +8,22 @@ use crate::Report;
 /// Files a kept corpus holds at most per target.
 const MAX_KEPT: usize = 2000;
 
-/// A path inside the repository, from its root.
+/// A path inside the repository, from its root: the nearest directory
+/// above the running test's package (cargo sets `CARGO_MANIFEST_DIR` for
+/// it) that holds `fuzz/seeds`. Found at run time, not baked in when this
+/// crate is compiled: a build reused from another checkout of the same
+/// sources would otherwise look for the corpus in that checkout.
 pub fn repo_path(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(rel)
+    let start = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::current_dir().ok())
+        .unwrap_or_default();
+    let root = start
+        .ancestors()
+        .find(|dir| dir.join("fuzz").join("seeds").is_dir())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."));
+    root.join(rel)
 }
 
 /// Every file in `dir` with its name, sorted by name; none when `dir` does
