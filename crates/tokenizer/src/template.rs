@@ -26,8 +26,8 @@ use std::panic::AssertUnwindSafe;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use minijinja::syntax::SyntaxConfig;
-use minijinja::value::{Kwargs, Value};
-use minijinja::{AutoEscape, Environment, Error, ErrorKind, context};
+use minijinja::value::{Kwargs, StringInput, Value};
+use minijinja::{AutoEscape, Environment, Error, ErrorKind, State, context};
 
 use crate::{ChatMessage, Result, TokenizerError};
 
@@ -91,6 +91,13 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
+        env.set_formatter(|out, state, value| {
+            shallow_enough(value)?;
+            minijinja::escape_formatter(out, state, value)
+        });
+        env.add_filter("string", string);
+        env.add_filter("pprint", pprint);
+        env.add_filter("join", join);
         env.add_template_owned(NAME, source.to_owned())?;
         Ok(Self { env, tokens })
     }
@@ -152,6 +159,81 @@ impl ChatTemplate {
         }
         Ok(out)
     }
+}
+
+/// Nesting a printed or serialized value may have.
+const MAX_DEPTH: usize = 64;
+
+/// Items a printed or serialized value may hold, all levels together (each
+/// prints as at least a byte, and a prompt is far smaller).
+const MAX_ITEMS: usize = 1 << 20;
+
+/// Refuses a value nested deeper than [`MAX_DEPTH`] or holding more than
+/// [`MAX_ITEMS`] items before it is printed or serialized: both recurse per
+/// level, and a namespace can hold itself (`{% set ns.x = ns %}`, found
+/// by the fuzzer), which recursed until the stack overflowed. Checked where
+/// a value is printed (`{{ }}`), serialized (`tojson`) or turned into text
+/// by a filter (`string`, `pprint`, `join`); `~` concatenation is not
+/// covered (no hook for an operator).
+fn shallow_enough(value: &Value) -> Result<(), Error> {
+    fn walk(v: &Value, depth: usize, items: &mut usize) -> Result<(), Error> {
+        use minijinja::value::ValueKind;
+        if !matches!(
+            v.kind(),
+            ValueKind::Seq | ValueKind::Map | ValueKind::Iterable | ValueKind::Plain
+        ) {
+            return Ok(());
+        }
+        if depth >= MAX_DEPTH {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!("a value nested over {MAX_DEPTH} deep (or holding itself)"),
+            ));
+        }
+        let Ok(iter) = v.try_iter() else {
+            return Ok(());
+        };
+        let is_map = v.kind() == ValueKind::Map;
+        for item in iter {
+            *items += 1;
+            if *items > MAX_ITEMS {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!("a value of over {MAX_ITEMS} items"),
+                ));
+            }
+            if is_map && let Ok(inner) = v.get_item(&item) {
+                walk(&inner, depth + 1, items)?;
+            }
+            walk(&item, depth + 1, items)?;
+        }
+        Ok(())
+    }
+    walk(value, 0, &mut 0)
+}
+
+/// minijinja's `string` filter, on a value [`shallow_enough`] to print.
+fn string(state: &State, value: &Value) -> Result<Value, Error> {
+    shallow_enough(value)?;
+    minijinja::filters::string(state, value)
+}
+
+/// minijinja's `pprint` filter, on a value [`shallow_enough`] to print.
+fn pprint(value: &Value) -> Result<String, Error> {
+    shallow_enough(value)?;
+    Ok(minijinja::filters::pprint(value))
+}
+
+/// minijinja's `join` filter, on a value [`shallow_enough`] to print.
+fn join(
+    state: &mut State,
+    value: &Value,
+    joiner: Option<StringInput<'_>>,
+    attribute: Option<&str>,
+    kwargs: Kwargs,
+) -> Result<Value, Error> {
+    shallow_enough(value)?;
+    minijinja::filters::join(state, value, joiner, attribute, kwargs)
 }
 
 /// The render's output, refusing to grow past `cap` bytes (the write fails
@@ -240,6 +322,7 @@ fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value,
     }
     let ensure_ascii = kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false);
     kwargs.assert_all_used()?;
+    shallow_enough(value)?;
 
     let mut out = Vec::new();
     let written = match indent {

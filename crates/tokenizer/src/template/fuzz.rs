@@ -183,10 +183,10 @@ fn an_engine_overflow_is_not_a_panic() {
 /// Found by the fuzzer: `{{ messages * 9223372036854775807 }}` printed a
 /// lazily repeated list in one instruction, so fuel never ran out while the
 /// output grew until the machine's memory was gone (24 GiB, then the OOM
-/// killer). minijinja 3 refuses to repeat a sequence past 10^8 items, and
-/// a render writes into a bounded buffer, so a template that prints without
-/// end (a big repeat, or a long loop of big strings) fails with a typed
-/// error either way.
+/// killer). minijinja 3 refuses to repeat a sequence past 10^8 items, a
+/// value of over 2^20 items is not printed, and a render writes into a
+/// bounded buffer, so a template that prints without end (a big repeat, or
+/// a long loop of big strings) fails with a typed error.
 #[test]
 fn a_template_that_prints_without_end_is_cut_off() {
     let input = std::fs::read(repo_path(
@@ -202,17 +202,57 @@ fn a_template_that_prints_without_end_is_cut_off() {
         Err(TokenizerError::ChatTemplate(msg)) => assert!(msg.contains("too large"), "{msg}"),
         other => panic!("{other:?}"),
     }
-    for template in [
-        "{{ messages * 50000000 }}",
-        "{% for i in range(100000) %}{{ 'x' * 10000 }}{% endfor %}",
+    for (template, why) in [
+        ("{{ messages * 50000000 }}", "items"),
+        (
+            "{% for i in range(100000) %}{{ 'x' * 10000 }}{% endfor %}",
+            "wrote more than",
+        ),
     ] {
         match render(template) {
             Err(TokenizerError::ChatTemplate(msg)) => {
-                assert!(msg.contains("wrote more than"), "{template}: {msg}")
+                assert!(msg.contains(why), "{template}: {msg}")
             }
             other => panic!("{template}: {other:?}"),
         }
     }
+}
+
+/// Found by the fuzzer (CI's step at 842bee9): `{% set ns.n = ns %}` put a
+/// namespace inside itself, and printing it recursed until the test
+/// thread's stack overflowed (an abort, not a panic). A value is now
+/// checked for depth and size before it is printed or serialized.
+#[test]
+fn a_namespace_that_holds_itself_is_not_printed() {
+    let input = std::fs::read(repo_path(
+        "fuzz/regressions/chat_template/namespace_holds_itself",
+    ))
+    .expect("the regression input");
+    check(&input);
+    let render = |template: &str| {
+        ChatFormat::detect(Some(template), false, TemplateTokens::default())
+            .render(&[ChatMessage::user("hi")])
+    };
+    for print in [
+        "{{ ns }}",
+        "{{ ns.x }}",
+        "{{ ns|tojson }}",
+        "{{ [[ns]] }}",
+        "{{ ns|string }}",
+        "{{ ns|pprint }}",
+        "{{ [ns]|join }}",
+    ] {
+        let template = format!("{{% set ns = namespace(x=1) %}}{{% set ns.x = ns %}}{print}");
+        match render(&template) {
+            Err(TokenizerError::ChatTemplate(msg)) => {
+                assert!(msg.contains("holding itself"), "{print}: {msg}")
+            }
+            other => panic!("{print}: {other:?}"),
+        }
+    }
+    // What real templates print still prints.
+    let ok = render("{% set ns = namespace(x=[1, {'a': [2]}]) %}{{ ns.x }}{{ messages|tojson }}");
+    assert!(ok.is_ok(), "{ok:?}");
 }
 
 /// The fuel is far more than real templates need: Qwen2.5's (the most
