@@ -117,28 +117,39 @@ fn fuzz_chat_template() {
 
 // ---- regressions ------------------------------------------------------------
 
+/// The committed regression input `name`, replayed through [`check`].
+fn replay(name: &str) -> Vec<u8> {
+    let input = std::fs::read(repo_path(&format!("fuzz/regressions/chat_template/{name}")))
+        .expect("the regression input");
+    check(&input);
+    input
+}
+
+/// `template` rendered (no BOS, no ChatML tokens) for one user message.
+fn render(template: &str) -> crate::Result<String> {
+    ChatFormat::detect(Some(template), false, TemplateTokens::default())
+        .render(&[ChatMessage::user("hi")])
+}
+
+/// Asserts that `template` fails with a chat-template error saying `why`.
+fn refused(template: &str, why: &str) {
+    match render(template) {
+        Err(TokenizerError::ChatTemplate(msg)) => assert!(msg.contains(why), "{template}: {msg}"),
+        other => panic!("{template}: {other:?}"),
+    }
+}
+
 /// Found by the fuzzer: `tojson(indent=9223372036854775808)` panicked
 /// ("capacity overflow": `indent` spaces were allocated per level). A huge
 /// indent is now a template error, and the largest allowed one works.
 #[test]
 fn tojson_refuses_a_huge_indent() {
-    let input = std::fs::read(repo_path(
-        "fuzz/regressions/chat_template/tojson_huge_indent",
-    ))
-    .expect("the regression input");
-    check(&input);
-    let render = |indent: &str| {
-        let template = format!("{{{{ messages[0]|tojson(indent={indent}) }}}}");
-        ChatFormat::detect(Some(&template), false, TemplateTokens::default())
-            .render(&[ChatMessage::user("hi")])
-    };
+    replay("tojson_huge_indent");
+    let with_indent = |indent: &str| format!("{{{{ messages[0]|tojson(indent={indent}) }}}}");
     for huge in ["9223372036854775808", "1025"] {
-        match render(huge) {
-            Err(TokenizerError::ChatTemplate(msg)) => assert!(msg.contains("indent"), "{msg}"),
-            other => panic!("indent {huge}: {other:?}"),
-        }
+        refused(&with_indent(huge), "indent");
     }
-    let wide = render("1024").unwrap();
+    let wide = render(&with_indent("1024")).unwrap();
     assert!(
         wide.contains(&format!("\n{}\"role\"", " ".repeat(1024))),
         "{wide:?}"
@@ -149,9 +160,7 @@ fn tojson_refuses_a_huge_indent() {
 /// never returned. A render now runs on fuel and stops with an error.
 #[test]
 fn a_template_that_loops_for_ever_runs_out_of_fuel() {
-    let input = std::fs::read(repo_path("fuzz/regressions/chat_template/nested_ranges"))
-        .expect("the regression input");
-    check(&input);
+    let input = replay("nested_ranges");
     let case = split(&input);
     let format = ChatFormat::detect(Some(&case.template), case.chatml, case.tokens);
     match format.render(&case.messages) {
@@ -167,17 +176,12 @@ fn a_template_that_loops_for_ever_runs_out_of_fuel() {
 /// would be the template's error, not the caller's.
 #[test]
 fn an_engine_overflow_is_not_a_panic() {
-    let input = std::fs::read(repo_path("fuzz/regressions/chat_template/repeat_overflow"))
-        .expect("the regression input");
-    check(&input);
+    replay("repeat_overflow");
     // minijinja 3 refuses the repeat outright.
-    let template = "{{ (9223372036854775807 * ('ab'|list))|length }}";
-    let r = ChatFormat::detect(Some(template), false, TemplateTokens::default())
-        .render(&[ChatMessage::user("hi")]);
-    match r {
-        Err(TokenizerError::ChatTemplate(msg)) => assert!(msg.contains("too large"), "{msg}"),
-        other => panic!("{other:?}"),
-    }
+    refused(
+        "{{ (9223372036854775807 * ('ab'|list))|length }}",
+        "too large",
+    );
 }
 
 /// Found by the fuzzer: `{{ messages * 9223372036854775807 }}` printed a
@@ -189,33 +193,13 @@ fn an_engine_overflow_is_not_a_panic() {
 /// a long loop of big strings) fails with a typed error.
 #[test]
 fn a_template_that_prints_without_end_is_cut_off() {
-    let input = std::fs::read(repo_path(
-        "fuzz/regressions/chat_template/repeated_list_printed",
-    ))
-    .expect("the regression input");
-    check(&input);
-    let render = |template: &str| {
-        ChatFormat::detect(Some(template), false, TemplateTokens::default())
-            .render(&[ChatMessage::user("hi")])
-    };
-    match render("{{ messages * 9223372036854775807 }}") {
-        Err(TokenizerError::ChatTemplate(msg)) => assert!(msg.contains("too large"), "{msg}"),
-        other => panic!("{other:?}"),
-    }
-    for (template, why) in [
-        ("{{ messages * 50000000 }}", "items"),
-        (
-            "{% for i in range(100000) %}{{ 'x' * 10000 }}{% endfor %}",
-            "wrote more than",
-        ),
-    ] {
-        match render(template) {
-            Err(TokenizerError::ChatTemplate(msg)) => {
-                assert!(msg.contains(why), "{template}: {msg}")
-            }
-            other => panic!("{template}: {other:?}"),
-        }
-    }
+    replay("repeated_list_printed");
+    refused("{{ messages * 9223372036854775807 }}", "too large");
+    refused("{{ messages * 50000000 }}", "items");
+    refused(
+        "{% for i in range(100000) %}{{ 'x' * 10000 }}{% endfor %}",
+        "wrote more than",
+    );
 }
 
 /// Found by the fuzzer (CI's step at 842bee9): `{% set ns.n = ns %}` put a
@@ -224,15 +208,7 @@ fn a_template_that_prints_without_end_is_cut_off() {
 /// checked for depth and size before it is printed or serialized.
 #[test]
 fn a_namespace_that_holds_itself_is_not_printed() {
-    let input = std::fs::read(repo_path(
-        "fuzz/regressions/chat_template/namespace_holds_itself",
-    ))
-    .expect("the regression input");
-    check(&input);
-    let render = |template: &str| {
-        ChatFormat::detect(Some(template), false, TemplateTokens::default())
-            .render(&[ChatMessage::user("hi")])
-    };
+    replay("namespace_holds_itself");
     for print in [
         "{{ ns }}",
         "{{ ns.x }}",
@@ -243,12 +219,7 @@ fn a_namespace_that_holds_itself_is_not_printed() {
         "{{ [ns]|join }}",
     ] {
         let template = format!("{{% set ns = namespace(x=1) %}}{{% set ns.x = ns %}}{print}");
-        match render(&template) {
-            Err(TokenizerError::ChatTemplate(msg)) => {
-                assert!(msg.contains("holding itself"), "{print}: {msg}")
-            }
-            other => panic!("{print}: {other:?}"),
-        }
+        refused(&template, "holding itself");
     }
     // What real templates print still prints.
     let ok = render("{% set ns = namespace(x=[1, {'a': [2]}]) %}{{ ns.x }}{{ messages|tojson }}");
