@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 use arbor_engine::{Run, Tokenizer};
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, State as Axum};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -163,9 +163,17 @@ async fn models(Axum(state): Axum<Shared>, headers: HeaderMap) -> Result<Respons
 async fn model(
     Axum(state): Axum<Shared>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     authorize(&state, &headers)?;
+    // A percent-escape that decodes to invalid UTF-8 is the client's error,
+    // answered in the API's JSON shape like every other.
+    let Path(id) = id.map_err(|e| {
+        ApiError::invalid_param(
+            "model",
+            format!("the model id in the path: {}", e.body_text()),
+        )
+    })?;
     check_model(&state, &id)?;
     Ok(axum::Json(model_object(&state)).into_response())
 }
