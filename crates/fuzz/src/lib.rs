@@ -22,7 +22,9 @@
 //! - `ARBOR_FUZZ_CRASHES=DIR`: where failing inputs are saved (default: a
 //!   folder in the temporary directory);
 //! - `ARBOR_FUZZ_LAST=FILE`: write each input there before running it, to
-//!   find the input behind a hang or an aborted process (slow).
+//!   find the input behind a hang or an aborted process (slow);
+//! - `ARBOR_FUZZ_SLOW=MS`: print every input that took longer than MS
+//!   milliseconds (the report always names the slowest time).
 
 pub mod alloc;
 mod corpus;
@@ -85,6 +87,8 @@ pub struct Report {
     /// Distinct outcomes seen.
     pub outcomes: usize,
     pub elapsed: Duration,
+    /// The longest a single input took.
+    pub slowest: Duration,
 }
 
 impl std::fmt::Display for Report {
@@ -93,7 +97,8 @@ impl std::fmt::Display for Report {
         write!(
             f,
             "fuzz {}: {} executions in {secs:.1}s ({:.0}/s), {} regressions replayed, \
-             corpus {} ({} seeds + {} new), {} distinct outcomes, seed {:#x}",
+             corpus {} ({} seeds + {} new), {} distinct outcomes, slowest input {:.0} ms, \
+             seed {:#x}",
             self.target,
             self.execs,
             self.execs as f64 / secs.max(1e-9),
@@ -102,6 +107,7 @@ impl std::fmt::Display for Report {
             self.seeds,
             self.corpus - self.seeds,
             self.outcomes,
+            self.slowest.as_secs_f64() * 1e3,
             self.seed,
         )
     }
@@ -121,6 +127,9 @@ pub struct Fuzzer<'a> {
     crashes: PathBuf,
     generate: Option<Generator<'a>>,
     last: Option<PathBuf>,
+    slow: Option<Duration>,
+    slowest: Duration,
+    kept_dir: Option<PathBuf>,
 }
 
 impl<'a> Fuzzer<'a> {
@@ -136,6 +145,14 @@ impl<'a> Fuzzer<'a> {
             crashes: crash_dir(name),
             generate: None,
             last: std::env::var_os("ARBOR_FUZZ_LAST").map(PathBuf::from),
+            slow: (std::env::var("ARBOR_FUZZ_SLOW").ok())
+                .map(|ms| {
+                    ms.parse()
+                        .expect("ARBOR_FUZZ_SLOW is a number of milliseconds")
+                })
+                .map(Duration::from_millis),
+            slowest: Duration::ZERO,
+            kept_dir: corpus::kept_dir(name),
         }
     }
 
@@ -154,6 +171,13 @@ impl<'a> Fuzzer<'a> {
     pub fn regressions_from(mut self, dir: impl AsRef<Path>) -> Self {
         let inputs = inputs_in(dir.as_ref());
         self.regressions.extend(inputs.into_iter().map(|(_, b)| b));
+        self
+    }
+
+    /// Loads and keeps the grown corpus in `dir` (default:
+    /// `ARBOR_FUZZ_CORPUS/<target>`).
+    pub fn keep_corpus_in(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.kept_dir = Some(dir.into());
         self
     }
 
@@ -210,11 +234,11 @@ impl<'a> Fuzzer<'a> {
         let budget = (self.budget).unwrap_or_else(|| Budget::from_env(self.default_execs));
         let seed = seed_for(self.name);
         let mut rng = Rng::new(seed);
-        let kept = corpus::kept_dir(self.name);
-        if let Some(dir) = &kept {
-            self.seeds
-                .extend(inputs_in(dir).into_iter().map(|(_, b)| b));
-        }
+        let kept_dir = self.kept_dir.take();
+        let mut kept: Vec<Vec<u8>> = (kept_dir.iter())
+            .flat_map(|dir| inputs_in(dir).into_iter().map(|(_, b)| b))
+            .collect();
+        rng.shuffle(&mut kept);
         let start = Instant::now();
         let mut seen = std::collections::HashSet::new();
         let mut corpus: Vec<Vec<u8>> = Vec::new();
@@ -224,8 +248,25 @@ impl<'a> Fuzzer<'a> {
             seen.insert(self.exec(&mut target, &input, execs, seed));
             execs += 1;
         }
-        let n_seeds = self.seeds.len();
+        let n_seeds = self.seeds.len() + kept.len();
         for input in std::mem::take(&mut self.seeds) {
+            let o = self.exec(&mut target, &input, execs, seed);
+            execs += 1;
+            seen.insert(o);
+            corpus.push(input);
+        }
+        // A kept corpus grows with every run: it is replayed (in an order
+        // the seed picks) for at most half the budget, and the rest joins
+        // the corpus unrun, still there to mutate.
+        for input in kept {
+            let half_spent = match budget {
+                Budget::Execs(n) => execs >= n / 2,
+                Budget::Time(t) => start.elapsed() >= t / 2,
+            };
+            if half_spent {
+                corpus.push(input);
+                continue;
+            }
             let o = self.exec(&mut target, &input, execs, seed);
             execs += 1;
             seen.insert(o);
@@ -244,7 +285,7 @@ impl<'a> Fuzzer<'a> {
                 corpus.push(input);
             }
         }
-        if let Some(dir) = &kept {
+        if let Some(dir) = &kept_dir {
             corpus::keep(dir, new.iter().map(|&i| &corpus[i][..]));
         }
         let report = Report {
@@ -256,6 +297,7 @@ impl<'a> Fuzzer<'a> {
             corpus: corpus.len(),
             outcomes: seen.len(),
             elapsed: start.elapsed(),
+            slowest: self.slowest,
         };
         eprintln!("{report}");
         corpus::add_to_totals(&report);
@@ -286,7 +328,7 @@ impl<'a> Fuzzer<'a> {
     }
 
     fn exec(
-        &self,
+        &mut self,
         target: &mut impl FnMut(&[u8]) -> u64,
         input: &[u8],
         index: u64,
@@ -295,8 +337,22 @@ impl<'a> Fuzzer<'a> {
         if let Some(path) = &self.last {
             std::fs::write(path, input).expect("ARBOR_FUZZ_LAST is writable");
         }
+        let began = Instant::now();
         match catch_unwind(AssertUnwindSafe(|| target(input))) {
-            Ok(o) => o,
+            Ok(o) => {
+                let took = began.elapsed();
+                self.slowest = self.slowest.max(took);
+                if self.slow.is_some_and(|slow| took > slow) {
+                    eprintln!(
+                        "fuzz {}: input #{index} took {:.0} ms ({} bytes): {}",
+                        self.name,
+                        took.as_secs_f64() * 1e3,
+                        input.len(),
+                        escape(&input[..input.len().min(512)]),
+                    );
+                }
+                o
+            }
             Err(payload) => {
                 let msg = payload
                     .downcast_ref::<String>()
@@ -356,6 +412,34 @@ mod tests {
         std::fs::remove_dir_all(&crashes).unwrap();
         assert_eq!(files.len(), 1);
         assert!(files[0].1.windows(3).any(|w| w == b"BUG"));
+    }
+
+    #[test]
+    fn a_kept_corpus_is_replayed_for_half_the_budget_at_most() {
+        let dir = std::env::temp_dir().join(format!("arbor-fuzz-kept-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in 0..100 {
+            std::fs::write(dir.join(format!("{i:03}")), format!("kept-{i:03}")).unwrap();
+        }
+        let mut calls: Vec<Vec<u8>> = Vec::new();
+        let r = Fuzzer::new("kept")
+            .seed(b"seed".to_vec())
+            .keep_corpus_in(&dir)
+            .budget(Budget::Execs(20))
+            .run(|input| {
+                calls.push(input.to_vec());
+                outcome(input)
+            });
+        std::fs::remove_dir_all(&dir).unwrap();
+        // The committed seed, then kept inputs up to half of 20 executions,
+        // then mutations of a corpus that holds all 101.
+        assert_eq!(r.execs, 20);
+        assert_eq!(r.seeds, 101);
+        assert!(r.corpus >= 101, "{r}");
+        assert_eq!(calls[0], b"seed");
+        let replayed: std::collections::HashSet<_> = calls[1..10].iter().collect();
+        assert_eq!(replayed.len(), 9);
+        assert!(replayed.iter().all(|c| c.starts_with(b"kept-")));
     }
 
     #[test]
