@@ -21,11 +21,9 @@ fn read_config() -> Config {
     };
     let path = arbor_model::testing::write_temp(&tmp.writer(), "lookup-config");
     let file = arbor_gguf::GgufFile::open(&path).unwrap();
-    let c = arbor_model::Layout::from_gguf(file.header())
+    arbor_model::Layout::from_gguf(file.header())
         .unwrap()
-        .config;
-    std::fs::remove_file(path).ok();
-    c
+        .config
 }
 
 /// The predicted token and its probability, `None` for a uniform row.

@@ -159,7 +159,6 @@ mod tests {
         w.add_meta(ELASTIC_SOURCE, Value::String("elsewhere.gguf".into()));
         let other = arbor_model::testing::write_temp(&w, "ppd-elastic-other");
         assert_eq!(catalog_name(&other), None);
-        let _ = (std::fs::remove_file(path), std::fs::remove_file(other));
     }
 
     #[test]

@@ -68,5 +68,4 @@ fn one_pass_over_many_points_counts_as_one_pass_per_point() {
         assert_eq!(batched.seen(1), (seq.len() - count - from) as u64);
         assert_eq!(batched, single, "{epts} EPTs");
     }
-    std::fs::remove_file(path).ok();
 }

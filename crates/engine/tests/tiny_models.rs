@@ -9,9 +9,7 @@ use arbor_model::testing::{TinyModel, write_temp};
 fn load(kind: BackendKind, model: &TinyModel, tag: &str) -> Box<dyn LanguageModel> {
     let path = write_temp(&model.writer(), &format!("{tag}-{kind}"));
     let file = GgufFile::open(&path).unwrap();
-    let model = load_model(kind, &file, &mut |_, _| {}).unwrap();
-    std::fs::remove_file(path).ok();
-    model
+    load_model(kind, &file, &mut |_, _| {}).unwrap()
 }
 
 fn models() -> Vec<TinyModel> {

@@ -170,12 +170,37 @@ pub fn add_byte_tokenizer(w: &mut GgufWriter, eos: Option<u32>) {
     }
 }
 
-/// Writes `w` to a fresh file in the temporary directory and returns its
-/// path; `tag` keeps concurrent tests apart.
-pub fn write_temp(w: &GgufWriter, tag: &str) -> std::path::PathBuf {
+/// Writes `w` to a fresh file in the temporary directory; `tag` keeps
+/// concurrent tests apart. The file is removed when the returned guard is
+/// dropped (a test that panics removes it too).
+pub fn write_temp(w: &GgufWriter, tag: &str) -> TempGguf {
     let path = std::env::temp_dir().join(format!("arbor-{tag}-{}.gguf", std::process::id()));
     w.write(&path).expect("temporary directory is writable");
-    path
+    TempGguf(path)
+}
+
+/// A GGUF file in the temporary directory, removed on drop; derefs to its
+/// path.
+#[derive(Debug)]
+pub struct TempGguf(std::path::PathBuf);
+
+impl std::ops::Deref for TempGguf {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for TempGguf {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempGguf {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// A [`RowSource`] over a copy of the token embedding's bytes, for tests of

@@ -19,9 +19,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 fn load(model: &TinyModel, tag: &str) -> Decoder<CandleBackend> {
     let path = write_temp(&model.writer(), tag);
     let file = GgufFile::open(&path).unwrap();
-    let d = Decoder::load(CandleBackend::new(), &file, &mut |_, _| {}).unwrap();
-    std::fs::remove_file(path).ok();
-    d
+    Decoder::load(CandleBackend::new(), &file, &mut |_, _| {}).unwrap()
 }
 
 fn prefill(d: &mut Decoder<CandleBackend>) {

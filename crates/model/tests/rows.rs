@@ -66,7 +66,6 @@ fn rows_from_a_source_give_the_resident_tables_logits() {
         let want = bits(&table.step(&[9]).unwrap());
         assert_eq!(bits(&rows.step(&[9]).unwrap()), want, "{arch} {ty:?}");
         drop(file);
-        std::fs::remove_file(path).ok();
     }
 }
 
@@ -101,7 +100,6 @@ fn a_row_sources_error_comes_back_whole() {
     assert!(matches!(e.source_as::<Gone>(), Some(Gone(1))));
     assert!(e.source_as::<std::io::Error>().is_none());
     drop(file);
-    std::fs::remove_file(path).ok();
 }
 
 #[test]
@@ -130,5 +128,4 @@ fn a_tied_embedding_is_a_table_whatever_the_source() {
         bits(&table.step(&PROMPT).unwrap())
     );
     drop(file);
-    std::fs::remove_file(path).ok();
 }

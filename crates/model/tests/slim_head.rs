@@ -60,8 +60,6 @@ fn a_short_head_gives_its_rows_logits() {
     for (x, y) in a[..100].iter().zip(&b) {
         assert!((x - y).abs() <= 1e-5 * x.abs().max(1.0), "{x} vs {y}");
     }
-    std::fs::remove_file(full_path).ok();
-    std::fs::remove_file(slim_path).ok();
 }
 
 #[test]
@@ -71,6 +69,4 @@ fn a_head_longer_than_the_vocabulary_is_refused() {
     let long = write_temp(&with_head_rows(&file, 301), "slim-head-long");
     let err = Layout::from_gguf(GgufFile::open(&long).unwrap().header()).unwrap_err();
     assert!(err.to_string().contains("301 rows"), "{err}");
-    std::fs::remove_file(path).ok();
-    std::fs::remove_file(long).ok();
 }

@@ -23,9 +23,11 @@ fn elastic_server(tag: &str) -> (arbor_serve::Server, std::path::PathBuf) {
         seed: 7,
         ..TinyModel::default()
     };
-    let elastic = plain.with_extension("elastic.gguf");
-    arbor_elastic::testing::build_tiny(&m, &plain, &elastic).unwrap();
+    // The elastic file lives in the test's directory, removed with it.
     let dir = std::env::temp_dir().join(format!("arbor-serve-slo-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let elastic = dir.join("model.elastic.gguf");
+    arbor_elastic::testing::build_tiny(&m, &plain, &elastic).unwrap();
     let config = RunConfig {
         target: Some(elastic.display().to_string()),
         backend: Some("candle".into()),

@@ -26,9 +26,7 @@ fn tiny(model: &TinyModel, tag: &str) -> Box<dyn LanguageModel> {
     let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let path = write_temp(&model.writer(), &format!("{tag}-{n}"));
     let file = GgufFile::open(&path).unwrap();
-    let model = Decoder::load(CandleBackend::new(), &file, &mut |_, _| {}).unwrap();
-    std::fs::remove_file(path).ok();
-    Box::new(model)
+    Box::new(Decoder::load(CandleBackend::new(), &file, &mut |_, _| {}).unwrap())
 }
 
 /// Rewrites a model's logits: `scale · logits` (a sharper or flatter

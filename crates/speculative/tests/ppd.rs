@@ -79,7 +79,6 @@ fn target() -> Confident {
     let path = write_temp(&tiny.writer(), &format!("ppd-target-{n}"));
     let file = GgufFile::open(&path).unwrap();
     let inner = Decoder::load(CandleBackend::new(), &file, &mut |_, _| {}).unwrap();
-    std::fs::remove_file(path).ok();
     Confident {
         inner,
         keeps: true,
