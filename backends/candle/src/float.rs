@@ -69,6 +69,16 @@ impl FloatWeight {
         Some(Self { values, rows, cols })
     }
 
+    /// The matrix from `rows * cols` f32 values, row-major.
+    pub(crate) fn from_f32(rows: usize, cols: usize, values: Vec<f32>) -> Self {
+        assert_eq!(values.len(), rows * cols, "a {rows}x{cols} float matrix");
+        Self {
+            values: Values::F32(values),
+            rows,
+            cols,
+        }
+    }
+
     /// Bytes held.
     pub(crate) fn held_bytes(&self) -> u64 {
         let each = match self.values {

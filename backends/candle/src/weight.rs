@@ -134,6 +134,9 @@ impl CandleBackend {
         w: &WeightData<'_>,
         bytes: Cow<[u8]>,
     ) -> Result<CandleWeight> {
+        if !candle_runs(ty) {
+            return dequantized(ty, w, &bytes);
+        }
         if let Some(f) = FloatWeight::from_bytes(ty, w.rows, w.cols, &bytes) {
             return Ok(CandleWeight {
                 held: f.held_bytes(),
@@ -155,6 +158,43 @@ impl CandleBackend {
             held,
         })
     }
+}
+
+/// Whether candle-core's own kernels for `ty` run on this CPU. On aarch64,
+/// candle-core 0.11's matmuls for Q4_0, Q8_0 and the K-quants issue `sdot`
+/// whether or not the core has dotprod, so on a core without it (a
+/// Cortex-A72: Raspberry Pi 4) they die of SIGILL. Q4_1, Q5_0, Q5_1 and
+/// the float types are plain Rust or NEON there.
+pub(crate) fn candle_runs(ty: GgmlType) -> bool {
+    #[cfg(target_arch = "aarch64")]
+    {
+        use GgmlType as T;
+        let uses_sdot = matches!(
+            ty,
+            T::Q4_0 | T::Q8_0 | T::Q2_K | T::Q3_K | T::Q4_K | T::Q5_K | T::Q6_K | T::Q8_K
+        );
+        !uses_sdot || std::arch::is_aarch64_feature_detected!("dotprod")
+    }
+    #[cfg(not(target_arch = "aarch64"))]
+    {
+        let _ = ty;
+        true
+    }
+}
+
+/// A weight candle cannot multiply on this CPU and our kernels do not take
+/// (see [`candle_runs`]), held as F32 values under our float matmul: exact
+/// values, four bytes each.
+fn dequantized(ty: GgmlType, w: &WeightData<'_>, bytes: &[u8]) -> Result<CandleWeight> {
+    let values = arbor_gguf::dequantize(ty, bytes, w.rows * w.cols).map_err(err)?;
+    let f = FloatWeight::from_f32(w.rows, w.cols, values);
+    Ok(CandleWeight {
+        held: f.held_bytes(),
+        mm: Held::Float(f),
+        ty: GgmlType::F32,
+        rows: w.rows,
+        cols: w.cols,
+    })
 }
 
 pub(crate) fn candle_dtype(ty: GgmlType) -> GgmlDType {
