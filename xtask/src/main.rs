@@ -156,12 +156,13 @@ const ARM64_TESTS: &[(&str, &str, &[&str])] = &[
     ),
 ];
 
-/// The tests of [`ARM64_TESTS`] also run on a core without dotprod
-/// (`cortex-a72`): those whose weights all have our kernels. candle-core
-/// 0.11's own aarch64 kernels (Q4_0, Q4_1, Q8_0 and the K-quants through
-/// its `vec_dot`) issue `sdot` without asking the CPU, so on such a core
-/// (a Raspberry Pi 4) a type we do not cover dies of SIGILL: the ops
-/// tests' other types, SmolLM2's Q4_1.
+/// The tests of [`ARM64_TESTS`] that also run on a core without dotprod
+/// (`cortex-a72`, a Raspberry Pi 4). candle-core 0.11's own aarch64 kernels
+/// for Q4_0, Q8_0 and the K-quants issue `sdot` without asking the CPU; the
+/// candle backend holds such weights as F32 there when our kernels do not
+/// take them (see `weight::candle_runs`), so the ops tests of candle's
+/// types and the SmolLM2 greedy run are here too. The tiny-model lossless
+/// tests (two more minutes under emulation) run on `max` only.
 const PLAIN_NEON_TESTS: &[&str] = &[
     "arbor_backend_candle",
     "arbor_model",
@@ -170,6 +171,8 @@ const PLAIN_NEON_TESTS: &[&str] = &[
     "embedding_rows",
     "slim_head",
     "split",
+    "ops",
+    "real_models",
 ];
 
 /// [`ARM64_TESTS`] built for `aarch64-unknown-linux-gnu` in one cargo
