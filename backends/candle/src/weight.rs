@@ -138,13 +138,7 @@ impl CandleBackend {
             return dequantized(ty, w, &bytes);
         }
         if let Some(f) = FloatWeight::from_bytes(ty, w.rows, w.cols, &bytes) {
-            return Ok(CandleWeight {
-                held: f.held_bytes(),
-                mm: Held::Float(f),
-                ty,
-                rows: w.rows,
-                cols: w.cols,
-            });
+            return Ok(float_weight(f, ty));
         }
         let held = bytes.len() as u64;
         let storage = QStorage::from_data(bytes, &Device::Cpu, candle_dtype(ty)).map_err(err)?;
@@ -188,13 +182,18 @@ pub(crate) fn candle_runs(ty: GgmlType) -> bool {
 fn dequantized(ty: GgmlType, w: &WeightData<'_>, bytes: &[u8]) -> Result<CandleWeight> {
     let values = arbor_gguf::dequantize(ty, bytes, w.rows * w.cols).map_err(err)?;
     let f = FloatWeight::from_f32(w.rows, w.cols, values);
-    Ok(CandleWeight {
+    Ok(float_weight(f, GgmlType::F32))
+}
+
+/// A float matrix held as type `ty` under our float matmul.
+fn float_weight(f: FloatWeight, ty: GgmlType) -> CandleWeight {
+    CandleWeight {
         held: f.held_bytes(),
+        rows: f.rows,
+        cols: f.cols,
         mm: Held::Float(f),
-        ty: GgmlType::F32,
-        rows: w.rows,
-        cols: w.cols,
-    })
+        ty,
+    }
 }
 
 pub(crate) fn candle_dtype(ty: GgmlType) -> GgmlDType {

@@ -70,6 +70,23 @@ impl Budget {
         }
         Budget::Execs(default_execs)
     }
+
+    /// Half of this budget.
+    fn half(self) -> Self {
+        match self {
+            Budget::Execs(n) => Budget::Execs(n / 2),
+            Budget::Time(t) => Budget::Time(t / 2),
+        }
+    }
+
+    /// Whether a run that started at `start` and made `execs` executions
+    /// has spent this budget.
+    fn spent(self, start: Instant, execs: u64) -> bool {
+        match self {
+            Budget::Execs(n) => execs >= n,
+            Budget::Time(t) => start.elapsed() >= t,
+        }
+    }
 }
 
 /// What one run did.
@@ -259,11 +276,7 @@ impl<'a> Fuzzer<'a> {
         // the seed picks) for at most half the budget, and the rest joins
         // the corpus unrun, still there to mutate.
         for input in kept {
-            let half_spent = match budget {
-                Budget::Execs(n) => execs >= n / 2,
-                Budget::Time(t) => start.elapsed() >= t / 2,
-            };
-            if half_spent {
+            if budget.half().spent(start, execs) {
                 corpus.push(input);
                 continue;
             }
@@ -273,10 +286,7 @@ impl<'a> Fuzzer<'a> {
             corpus.push(input);
         }
         let mut new = Vec::new();
-        while match budget {
-            Budget::Execs(n) => execs < n,
-            Budget::Time(t) => start.elapsed() < t,
-        } {
+        while !budget.spent(start, execs) {
             let input = self.next_input(&mut rng, &corpus);
             let o = self.exec(&mut target, &input, execs, seed);
             execs += 1;
