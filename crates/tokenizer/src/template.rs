@@ -84,7 +84,7 @@ impl ChatTemplate {
             .trim_blocks(true)
             .lstrip_blocks(true)
             .build()?;
-        env.set_syntax(syntax);
+        env.set_syntax(syntax.clone());
         env.set_fuel(Some(FUEL));
         env.set_auto_escape_callback(|_| AutoEscape::None);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -98,7 +98,10 @@ impl ChatTemplate {
         env.add_filter("string", string);
         env.add_filter("pprint", pprint);
         env.add_filter("join", join);
-        env.add_template_owned(NAME, source.to_owned())?;
+        env.add_function(guard::STORED, guard::stored);
+        env.add_filter(guard::STORED, guard::stored);
+        let guarded = guard::guard_namespace_sets(source, &syntax)?;
+        env.add_template_owned(NAME, guarded)?;
         Ok(Self { env, tokens })
     }
 
@@ -170,11 +173,10 @@ const MAX_ITEMS: usize = 1 << 20;
 
 /// Refuses a value nested deeper than [`MAX_DEPTH`] or holding more than
 /// [`MAX_ITEMS`] items before it is printed or serialized: both recurse per
-/// level, and a namespace can hold itself (`{% set ns.x = ns %}`, found
-/// by the fuzzer), which recursed until the stack overflowed. Checked where
-/// a value is printed (`{{ }}`), serialized (`tojson`) or turned into text
-/// by a filter (`string`, `pprint`, `join`); `~` concatenation is not
-/// covered (no hook for an operator).
+/// level. Checked where a value is printed (`{{ }}`), serialized (`tojson`)
+/// or turned into text by a filter (`string`, `pprint`, `join`). What a
+/// namespace stores is bounded where it is stored ([`guard`]), so no value
+/// holds itself.
 fn shallow_enough(value: &Value) -> Result<(), Error> {
     fn walk(v: &Value, depth: usize, items: &mut usize) -> Result<(), Error> {
         use minijinja::value::ValueKind;
@@ -187,7 +189,7 @@ fn shallow_enough(value: &Value) -> Result<(), Error> {
         if depth >= MAX_DEPTH {
             return Err(Error::new(
                 ErrorKind::InvalidOperation,
-                format!("a value nested over {MAX_DEPTH} deep (or holding itself)"),
+                format!("a value nested over {MAX_DEPTH} deep"),
             ));
         }
         let Ok(iter) = v.try_iter() else {
@@ -502,6 +504,8 @@ fn date_from_days(days: i64) -> (i64, u32, u32) {
     let year = year_of_era + era * 400 + i64::from(month <= 2);
     (year, month, day)
 }
+
+mod guard;
 
 #[cfg(test)]
 mod tests;
