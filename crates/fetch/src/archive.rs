@@ -1,4 +1,5 @@
-//! Reading members out of wheels (zip) and npm tarballs (gzipped ustar).
+//! Reading members out of wheels (zip, the `zip` crate) and npm tarballs
+//! (gzipped tar, `flate2` and the `tar` crate).
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
@@ -47,50 +48,31 @@ pub(crate) fn copy_zip_members(
 /// The regular files of a `.tgz`, as (path, contents), in archive order.
 pub(crate) fn read_tgz(path: &Path) -> Result<Vec<(String, Vec<u8>)>, FetchError> {
     let file = File::open(path).map_err(|e| FetchError::io(path, e))?;
-    let mut tar = Vec::new();
-    flate2::read::GzDecoder::new(BufReader::new(file))
-        .read_to_end(&mut tar)
-        .map_err(|e| bad_archive(path, e))?;
-    parse_tar(&tar).map_err(|e| bad_archive(path, e))
+    read_tar(flate2::read::GzDecoder::new(BufReader::new(file))).map_err(|e| bad_archive(path, e))
 }
 
-/// Minimal ustar reader: regular files (with the ustar prefix and GNU long
-/// names honoured); directories, links and pax headers are skipped.
-pub(crate) fn parse_tar(tar: &[u8]) -> Result<Vec<(String, Vec<u8>)>, String> {
-    fn text(field: &[u8]) -> String {
-        let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
-        String::from_utf8_lossy(&field[..end]).into_owned()
-    }
+/// The regular files of a tar stream (ustar, GNU long names and pax
+/// headers, read by the `tar` crate); directories and links are skipped.
+/// A member shorter than its header says is an error, not a short file.
+pub(crate) fn read_tar(stream: impl Read) -> io::Result<Vec<(String, Vec<u8>)>> {
+    let mut archive = tar::Archive::new(stream);
     let mut files = Vec::new();
-    let mut long_name = None;
-    let mut pos = 0;
-    loop {
-        let header = tar
-            .get(pos..pos + 512)
-            .ok_or_else(|| format!("tar truncated at offset {pos} (no end-of-archive block)"))?;
-        if header.iter().all(|&b| b == 0) {
-            break;
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        if !entry.header().entry_type().is_file() {
+            continue;
         }
-        let size_field = text(&header[124..136]);
-        let size = usize::from_str_radix(size_field.trim_matches([' ', '\0']), 8)
-            .map_err(|_| format!("bad tar size field {size_field:?} at offset {pos}"))?;
-        let start = pos + 512;
-        let data = tar
-            .get(start..start + size)
-            .ok_or_else(|| format!("tar truncated at offset {pos}"))?;
-        let mut name = text(&header[..100]);
-        if &header[257..262] == b"ustar" {
-            let prefix = text(&header[345..500]);
-            if !prefix.is_empty() {
-                name = format!("{prefix}/{name}");
-            }
+        let name = entry.path()?.to_string_lossy().into_owned();
+        let size = entry.size();
+        let mut data = Vec::new();
+        entry.read_to_end(&mut data)?;
+        if data.len() as u64 != size {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("{name}: {} of {size} bytes (truncated archive)", data.len()),
+            ));
         }
-        match header[156] {
-            b'0' | 0 => files.push((long_name.take().unwrap_or(name), data.to_vec())),
-            b'L' => long_name = Some(text(data)),
-            _ => {}
-        }
-        pos = start + size.div_ceil(512) * 512;
+        files.push((name, data));
     }
     Ok(files)
 }
@@ -99,43 +81,36 @@ pub(crate) fn parse_tar(tar: &[u8]) -> Result<Vec<(String, Vec<u8>)>, String> {
 pub(crate) mod tests {
     use super::*;
 
-    /// A ustar archive of regular files, for tests.
+    /// A tar archive of regular files, for tests.
     pub(crate) fn make_tar(files: &[(&str, &[u8])]) -> Vec<u8> {
-        let mut tar = Vec::new();
+        let mut tar = tar::Builder::new(Vec::new());
         for (name, data) in files {
-            let mut h = [0u8; 512];
-            h[..name.len()].copy_from_slice(name.as_bytes());
-            h[100..108].copy_from_slice(b"0000644\0");
-            h[124..136].copy_from_slice(format!("{:011o}\0", data.len()).as_bytes());
-            h[156] = b'0';
-            h[257..263].copy_from_slice(b"ustar\0");
-            h[148..156].copy_from_slice(b"        ");
-            let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
-            h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
-            tar.extend_from_slice(&h);
-            tar.extend_from_slice(data);
-            tar.resize(tar.len().div_ceil(512) * 512, 0);
+            let mut header = tar::Header::new_gnu();
+            header.set_size(data.len() as u64);
+            header.set_mode(0o644);
+            tar.append_data(&mut header, name, *data).unwrap();
         }
-        tar.resize(tar.len() + 1024, 0);
-        tar
+        tar.into_inner().unwrap()
     }
 
     #[test]
     fn tar_roundtrip() {
         let big = vec![7u8; 1000];
+        let long = format!("package/{}.txt", "x".repeat(150));
         let tar = make_tar(&[
             ("package/a", b"hello"),
             ("package/b", &big),
             ("package/empty", b""),
+            (&long, b"long name"),
         ]);
-        let files = parse_tar(&tar).unwrap();
-        assert_eq!(files.len(), 3);
+        let files = read_tar(&tar[..]).unwrap();
+        assert_eq!(files.len(), 4);
         assert_eq!(files[0], ("package/a".to_owned(), b"hello".to_vec()));
-        assert_eq!(files[1].1, big);
-        assert!(files[2].1.is_empty());
-        assert!(
-            parse_tar(&tar[..600]).is_err(),
-            "truncated archive must fail"
-        );
+        assert_eq!(files[1], ("package/b".to_owned(), big.clone()));
+        assert_eq!(files[2], ("package/empty".to_owned(), Vec::new()));
+        assert_eq!(files[3], (long, b"long name".to_vec()));
+        // Cut inside `package/b`'s data (its header is the third block).
+        let cut = read_tar(&tar[..512 * 3 + 600]);
+        assert!(cut.is_err(), "a truncated archive must fail: {cut:?}");
     }
 }
