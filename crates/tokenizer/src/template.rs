@@ -23,7 +23,6 @@
 
 use std::fmt;
 use std::panic::AssertUnwindSafe;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::{Kwargs, StringInput, Value};
@@ -398,111 +397,40 @@ fn escape_non_ascii(json: &str) -> String {
 
 /// `strftime_now(fmt)`: the current time, in UTC (arbor has no time zone
 /// database), formatted with a subset of strftime: `%Y %y %m %d %e %j %H %I
-/// %M %S %p %b %B %h %a %A %F %%`. Other directives are left as written.
-/// Templates use it for a "today's date" line (`%d %b %Y`, `%Y-%m-%d`).
+/// %M %S %p %b %B %h %a %A %F %%`. Other directives are left as written
+/// (as glibc, under Python, does). Templates use it for a "today's date"
+/// line (`%d %b %Y`, `%Y-%m-%d`).
 fn strftime_now(fmt: &str) -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    format_time(fmt, secs)
+    format_time(fmt, jiff::Timestamp::now().as_second())
 }
 
-const MONTHS: [&str; 12] = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-];
-const WEEKDAYS: [&str; 7] = [
-    "Sunday",
-    "Monday",
-    "Tuesday",
-    "Wednesday",
-    "Thursday",
-    "Friday",
-    "Saturday",
-];
+/// The directives [`format_time`] formats; any other is left as written.
+const DIRECTIVES: &str = "YymdejHIMSpbBhaAF%";
 
-/// `fmt` applied to `secs` seconds after the Unix epoch (UTC).
+/// `fmt` applied to `secs` seconds after the Unix epoch (UTC), by jiff's
+/// strftime on the directives in [`DIRECTIVES`].
 pub(crate) fn format_time(fmt: &str, secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let in_day = secs.rem_euclid(86_400);
-    let (year, month, day) = date_from_days(days);
-    let (hour, minute, second) = (in_day / 3600, in_day / 60 % 60, in_day % 60);
-    // 1970-01-01 was a Thursday; index 0 is Sunday.
-    let weekday = WEEKDAYS[(days + 4).rem_euclid(7) as usize];
-    let month_name = MONTHS[month as usize - 1];
-    let day_of_year = days - days_from_date(year, 1, 1) + 1;
-
-    let mut out = String::with_capacity(fmt.len() + 16);
+    let mut escaped = String::with_capacity(fmt.len() + 8);
     let mut chars = fmt.chars();
     while let Some(c) = chars.next() {
         if c != '%' {
-            out.push(c);
+            escaped.push(c);
             continue;
         }
         match chars.next() {
-            Some('Y') => out.push_str(&year.to_string()),
-            Some('y') => out.push_str(&format!("{:02}", year.rem_euclid(100))),
-            Some('m') => out.push_str(&format!("{month:02}")),
-            Some('d') => out.push_str(&format!("{day:02}")),
-            Some('e') => out.push_str(&format!("{day:>2}")),
-            Some('j') => out.push_str(&format!("{day_of_year:03}")),
-            Some('H') => out.push_str(&format!("{hour:02}")),
-            Some('I') => out.push_str(&format!("{:02}", (hour + 11) % 12 + 1)),
-            Some('M') => out.push_str(&format!("{minute:02}")),
-            Some('S') => out.push_str(&format!("{second:02}")),
-            Some('p') => out.push_str(if hour < 12 { "AM" } else { "PM" }),
-            Some('B') => out.push_str(month_name),
-            Some('b' | 'h') => out.push_str(&month_name[..3]),
-            Some('A') => out.push_str(weekday),
-            Some('a') => out.push_str(&weekday[..3]),
-            Some('F') => out.push_str(&format!("{year}-{month:02}-{day:02}")),
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
+            Some(d) if DIRECTIVES.contains(d) => {
+                escaped.push('%');
+                escaped.push(d);
             }
-            None => out.push('%'),
+            Some(other) => {
+                escaped.push_str("%%");
+                escaped.push(other);
+            }
+            None => escaped.push_str("%%"),
         }
     }
-    out
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date. Counts from 1 March
-/// of year 0 so that the leap day falls at the end of each counted year.
-fn days_from_date(year: i64, month: u32, day: u32) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let year_of_era = y.rem_euclid(400);
-    // Months from March: Mar = 0, ..., Feb = 11.
-    let m = (i64::from(month) + 9) % 12;
-    let day_of_year = (153 * m + 2) / 5 + i64::from(day) - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-/// The inverse of [`days_from_date`]: `(year, month, day)`.
-fn date_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let m = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * m + 2) / 5 + 1) as u32;
-    let month = if m < 10 { m + 3 } else { m - 9 } as u32;
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+    let time = jiff::Timestamp::from_second(secs).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    jiff::fmt::strtime::format(escaped.as_str(), time).unwrap_or_else(|_| fmt.to_owned())
 }
 
 mod guard;
