@@ -131,8 +131,9 @@ fn render(template: &str) -> crate::Result<String> {
         .render(&[ChatMessage::user("hi")])
 }
 
-/// Asserts that `template` fails with a chat-template error saying `why`.
-fn refused(template: &str, why: &str) {
+/// Asserts that `template` fails with a chat-template error saying `why`
+/// (also used by the namespace guard's tests).
+pub(super) fn refused(template: &str, why: &str) {
     match render(template) {
         Err(TokenizerError::ChatTemplate(msg)) => assert!(msg.contains(why), "{template}: {msg}"),
         other => panic!("{template}: {other:?}"),
@@ -216,12 +217,19 @@ fn a_namespace_never_holds_itself() {
         ("{{ ns|tojson }}", r#"{"x": {"x": 1}}"#),
         ("{{ [[ns]] }}", "[[{'x': {'x': 1}}]]"),
         ("{{ ns|string }}", "{'x': {'x': 1}}"),
+        (
+            "{{ ns|pprint }}",
+            "{\n    'x': {\n        'x': 1,\n    },\n}",
+        ),
         ("{{ [ns]|join }}", "{'x': {'x': 1}}"),
         ("{{ ns ~ '' }}", "{'x': {'x': 1}}"),
     ] {
         let template = format!("{{% set ns = namespace(x=1) %}}{{% set ns.x = ns %}}{print}");
         assert_eq!(render(&template).unwrap(), printed, "{print}");
     }
+    // What real templates print still prints.
+    let ok = render("{% set ns = namespace(x=[1, {'a': [2]}]) %}{{ ns.x }}{{ messages|tojson }}");
+    assert!(ok.is_ok(), "{ok:?}");
     // A value nested past the bound is still refused where it is printed.
     let deep = format!("{{{{ {}1{} }}}}", "[".repeat(70), "]".repeat(70));
     refused(&deep, "nested over 64");

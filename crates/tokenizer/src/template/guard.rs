@@ -20,15 +20,12 @@ use minijinja::syntax::SyntaxConfig;
 use minijinja::value::{Value, ValueKind};
 use minijinja::{Error, ErrorKind};
 
+// The bounds on nesting and items are the ones a printed value has.
+use super::{MAX_DEPTH, MAX_ITEMS};
+
 /// The name [`stored`] is registered under in the template's environment
 /// (as a function and as a filter).
 pub(super) const STORED: &str = "__arbor_stored";
-
-/// Nesting a stored value may have.
-const MAX_DEPTH: usize = 64;
-
-/// Items a stored value may hold, all levels together.
-const MAX_ITEMS: usize = 1 << 20;
 
 /// Bytes of text a stored value may hold, all strings together: far past a
 /// conversation that fits any context window, far below the memory of the

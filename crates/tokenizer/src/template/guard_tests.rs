@@ -3,9 +3,10 @@
 use minijinja::syntax::SyntaxConfig;
 
 use super::guard_namespace_sets;
+use crate::ChatMessage;
 use crate::chat::ChatFormat;
 use crate::template::TemplateTokens;
-use crate::{ChatMessage, TokenizerError};
+use crate::template::fuzz::refused;
 
 fn rewrite(source: &str) -> String {
     guard_namespace_sets(source, &SyntaxConfig::default()).expect("parses")
@@ -15,13 +16,6 @@ fn rewrite(source: &str) -> String {
 fn render(template: &str) -> crate::Result<String> {
     ChatFormat::detect(Some(template), false, TemplateTokens::default())
         .render(&[ChatMessage::user("hi"), ChatMessage::assistant("hello")])
-}
-
-fn refused(template: &str, why: &str) {
-    match render(template) {
-        Err(TokenizerError::ChatTemplate(msg)) => assert!(msg.contains(why), "{template}: {msg}"),
-        other => panic!("{template}: {other:?}"),
-    }
 }
 
 #[test]
