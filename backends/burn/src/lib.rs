@@ -5,19 +5,26 @@
 //! Mesa's lavapipe without one); Cargo features of the same names decide
 //! which are compiled in.
 //!
-//! Weights are dequantized to `f32` on load and stored transposed (`[in,
-//! out]`), so a matmul is a plain `x · w` on the device. Every op runs as
-//! burn tensor ops; only small per-call tables (RoPE angles, the attention
-//! mask bias, index lists) are built on the host and uploaded.
+//! On the CPU devices weights are dequantized to `f32` on load and stored
+//! transposed (`[in, out]`), so a matmul is a plain `x · w`. On CubeCL
+//! devices (wgpu, CUDA) quantized weights stay in their GGUF blocks and our
+//! kernels multiply them (`cube`), so they take about their file size of
+//! GPU memory. Every other op runs as burn tensor ops; only small per-call
+//! tables (RoPE angles, the attention mask bias, index lists) are built on
+//! the host and uploaded.
 //!
 //! burn checks shapes by panicking, so every op validates its inputs first
 //! and reports mismatches as [`Error::Shape`].
 
-use arbor_tensor::{
-    Error, GgmlType, HeadOrder, Heads, Mask, Result, Rope, RopeStyle, WeightData, check_part,
-};
+use arbor_tensor::{Error, GgmlType, HeadOrder, Heads, Mask, Result, Rope, RopeStyle, WeightData};
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData, s};
+
+#[cfg(feature = "cube")]
+mod cube;
+mod weight;
+
+pub use weight::BurnWeight;
 
 #[cfg(not(any(feature = "flex", feature = "ndarray", feature = "wgpu")))]
 compile_error!("arbor-backend-burn needs at least one of the features flex, ndarray, wgpu");
@@ -27,6 +34,9 @@ compile_error!("arbor-backend-burn needs at least one of the features flex, ndar
 pub struct BurnBackend {
     device: Device,
     name: &'static str,
+    /// Keep quantized weights in their GGUF blocks (CubeCL devices).
+    blocks: bool,
+    resident: weight::Resident,
 }
 
 /// A 2-D `f32` activation matrix on the device.
@@ -90,23 +100,6 @@ impl BurnBackend {
     }
 }
 
-/// A weight matrix `[out, in]`, dequantized to `f32` and stored transposed
-/// (`[in, out]`) on the device.
-#[derive(Debug)]
-pub struct BurnWeight {
-    /// `[in, out]` = `[cols, rows]`.
-    wt: Tensor<2>,
-    rows: usize,
-    cols: usize,
-}
-
-impl BurnWeight {
-    /// `(out, in)`: the `[rows, cols]` of the original matrix.
-    pub fn shape(&self) -> (usize, usize) {
-        (self.rows, self.cols)
-    }
-}
-
 /// One layer's KV cache: K and V as `[n_kv_heads, capacity, head_dim]`
 /// device buffers of which the first `len` positions are valid. Appends
 /// write into spare capacity; when full the buffers double.
@@ -128,7 +121,12 @@ impl BurnBackend {
     /// A backend on the given burn device; `name` is what [`Backend::name`]
     /// reports.
     pub fn with_device(device: Device, name: &'static str) -> Self {
-        Self { device, name }
+        Self {
+            device,
+            name,
+            blocks: false,
+            resident: weight::Resident::default(),
+        }
     }
 
     /// The pure-Rust CPU backend (SIMD + rayon threads).
@@ -150,24 +148,26 @@ impl BurnBackend {
     /// overrides the choice).
     #[cfg(feature = "wgpu")]
     pub fn wgpu() -> Self {
-        Self::with_device(
-            Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
-            "wgpu",
-        )
+        Self {
+            blocks: true,
+            ..Self::with_device(
+                Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
+                "wgpu",
+            )
+        }
     }
 
-    /// A weight `[rows, cols]` (row-major, `rows` output features) from
-    /// host `f32` values, as [`Backend::weight`](arbor_tensor::Backend::weight)
-    /// builds it after dequantizing.
-    pub fn weight_f32(&self, data: &[f32], rows: usize, cols: usize) -> Result<BurnWeight> {
-        if data.len() != rows * cols || rows == 0 || cols == 0 {
-            return Err(shape_err(
-                "weight",
-                format!("{} values for [{rows}, {cols}]", data.len()),
-            ));
+    /// Whether an op on `x` runs our CubeCL kernels: on a CubeCL device,
+    /// unless gradients are tracked through `x` (burn's ops know their
+    /// backward passes; ours do not).
+    #[cfg(feature = "cube")]
+    fn own_kernels(&self, x: &Tensor<2>) -> bool {
+        #[cfg(feature = "train")]
+        if x.is_tracked() {
+            return false;
         }
-        let wt = self.upload(transpose(data, rows, cols), [cols, rows]);
-        Ok(BurnWeight { wt, rows, cols })
+        let _ = x;
+        self.blocks
     }
 
     /// The burn device everything runs on.
@@ -203,22 +203,6 @@ impl BurnBackend {
     }
 }
 
-/// Row-major `[rows, cols]` → `[cols, rows]`, in cache-sized tiles.
-fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    const TILE: usize = 32;
-    let mut out = vec![0.0; data.len()];
-    for r0 in (0..rows).step_by(TILE) {
-        for c0 in (0..cols).step_by(TILE) {
-            for r in r0..(r0 + TILE).min(rows) {
-                for c in c0..(c0 + TILE).min(cols) {
-                    out[c * rows + r] = data[r * cols + c];
-                }
-            }
-        }
-    }
-    out
-}
-
 impl arbor_tensor::Backend for BurnBackend {
     type Tensor = BurnTensor;
     type Weight = BurnWeight;
@@ -229,11 +213,11 @@ impl arbor_tensor::Backend for BurnBackend {
     }
 
     fn weight(&self, w: WeightData<'_>) -> Result<BurnWeight> {
-        self.weight_f32(&w.to_f32()?, w.rows, w.cols)
+        self.load_weight(w)
     }
 
-    fn weight_bytes(&self, _ty: GgmlType, rows: usize, cols: usize) -> u64 {
-        (rows * cols * 4) as u64
+    fn weight_bytes(&self, ty: GgmlType, rows: usize, cols: usize) -> u64 {
+        self.bytes_of_weight(ty, rows, cols)
     }
 
     fn tensor(&self, data: &[f32], rows: usize, cols: usize) -> Result<BurnTensor> {
@@ -256,32 +240,19 @@ impl arbor_tensor::Backend for BurnBackend {
     }
 
     fn embed(&self, table: &BurnWeight, ids: &[u32]) -> Result<BurnTensor> {
-        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= table.rows) {
-            return Err(shape_err(
-                "embed",
-                format!("token {bad} outside a table of {} rows", table.rows),
-            ));
-        }
-        if ids.is_empty() {
-            return Err(shape_err("embed", "no tokens".into()));
-        }
-        // The table is stored transposed ([dim, vocab]): pick columns.
-        let cols = table
-            .wt
-            .clone()
-            .select(1, self.indices(ids.iter().map(|&i| i as usize)));
-        Ok(BurnTensor(cols.transpose()))
+        self.weight_embed(table, ids)
     }
 
     fn matmul(&self, x: &BurnTensor, w: &BurnWeight) -> Result<BurnTensor> {
         let [_, k] = x.0.dims();
-        if k != w.cols {
+        let (rows, cols) = w.shape();
+        if k != cols {
             return Err(shape_err(
                 "matmul",
-                format!("x {:?} times a [{}, {}] weight", x.0.dims(), w.rows, w.cols),
+                format!("x {:?} times a [{rows}, {cols}] weight", x.0.dims()),
             ));
         }
-        Ok(BurnTensor(x.0.clone().matmul(w.wt.clone())))
+        self.weight_matmul(x, w, rows, 0..cols)
     }
 
     fn narrow_cols(&self, x: &BurnTensor, cols: std::ops::Range<usize>) -> Result<BurnTensor> {
@@ -299,7 +270,7 @@ impl arbor_tensor::Backend for BurnBackend {
         w.shape()
     }
 
-    /// A slice of the transposed weight (burn may copy it; gradients flow
+    /// A slice of the weight (burn may copy a dense one; gradients flow
     /// through `x` as through [`Backend::matmul`]).
     fn matmul_part(
         &self,
@@ -308,14 +279,7 @@ impl arbor_tensor::Backend for BurnBackend {
         rows: usize,
         cols: std::ops::Range<usize>,
     ) -> Result<BurnTensor> {
-        let [n, k] = x.0.dims();
-        check_part("matmul_part", w.shape(), rows, &cols, k)?;
-        let x = match cols.len() == k {
-            true => x.0.clone(),
-            false => x.0.clone().slice(s![0..n, cols.clone()]),
-        };
-        let part = w.wt.clone().slice(s![cols, 0..rows]);
-        Ok(BurnTensor(x.matmul(part)))
+        self.weight_matmul(x, w, rows, cols)
     }
 
     fn matmul_tensor(&self, x: &BurnTensor, m: &BurnTensor) -> Result<BurnTensor> {
@@ -360,6 +324,10 @@ impl arbor_tensor::Backend for BurnBackend {
                 "rms_norm",
                 format!("x {:?} with weight [{wr}, {wc}]", x.0.dims()),
             ));
+        }
+        #[cfg(feature = "cube")]
+        if self.own_kernels(&x.0) {
+            return Ok(BurnTensor(cube::rms_norm(&x.0, &weight.0, eps)?));
         }
         let x = x.0.clone();
         let inv = x
@@ -552,6 +520,11 @@ impl arbor_tensor::Backend for BurnBackend {
         let (Some(k), Some(v)) = (&kv.k, &kv.v) else {
             return Err(shape_err("attention", "empty KV cache".into()));
         };
+        #[cfg(feature = "cube")]
+        if self.own_kernels(&q.0) {
+            let out = cube::attention(&self.device, &q.0, k, v, t, mask, heads)?;
+            return Ok(BurnTensor(out));
+        }
         let group = hq / hkv;
         // Query heads come in `rounds` of `run` heads per KV head
         // ([n, rounds, hkv, run, d]; grouped heads are one round): gather

@@ -1,34 +1,11 @@
 //! Every op of the burn backend, on every compiled device, against
 //! `arbor_tensor::reference` or plain host math on small random inputs.
 
+mod common;
 use arbor_backend_burn::BurnBackend;
-use arbor_tensor::{
-    Backend, GgmlType, HeadOrder, Heads, Mask, Rope, RopeStyle, WeightData, reference,
-};
+use arbor_tensor::{Backend, GgmlType, HeadOrder, Heads, Mask, Rope, RopeStyle, reference};
+use common::{Rng, weight_data};
 use half::f16;
-
-/// SplitMix64: a tiny deterministic generator.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `[-1, 1)`.
-    fn f32(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-}
 
 #[track_caller]
 fn assert_close(got: &[f32], want: &[f32], what: &str) {
@@ -54,16 +31,6 @@ fn host_matmul(x: &[f32], w: &[f32], n: usize, k: usize, m: usize) -> Vec<f32> {
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn weight_data<'a>(ty: GgmlType, rows: usize, cols: usize, bytes: &'a [u8]) -> WeightData<'a> {
-    WeightData {
-        name: "w",
-        ty,
-        rows,
-        cols,
-        bytes,
-    }
 }
 
 fn check_matmul(be: &BurnBackend, ty: GgmlType, bytes: &[u8], values: &[f32], m: usize, k: usize) {

@@ -62,10 +62,7 @@ fn smollm2_backends_agree() {
     };
     let text = "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\nThe capital of France is Paris.";
     let mut runs = Vec::new();
-    for kind in BackendKind::compiled()
-        .into_iter()
-        .filter(|k| *k != BackendKind::Wgpu)
-    {
+    for kind in BackendKind::compiled() {
         let mut engine = Engine::load(&path, kind, &mut |_, _| {}).unwrap();
         let ids = engine.prompt_tokens(text, false).unwrap();
         let rows: Vec<usize> = (0..ids.len()).collect();
@@ -187,7 +184,6 @@ fn generation_stops_at_a_stop_token_and_rejects_bad_options() {
 /// SmolLM2 drafting for itself (CI), and the Qwen pair when cached.
 #[test]
 fn speculative_strategies_reproduce_target_only_output() {
-    use arbor_engine::{Decoding, Strategy, TreeConfig};
     let pairs = [
         ("smollm2-135m", "smollm2-135m"),
         ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"),
@@ -196,30 +192,55 @@ fn speculative_strategies_reproduce_target_only_output() {
         let (Some(tp), Some(dp)) = (model(t), model(d)) else {
             continue;
         };
-        let mut engine = Engine::load(&tp, BackendKind::Candle, &mut |_, _| {}).unwrap();
-        engine
-            .load_draft(&dp, BackendKind::Candle, &mut |_, _| {})
-            .unwrap();
-        for prompt in ["def quicksort(xs):", "Write a haiku about the sea."] {
-            let ids = engine.prompt_tokens(prompt, true).unwrap();
-            let run = |engine: &mut Engine, strategy: Strategy| {
-                let options = GenerateOptions {
-                    max_tokens: 40,
-                    strategy,
-                    ..GenerateOptions::default()
-                };
-                engine.generate(&ids, &options, &mut |_| {}).unwrap()
+        let prompts = ["def quicksort(xs):", "Write a haiku about the sea."];
+        assert_lossless(BackendKind::Candle, &tp, &dp, &prompts, 40);
+    }
+}
+
+/// The same on the GPU backend (lavapipe in CI): SmolLM2 drafting for
+/// itself on wgpu equals wgpu target-only decoding, which needs kernels
+/// that give a row the same bits in a pass of one row or of a tree's.
+#[cfg(feature = "wgpu")]
+#[test]
+fn speculative_strategies_on_wgpu_reproduce_wgpu_target_only_output() {
+    let Some(path) = model("smollm2-135m") else {
+        return;
+    };
+    assert_lossless(BackendKind::Wgpu, &path, &path, &["def quicksort(xs):"], 24);
+}
+
+/// Chain, tree and static-tree speculation with `draft` equal
+/// target-only decoding of `target` on `kind`, for each chat prompt.
+fn assert_lossless(
+    kind: BackendKind,
+    target: &std::path::Path,
+    draft: &std::path::Path,
+    prompts: &[&str],
+    max_tokens: usize,
+) {
+    use arbor_engine::{Decoding, Strategy, TreeConfig};
+    let mut engine = Engine::load(target, kind, &mut |_, _| {}).unwrap();
+    engine.load_draft(draft, kind, &mut |_, _| {}).unwrap();
+    for prompt in prompts {
+        let ids = engine.prompt_tokens(prompt, true).unwrap();
+        let run = |engine: &mut Engine, strategy: Strategy| {
+            let options = GenerateOptions {
+                max_tokens,
+                strategy,
+                ..GenerateOptions::default()
             };
-            let plain = run(&mut engine, Strategy::default());
-            for strategy in [
-                Strategy::new(Decoding::Chain { gamma: 4 }),
-                Strategy::new(Decoding::Tree(TreeConfig::default())),
-                Strategy::new(Decoding::StaticTree { width: 2, depth: 3 }),
-            ] {
-                let g = run(&mut engine, strategy.clone());
-                assert_eq!(g.tokens, plain.tokens, "{t}/{d} {strategy:?} on {prompt:?}");
-                assert!(g.stats.verifications > 0);
-            }
+            engine.generate(&ids, &options, &mut |_| {}).unwrap()
+        };
+        let plain = run(&mut engine, Strategy::default());
+        for strategy in [
+            Strategy::new(Decoding::Chain { gamma: 4 }),
+            Strategy::new(Decoding::Tree(TreeConfig::default())),
+            Strategy::new(Decoding::StaticTree { width: 2, depth: 3 }),
+        ] {
+            let g = run(&mut engine, strategy.clone());
+            let what = format!("{kind} {} {strategy:?} on {prompt:?}", target.display());
+            assert_eq!(g.tokens, plain.tokens, "{what}");
+            assert!(g.stats.verifications > 0);
         }
     }
 }

@@ -46,9 +46,6 @@ const TOKENS: [u32; 9] = [5, 17, 42, 250, 3, 99, 0, 299, 64];
 #[test]
 fn prefill_at_once_equals_token_by_token() {
     for kind in BackendKind::compiled() {
-        if kind == BackendKind::Wgpu {
-            continue; // covered by the burn crate's own wgpu tests
-        }
         for (i, model) in models().iter().enumerate() {
             let mut m = load(kind, model, &format!("prefill{i}"));
             let all = m.step(&TOKENS).unwrap();
@@ -72,9 +69,6 @@ fn prefill_at_once_equals_token_by_token() {
 #[test]
 fn tree_mask_and_cache_compaction_equal_the_plain_path() {
     for kind in BackendKind::compiled() {
-        if kind == BackendKind::Wgpu {
-            continue;
-        }
         for (i, model) in models().iter().enumerate() {
             let mut m = load(kind, model, &format!("tree{i}"));
             let prefix = &TOKENS[..4];
@@ -124,10 +118,7 @@ fn tree_mask_and_cache_compaction_equal_the_plain_path() {
 
 #[test]
 fn backends_agree_on_logits() {
-    let kinds: Vec<BackendKind> = BackendKind::compiled()
-        .into_iter()
-        .filter(|k| *k != BackendKind::Wgpu)
-        .collect();
+    let kinds = BackendKind::compiled();
     for (i, model) in models().iter().enumerate() {
         let outs: Vec<(BackendKind, Vec<f32>)> = kinds
             .iter()

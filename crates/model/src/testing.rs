@@ -22,7 +22,10 @@ pub struct TinyModel {
     pub kv_heads: usize,
     pub ffn: usize,
     pub layers: usize,
-    /// Storage of the matrices: F32, F16 or Q8_0.
+    /// Storage of the matrices: F32, F16, Q8_0, or Q4_K for Q4_K_M's
+    /// layout (Q6_K for the head and for `attn_v`/`ffn_down` in every other
+    /// layer) with random blocks: a file of a real model's shape and size
+    /// for speed measurements, whose outputs mean nothing.
     pub weight_type: GgmlType,
     /// Without `output.weight` the head is the embedding.
     pub tied: bool,
@@ -85,8 +88,28 @@ impl TinyModel {
         let mut g = Gen(self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let kv = self.hidden / self.heads * self.kv_heads;
         let mut matrix = |w: &mut GgufWriter, name: &str, rows: usize, cols: usize| {
-            let data = g.values(rows * cols, 1.5 / (cols as f32).sqrt());
             let dims = [cols as u64, rows as u64];
+            if self.weight_type == GgmlType::Q4_K {
+                let layer: usize = name
+                    .split('.')
+                    .nth(1)
+                    .and_then(|l| l.parse().ok())
+                    .unwrap_or(0);
+                let more_bits = name == "output.weight"
+                    || ((name.ends_with("attn_v.weight") || name.ends_with("ffn_down.weight"))
+                        && layer.is_multiple_of(2));
+                // Rows that are no whole number of super-blocks fall back
+                // to 32-value blocks, as llama.cpp's quantizer does.
+                let ty = match (more_bits, cols.is_multiple_of(256)) {
+                    (true, true) => GgmlType::Q6_K,
+                    (false, true) => GgmlType::Q4_K,
+                    (true, false) => GgmlType::Q8_0,
+                    (false, false) => GgmlType::Q5_0,
+                };
+                w.add_tensor(name, &dims, ty, random_blocks(ty, rows * cols, &mut g.0));
+                return;
+            }
+            let data = g.values(rows * cols, 1.5 / (cols as f32).sqrt());
             match self.weight_type {
                 GgmlType::F16 => w.add_tensor_f16(name, &dims, &data),
                 GgmlType::Q8_0 => w.add_tensor(name, &dims, GgmlType::Q8_0, quantize_q8_0(&data)),
@@ -127,6 +150,35 @@ impl TinyModel {
     }
 }
 
+/// Random quantized blocks of `ty` for `n` values: random quants and 6-/8-bit
+/// scales, the `f16` scales set small so dequantized weights stay within
+/// about ±0.5.
+fn random_blocks(ty: GgmlType, n: usize, state: &mut u64) -> Vec<u8> {
+    let size = ty.block_bytes();
+    let scales: &[usize] = match ty {
+        GgmlType::Q6_K => &[size - 2],
+        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        _ => &[0],
+    };
+    let mut out = Vec::with_capacity(n / ty.block_len() * size);
+    for _ in 0..n / ty.block_len() {
+        let start = out.len();
+        for _ in 0..size.div_ceil(8) {
+            *state ^= *state << 13;
+            *state ^= *state >> 7;
+            *state ^= *state << 17;
+            out.extend_from_slice(&state.to_le_bytes());
+        }
+        out.truncate(start + size);
+        for &at in scales {
+            // An f16 in [2^-12, 2^-11): exponent 3, a random mantissa.
+            let h = (3u16 << 10) | (out[start + at] as u16) << 2;
+            out[start + at..start + at + 2].copy_from_slice(&h.to_le_bytes());
+        }
+    }
+    out
+}
+
 /// GPT-2's byte-to-character map: every byte is one token of a byte
 /// vocabulary, so any text tokenizes without merges.
 fn byte_chars() -> Vec<char> {
@@ -151,11 +203,19 @@ pub const BYTE_SPECIALS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end
 /// [`BYTE_SPECIALS`] (a model's `vocab` must be 259; its chat prompts fall
 /// back to ChatML), with `eos` as the end token if given.
 pub fn add_byte_tokenizer(w: &mut GgufWriter, eos: Option<u32>) {
+    add_padded_byte_tokenizer(w, eos, 256 + BYTE_SPECIALS.len());
+}
+
+/// [`add_byte_tokenizer`] for a model of `vocab` rows: the tokens after the
+/// byte vocabulary are unused control tokens `<|unused_N|>`.
+pub fn add_padded_byte_tokenizer(w: &mut GgufWriter, eos: Option<u32>, vocab: usize) {
     let mut tokens: Vec<Value> = byte_chars()
         .into_iter()
         .map(|c| Value::String(c.to_string()))
         .collect();
     tokens.extend(BYTE_SPECIALS.iter().map(|s| Value::String(s.to_string())));
+    let first = tokens.len();
+    tokens.extend((first..vocab).map(|i| Value::String(format!("<|unused_{i}|>"))));
     let types = (0..tokens.len())
         .map(|i| Value::I32(if i < 256 { 1 } else { 3 }))
         .collect();

@@ -1,0 +1,280 @@
+//! GGUF blocks on a CubeCL device (wgpu, CUDA): uploaded as the file holds
+//! them, multiplied and gathered by the kernels in [`super::kernels`], so a
+//! weight takes about its file bytes of device memory instead of four
+//! bytes per value.
+//!
+//! burn's own quantized tensors cannot hold these formats exactly: they
+//! are symmetric (no per-block minimum, so no Q4_1, Q5_1, Q4_K, Q5_K) and
+//! have no 5- or 6-bit values (no Q5_0, Q6_K). The kernels here read
+//! ggml's layouts directly instead; burn still owns the buffers (a `u32`
+//! tensor per weight) and runs everything else.
+
+use std::ops::Range;
+
+use arbor_tensor::{Error, GgmlType, Result, WeightData};
+use burn::tensor::{DType, Device, Int, Shape, Tensor, TensorData};
+use burn_cubecl::Cube;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_dtype;
+use cubecl::prelude::*;
+
+use super::{kernels, primitive};
+
+/// How one GGUF type is laid out on the device.
+#[derive(Clone, Copy, Debug)]
+struct Format {
+    code: u32,
+    /// Values per block.
+    values: usize,
+    /// Bytes per block in the file.
+    bytes: usize,
+    /// Bytes per block on the device (a multiple of 4).
+    packed: usize,
+    /// Where two zero bytes go to align the rest of the block to words.
+    pad_at: Option<usize>,
+}
+
+impl Format {
+    fn of(ty: GgmlType) -> Option<Format> {
+        use kernels as k;
+        let f = |code, values, bytes, packed, pad_at| Format {
+            code,
+            values,
+            bytes,
+            packed,
+            pad_at,
+        };
+        Some(match ty {
+            GgmlType::F16 => f(k::F16, 32, 64, 64, None),
+            GgmlType::BF16 => f(k::BF16, 32, 64, 64, None),
+            GgmlType::Q4_0 => f(k::Q4_0, 32, 18, 20, Some(2)),
+            GgmlType::Q4_1 => f(k::Q4_1, 32, 20, 20, None),
+            GgmlType::Q5_0 => f(k::Q5_0, 32, 22, 24, Some(2)),
+            GgmlType::Q5_1 => f(k::Q5_1, 32, 24, 24, None),
+            GgmlType::Q8_0 => f(k::Q8_0, 32, 34, 36, Some(2)),
+            GgmlType::Q4_K => f(k::Q4_K, 256, 144, 144, None),
+            GgmlType::Q5_K => f(k::Q5_K, 256, 176, 176, None),
+            GgmlType::Q6_K => f(k::Q6_K, 256, 210, 212, Some(210)),
+            _ => return None,
+        })
+    }
+
+    /// The format of a `[rows, cols]` weight of type `ty`, when the kernels
+    /// take it (rows of whole blocks).
+    fn for_weight(ty: GgmlType, rows: usize, cols: usize) -> Option<Format> {
+        Self::of(ty).filter(|f| rows > 0 && cols > 0 && cols.is_multiple_of(f.values))
+    }
+
+    /// The file's rows as device words: each block padded to whole words,
+    /// rows in tiles of 32 interleaved word by word (see `super::kernels`),
+    /// the last tile filled with zero rows.
+    fn pack(&self, bytes: &[u8], rows: usize, cols: usize) -> Vec<u32> {
+        let lanes = kernels::LANES;
+        let row_words = cols / self.values * self.packed / 4;
+        let row_bytes = cols / self.values * self.bytes;
+        let mut words = vec![0u32; rows.div_ceil(lanes) * lanes * row_words];
+        let mut row = Vec::with_capacity(row_words);
+        let mut block = vec![0u8; self.packed];
+        for (r, src_row) in bytes.chunks_exact(row_bytes).enumerate() {
+            row.clear();
+            for src in src_row.chunks_exact(self.bytes) {
+                match self.pad_at {
+                    Some(at) => {
+                        block[..at].copy_from_slice(&src[..at]);
+                        block[at..at + 2].fill(0);
+                        block[at + 2..].copy_from_slice(&src[at..]);
+                    }
+                    None => block.copy_from_slice(src),
+                }
+                row.extend(
+                    block
+                        .chunks_exact(4)
+                        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+                );
+            }
+            let tile = r / lanes * lanes * row_words;
+            for (k, &wd) in row.iter().enumerate() {
+                words[tile + k * lanes + r % lanes] = wd;
+            }
+        }
+        words
+    }
+}
+
+/// A weight's blocks on the device.
+#[derive(Debug)]
+pub(crate) struct Blocks {
+    words: Tensor<1, Int>,
+    format: Format,
+    rows: usize,
+    cols: usize,
+}
+
+/// Device bytes of a `[rows, cols]` weight of type `ty` kept as blocks, or
+/// `None` when the kernels do not take it.
+pub(crate) fn block_bytes(ty: GgmlType, rows: usize, cols: usize) -> Option<u64> {
+    let f = Format::for_weight(ty, rows, cols)?;
+    let rows = rows.div_ceil(kernels::LANES) * kernels::LANES;
+    Some((rows * cols / f.values * f.packed) as u64)
+}
+
+/// How many slices a product over `groups` groups of 32 values is cut
+/// into: enough units to fill a GPU when one row is multiplied, each slice
+/// at least 16 groups (512 values).
+fn splits(groups: usize) -> usize {
+    (groups / 16).clamp(1, 32)
+}
+
+impl Blocks {
+    /// Uploads `w` as blocks, or `None` when the kernels do not take its
+    /// type or shape.
+    pub(crate) fn upload(device: &Device, w: &WeightData<'_>) -> Result<Option<Blocks>> {
+        let Some(format) = Format::for_weight(w.ty, w.rows, w.cols) else {
+            return Ok(None);
+        };
+        let want = w.rows * w.cols / format.values * format.bytes;
+        if w.bytes.len() != want {
+            return Err(Error::Shape {
+                op: "weight",
+                detail: format!(
+                    "{} bytes for a [{}, {}] {:?} weight (want {want})",
+                    w.bytes.len(),
+                    w.rows,
+                    w.cols,
+                    w.ty
+                ),
+            });
+        }
+        let words = format.pack(w.bytes, w.rows, w.cols);
+        let len = words.len();
+        let words =
+            Tensor::<1, Int>::from_data(TensorData::new(words, [len]), (device, DType::U32));
+        let blocks = Blocks {
+            words,
+            format,
+            rows: w.rows,
+            cols: w.cols,
+        };
+        Ok(Some(blocks))
+    }
+
+    pub(crate) fn bytes(&self) -> u64 {
+        (self.rows.div_ceil(kernels::LANES) * kernels::LANES * self.row_words() * 4) as u64
+    }
+
+    fn row_words(&self) -> usize {
+        self.cols / self.format.values * self.format.packed / 4
+    }
+
+    /// Whether a column range can be read group by group.
+    pub(crate) fn aligned(cols: &Range<usize>) -> bool {
+        cols.start.is_multiple_of(kernels::LANES) && cols.len().is_multiple_of(kernels::LANES)
+    }
+
+    /// `x[:, x_col..x_col + cols.len()] · W[0..rows, cols]ᵀ` as `[n, rows]`;
+    /// `cols` must be [`aligned`](Self::aligned).
+    pub(crate) fn matmul(
+        &self,
+        x: &Tensor<2>,
+        x_col: usize,
+        rows: usize,
+        cols: Range<usize>,
+    ) -> Result<Tensor<2>> {
+        let [n, stride] = x.dims();
+        let x = into_contiguous(primitive(x.clone())?);
+        let w = primitive(self.words.clone())?;
+        // Each unit adds one slice of the groups; how many slices depends
+        // on the weight's width alone (never on `n`), so a row's sums are
+        // the same in any pass.
+        let groups = cols.len() / kernels::LANES;
+        let splits = splits(groups);
+        let per_split = groups.div_ceil(splits);
+        let splits = groups.div_ceil(per_split);
+        let shape = |lead: usize| Shape::new([lead * n, rows]);
+        let part = empty_device_dtype(
+            x.client.clone(),
+            x.device.clone(),
+            shape(splits),
+            DType::F32,
+        );
+        let client = x.client.clone();
+        unsafe {
+            kernels::matmul::launch_unchecked(
+                &client,
+                CubeCount::Static(
+                    rows.div_ceil(kernels::LANES) as u32,
+                    splits as u32,
+                    n.div_ceil(kernels::TILE) as u32,
+                ),
+                CubeDim::new_1d(kernels::LANES as u32),
+                x.into_buffer_arg(),
+                w.into_buffer_arg(),
+                part.clone().into_buffer_arg(),
+                n as u32,
+                rows as u32,
+                stride as u32,
+                x_col as u32,
+                self.row_words() as u32,
+                (cols.start / kernels::LANES) as u32,
+                groups as u32,
+                per_split as u32,
+                self.format.code,
+            )
+        };
+        if splits == 1 {
+            return Ok(Tensor::from_primitive::<Cube>(part));
+        }
+        let out = empty_device_dtype(
+            part.client.clone(),
+            part.device.clone(),
+            shape(1),
+            DType::F32,
+        );
+        let len = n * rows;
+        let cubes = len.div_ceil(256);
+        let (cx, cy) = (cubes.min(32768), cubes.div_ceil(32768));
+        unsafe {
+            kernels::sum_splits::launch_unchecked(
+                &client,
+                CubeCount::Static(cx as u32, cy as u32, 1),
+                CubeDim::new_1d(256),
+                part.into_buffer_arg(),
+                out.clone().into_buffer_arg(),
+                len as u32,
+                splits as u32,
+            )
+        };
+        Ok(Tensor::from_primitive::<Cube>(out))
+    }
+
+    /// Rows `ids` of the weight, dequantized: `[ids.len(), cols]`.
+    pub(crate) fn rows(&self, device: &Device, ids: &[u32]) -> Result<Tensor<2>> {
+        let n = ids.len();
+        let ids =
+            Tensor::<1, Int>::from_data(TensorData::new(ids.to_vec(), [n]), (device, DType::U32));
+        let ids = primitive(ids)?;
+        let w = primitive(self.words.clone())?;
+        let out = empty_device_dtype(
+            w.client.clone(),
+            w.device.clone(),
+            Shape::new([n, self.cols]),
+            DType::F32,
+        );
+        let groups = self.cols / kernels::LANES;
+        let client = w.client.clone();
+        unsafe {
+            kernels::rows::launch_unchecked(
+                &client,
+                CubeCount::Static(groups.div_ceil(kernels::LANES) as u32, n as u32, 1),
+                CubeDim::new_1d(kernels::LANES as u32),
+                w.into_buffer_arg(),
+                ids.into_buffer_arg(),
+                out.clone().into_buffer_arg(),
+                self.row_words() as u32,
+                groups as u32,
+                self.format.code,
+            )
+        };
+        Ok(Tensor::from_primitive::<Cube>(out))
+    }
+}

@@ -1,0 +1,340 @@
+//! Our CubeCL kernels on wgpu (lavapipe in CI): quantized weights kept in
+//! their GGUF blocks, every format against the host dequantizer
+//! (`arbor_gguf::dequantize`); the device bytes are the blocks' bytes; and
+//! a row gets the same bits from matmul, RMS norm and attention whatever
+//! else is in its pass.
+#![cfg(feature = "wgpu")]
+
+mod common;
+use arbor_backend_burn::BurnBackend;
+use arbor_tensor::{Backend, GgmlType, HeadOrder, Heads, Mask};
+use common::{Rng, weight_data};
+use half::{bf16, f16};
+
+const FORMATS: [GgmlType; 10] = [
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// Random blocks of `ty` for a `[rows, cols]` weight: random quants and
+/// scale bytes, with the `f16` scales and minimums set to small finite
+/// values (random bytes would include infinities and NaNs).
+fn random_blocks(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
+    let n = rows * cols;
+    match ty {
+        GgmlType::F16 => {
+            return (0..n)
+                .flat_map(|_| f16::from_f32(rng.f32()).to_le_bytes())
+                .collect();
+        }
+        GgmlType::BF16 => {
+            return (0..n)
+                .flat_map(|_| bf16::from_f32(rng.f32()).to_le_bytes())
+                .collect();
+        }
+        _ => {}
+    }
+    let halves: &[usize] = match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q6_K => &[208],
+        _ => &[0, 2],
+    };
+    let (len, size) = (ty.block_len(), ty.block_bytes());
+    let mut out = Vec::with_capacity(n / len * size);
+    for _ in 0..n / len {
+        let mut block = rng.bytes(size);
+        for &at in halves {
+            let h = f16::from_f32(0.002 + 0.02 * rng.f32().abs());
+            block[at..at + 2].copy_from_slice(&h.to_le_bytes());
+        }
+        out.extend(block);
+    }
+    out
+}
+
+/// `x [n, k] · wᵀ` for `w [m, k]` on the host, in f64.
+fn host_matmul(x: &[f32], w: &[f32], n: usize, k: usize, m: usize) -> Vec<f32> {
+    let mut out = vec![0.0; n * m];
+    for i in 0..n {
+        for j in 0..m {
+            let s: f64 = (0..k)
+                .map(|l| x[i * k + l] as f64 * w[j * k + l] as f64)
+                .sum();
+            out[i * m + j] = s as f32;
+        }
+    }
+    out
+}
+
+#[track_caller]
+fn assert_close(got: &[f32], want: &[f32], scale: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-4 * scale.max(w.abs()),
+            "{what}: element {i}: got {g}, want {w}"
+        );
+    }
+}
+
+#[test]
+fn every_format_multiplies_as_the_host_dequantizes() {
+    let be = BurnBackend::wgpu();
+    let mut rng = Rng(11);
+    for ty in FORMATS {
+        // Two super-blocks per row; 20 outputs (not a multiple of 8 or 32).
+        let (m, k) = (20, 512);
+        let bytes = random_blocks(ty, m, k, &mut rng);
+        let d = weight_data(ty, m, k, &bytes);
+        let values = d.to_f32().unwrap();
+        let w = be.weight(d).unwrap();
+        assert!(w.is_quantized(), "{ty:?} kept as blocks");
+        let scale = values.iter().fold(0f32, |a, v| a.max(v.abs())) * (k as f32).sqrt();
+        for n in [1, 3, 8, 9, 17] {
+            let x = rng.vec(n * k);
+            let y = be.matmul(&be.tensor(&x, n, k).unwrap(), &w).unwrap();
+            assert_eq!(be.shape(&y), (n, m));
+            let want = host_matmul(&x, &values, n, k, m);
+            assert_close(
+                &be.to_vec(&y).unwrap(),
+                &want,
+                scale,
+                &format!("{ty:?} n={n}"),
+            );
+        }
+        // The embedding path dequantizes rows exactly as the host does.
+        let ids = [3u32, 0, 19, 3];
+        let rows = be.to_vec(&be.embed(&w, &ids).unwrap()).unwrap();
+        for (i, &id) in ids.iter().enumerate() {
+            let want = &values[id as usize * k..(id as usize + 1) * k];
+            assert_eq!(&rows[i * k..(i + 1) * k], want, "{ty:?} row {id}");
+        }
+    }
+}
+
+#[test]
+fn a_row_gets_the_same_bits_in_any_pass() {
+    let be = BurnBackend::wgpu();
+    let mut rng = Rng(12);
+    for ty in FORMATS {
+        let (m, k) = (40, 768);
+        let bytes = random_blocks(ty, m, k, &mut rng);
+        let w = be.weight(weight_data(ty, m, k, &bytes)).unwrap();
+        let n = 21;
+        let x = rng.vec(n * k);
+        let all = be
+            .to_vec(&be.matmul(&be.tensor(&x, n, k).unwrap(), &w).unwrap())
+            .unwrap();
+        for r in [0, 7, 8, 20] {
+            let alone = be.tensor(&x[r * k..(r + 1) * k], 1, k).unwrap();
+            let one = be.to_vec(&be.matmul(&alone, &w).unwrap()).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&one), bits(&all[r * m..(r + 1) * m]), "{ty:?} row {r}");
+        }
+    }
+}
+
+#[test]
+fn parts_of_a_block_weight() {
+    let be = BurnBackend::wgpu();
+    let mut rng = Rng(13);
+    let (m, k, n) = (24, 512, 3);
+    for ty in [GgmlType::Q4_K, GgmlType::Q8_0] {
+        let bytes = random_blocks(ty, m, k, &mut rng);
+        let d = weight_data(ty, m, k, &bytes);
+        let values = d.to_f32().unwrap();
+        let w = be.weight(d).unwrap();
+        let x = rng.vec(n * k);
+        let xt = be.tensor(&x, n, k).unwrap();
+        // Aligned column ranges run in the kernel; the odd one is taken
+        // dequantized. Both must equal the host product of the slice.
+        for (rows, cols) in [
+            (m, 0..k),
+            (16, 0..256),
+            (24, 256..512),
+            (5, 32..96),
+            (7, 3..70),
+        ] {
+            let w_part: Vec<f32> = (0..rows)
+                .flat_map(|r| values[r * k + cols.start..r * k + cols.end].to_vec())
+                .collect();
+            let x_part: Vec<f32> = (0..n)
+                .flat_map(|i| x[i * k + cols.start..i * k + cols.end].to_vec())
+                .collect();
+            let want = host_matmul(&x_part, &w_part, n, cols.len(), rows);
+            let what = format!("{ty:?} rows {rows} cols {cols:?}");
+            let got = be.matmul_part(&xt, &w, rows, cols.clone()).unwrap();
+            assert_close(&be.to_vec(&got).unwrap(), &want, 10.0, &what);
+            // x only as wide as the columns used (a leading range).
+            if cols.start == 0 {
+                let narrow = be.tensor(&x_part, n, cols.len()).unwrap();
+                let got = be.matmul_part(&narrow, &w, rows, cols.clone()).unwrap();
+                assert_close(&be.to_vec(&got).unwrap(), &want, 10.0, &what);
+            }
+        }
+        assert!(be.matmul_part(&xt, &w, m + 1, 0..k).is_err());
+        assert!(be.matmul_part(&xt, &w, m, 0..k + 32).is_err());
+    }
+}
+
+#[test]
+fn device_bytes_are_the_blocks_bytes() {
+    let be = BurnBackend::wgpu();
+    let mut rng = Rng(14);
+    let before = be.resident_weight_bytes();
+    let (m, k) = (64, 1024);
+    let mut held = Vec::new();
+    let mut file_bytes = 0u64;
+    let mut promised = 0u64;
+    for ty in FORMATS {
+        let bytes = random_blocks(ty, m, k, &mut rng);
+        file_bytes += bytes.len() as u64;
+        promised += be.weight_bytes(ty, m, k);
+        held.push(be.weight(weight_data(ty, m, k, &bytes)).unwrap());
+    }
+    let resident = be.resident_weight_bytes() - before;
+    assert_eq!(
+        resident, promised,
+        "weight_bytes promised what loading holds"
+    );
+    // Word padding adds at most 2 bytes per 32-value block (Q4_0: 1/9).
+    assert!(
+        resident >= file_bytes && resident <= file_bytes * 12 / 10,
+        "{resident} vs {file_bytes}"
+    );
+    // f32 would be 4 bytes a value.
+    assert!(resident * 3 < (FORMATS.len() * m * k * 4) as u64);
+    // An F32 weight and a shape the kernels do not take stay dense.
+    let f32_bytes: Vec<u8> = rng
+        .vec(m * 32)
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let dense = be
+        .weight(weight_data(GgmlType::F32, m, 32, &f32_bytes))
+        .unwrap();
+    assert!(!dense.is_quantized());
+    assert_eq!(be.weight_bytes(GgmlType::F32, m, 32), (m * 32 * 4) as u64);
+    drop(held);
+    drop(dense);
+    assert_eq!(be.resident_weight_bytes(), before);
+}
+
+#[test]
+fn a_block_count_that_disagrees_with_the_shape_is_an_error() {
+    let be = BurnBackend::wgpu();
+    let bytes = random_blocks(GgmlType::Q4_K, 2, 256, &mut Rng(15));
+    assert!(
+        be.weight(weight_data(GgmlType::Q4_K, 3, 256, &bytes))
+            .is_err()
+    );
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
+
+#[test]
+fn rms_norm_of_a_row_does_not_depend_on_the_pass() {
+    let be = BurnBackend::wgpu();
+    let mut rng = Rng(16);
+    for c in [64, 1536, 100] {
+        let n = 19;
+        let x = rng.vec(n * c);
+        let w = be.tensor(&rng.vec(c), 1, c).unwrap();
+        let all = be
+            .to_vec(
+                &be.rms_norm(&be.tensor(&x, n, c).unwrap(), &w, 1e-6)
+                    .unwrap(),
+            )
+            .unwrap();
+        for r in [0, 5, 18] {
+            let one = be.tensor(&x[r * c..(r + 1) * c], 1, c).unwrap();
+            let one = be.to_vec(&be.rms_norm(&one, &w, 1e-6).unwrap()).unwrap();
+            assert_eq!(
+                bits(&one),
+                bits(&all[r * c..(r + 1) * c]),
+                "cols {c} row {r}"
+            );
+        }
+    }
+}
+
+/// A query row attending to some cached positions under a tree-like mask
+/// gets the same bits as the same query over a cache holding only those
+/// positions, in order, alone in its pass: what verifying a tree and then
+/// decoding the accepted branch alone need.
+#[test]
+fn attention_of_a_row_depends_only_on_the_positions_it_sees() {
+    let be = BurnBackend::wgpu();
+    let mut rng = Rng(17);
+    for (heads, order) in [
+        (8, HeadOrder::Grouped),
+        (8, HeadOrder::Interleaved { run: 2 }),
+    ] {
+        let heads = Heads {
+            n_heads: heads,
+            n_kv_heads: 2,
+            head_dim: 64,
+            order,
+        };
+        let (qc, kc) = (
+            heads.n_heads * heads.head_dim,
+            heads.n_kv_heads * heads.head_dim,
+        );
+        let t = 77;
+        let (k, v) = (rng.vec(t * kc), rng.vec(t * kc));
+        let mut kv = be.kv_new(&heads).unwrap();
+        be.kv_append(
+            &mut kv,
+            &be.tensor(&k, t, kc).unwrap(),
+            &be.tensor(&v, t, kc).unwrap(),
+        )
+        .unwrap();
+        let n = 6;
+        let q: Vec<f32> = rng.vec(n * qc).iter().map(|x| 4.0 * x).collect();
+        let allowed: Vec<bool> = (0..n * t).map(|i| (i * 7 + i / t) % 3 != 0).collect();
+        let mask = Mask {
+            rows: n,
+            cols: t,
+            allowed: allowed.clone(),
+        };
+        let all = be
+            .attention(&be.tensor(&q, n, qc).unwrap(), &kv, &mask, &heads)
+            .unwrap();
+        let all = be.to_vec(&all).unwrap();
+        for r in 0..n {
+            let seen: Vec<usize> = (0..t).filter(|&p| allowed[r * t + p]).collect();
+            let mut only = be.kv_new(&heads).unwrap();
+            be.kv_append(
+                &mut only,
+                &be.tensor(&k, t, kc).unwrap(),
+                &be.tensor(&v, t, kc).unwrap(),
+            )
+            .unwrap();
+            be.kv_keep(&mut only, &seen).unwrap();
+            let mask = Mask {
+                rows: 1,
+                cols: seen.len(),
+                allowed: vec![true; seen.len()],
+            };
+            let one = be.tensor(&q[r * qc..(r + 1) * qc], 1, qc).unwrap();
+            let one = be
+                .to_vec(&be.attention(&one, &only, &mask, &heads).unwrap())
+                .unwrap();
+            assert_eq!(
+                bits(&one),
+                bits(&all[r * qc..(r + 1) * qc]),
+                "{order:?} row {r}"
+            );
+        }
+    }
+}
