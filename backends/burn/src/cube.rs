@@ -16,7 +16,7 @@ mod blocks;
 mod kernels;
 mod rows;
 
-pub(crate) use blocks::{Blocks, block_bytes};
+pub(crate) use blocks::{Blocks, MAX_BUFFER_BYTES, block_bytes};
 
 fn backend_err(message: impl std::fmt::Display) -> Error {
     Error::Backend {

@@ -36,6 +36,8 @@ pub struct BurnBackend {
     name: &'static str,
     /// Keep quantized weights in their GGUF blocks (CubeCL devices).
     blocks: bool,
+    /// The largest device buffer one weight's blocks go in.
+    max_buffer: usize,
     resident: weight::Resident,
 }
 
@@ -125,6 +127,7 @@ impl BurnBackend {
             device,
             name,
             blocks: false,
+            max_buffer: usize::MAX,
             resident: weight::Resident::default(),
         }
     }
@@ -150,10 +153,22 @@ impl BurnBackend {
     pub fn wgpu() -> Self {
         Self {
             blocks: true,
+            max_buffer: cube::MAX_BUFFER_BYTES,
             ..Self::with_device(
                 Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
                 "wgpu",
             )
+        }
+    }
+
+    /// This backend keeping a quantized weight in buffers of at most
+    /// `bytes` each (whole tiles of 32 rows; 128 MiB unless set): for
+    /// devices whose storage buffers are smaller.
+    #[cfg(feature = "cube")]
+    pub fn max_weight_buffer(self, bytes: usize) -> Self {
+        Self {
+            max_buffer: bytes,
+            ..self
         }
     }
 

@@ -24,7 +24,7 @@ pub struct BurnWeight {
 #[derive(Debug)]
 enum Repr {
     /// `f32`, transposed: `[in, out]` = `[cols, rows]`.
-    Dense(Tensor<2>),
+    Dense(Box<Tensor<2>>),
     /// The file's blocks, multiplied in the shader.
     #[cfg(feature = "cube")]
     Blocks(crate::cube::Blocks),
@@ -71,7 +71,12 @@ impl BurnBackend {
             ));
         }
         let wt = self.upload(transpose(data, rows, cols), [cols, rows]);
-        Ok(self.held(Repr::Dense(wt), rows, cols, (rows * cols * 4) as u64))
+        Ok(self.held(
+            Repr::Dense(Box::new(wt)),
+            rows,
+            cols,
+            (rows * cols * 4) as u64,
+        ))
     }
 
     /// Device bytes held by the weights this backend (or a clone of it)
@@ -96,7 +101,7 @@ impl BurnBackend {
     pub(crate) fn load_weight(&self, w: WeightData<'_>) -> Result<BurnWeight> {
         #[cfg(feature = "cube")]
         if self.blocks
-            && let Some(b) = crate::cube::Blocks::upload(&self.device, &w)?
+            && let Some(b) = crate::cube::Blocks::upload(&self.device, &w, self.max_buffer)?
         {
             let bytes = b.bytes();
             return Ok(self.held(Repr::Blocks(b), w.rows, w.cols, bytes));
@@ -134,8 +139,8 @@ impl BurnBackend {
                     false => x.0.clone(),
                 };
                 let part = match (rows == w.rows, cols.len() == w.cols) {
-                    (true, true) => wt.clone(),
-                    _ => wt.clone().slice(s![cols, 0..rows]),
+                    (true, true) => wt.as_ref().clone(),
+                    _ => wt.as_ref().clone().slice(s![cols, 0..rows]),
                 };
                 Ok(BurnTensor(x.matmul(part)))
             }
@@ -174,7 +179,7 @@ impl BurnBackend {
                 let idx: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
                 let idx =
                     Tensor::<1, Int>::from_data(TensorData::new(idx, [ids.len()]), &self.device);
-                Ok(BurnTensor(wt.clone().select(1, idx).transpose()))
+                Ok(BurnTensor(wt.as_ref().clone().select(1, idx).transpose()))
             }
             #[cfg(feature = "cube")]
             Repr::Blocks(b) => Ok(BurnTensor(b.rows(&self.device, ids)?)),

@@ -338,3 +338,46 @@ fn attention_of_a_row_depends_only_on_the_positions_it_sees() {
         }
     }
 }
+
+/// A weight kept in several buffers (an output head past a device's
+/// buffer limit) gives the same bits as in one: products, parts and rows.
+#[test]
+fn a_weight_in_several_buffers_gives_the_same_bits() {
+    let one = BurnBackend::wgpu();
+    // 4 KiB buffers: a tile of 32 rows of 512 Q4_K values is 9 KiB, so one
+    // tile per buffer, and the last holds 8 rows.
+    let many = BurnBackend::wgpu().max_weight_buffer(4096);
+    let mut rng = Rng(18);
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0] {
+        let (m, k, n) = (104, 512, 5);
+        let bytes = random_blocks(ty, m, k, &mut rng);
+        let (w1, wn) = (
+            one.weight(weight_data(ty, m, k, &bytes)).unwrap(),
+            many.weight(weight_data(ty, m, k, &bytes)).unwrap(),
+        );
+        assert_eq!(one.resident_weight_bytes(), many.resident_weight_bytes());
+        let x = rng.vec(n * k);
+        let (x1, xn) = (
+            one.tensor(&x, n, k).unwrap(),
+            many.tensor(&x, n, k).unwrap(),
+        );
+        let run = |be: &BurnBackend, x, w| bits(&be.to_vec(&be.matmul(x, w).unwrap()).unwrap());
+        assert_eq!(run(&one, &x1, &w1), run(&many, &xn, &wn), "{ty:?} matmul");
+        for (rows, cols) in [(70, 0..k), (33, 256..512)] {
+            let part = |be: &BurnBackend, x, w| {
+                bits(
+                    &be.to_vec(&be.matmul_part(x, w, rows, cols.clone()).unwrap())
+                        .unwrap(),
+                )
+            };
+            assert_eq!(
+                part(&one, &x1, &w1),
+                part(&many, &xn, &wn),
+                "{ty:?} part {rows}"
+            );
+        }
+        let ids = [103u32, 0, 31, 32, 64, 96, 5];
+        let rows = |be: &BurnBackend, w| bits(&be.to_vec(&be.embed(w, &ids).unwrap()).unwrap());
+        assert_eq!(rows(&one, &w1), rows(&many, &wn), "{ty:?} rows");
+    }
+}

@@ -62,6 +62,11 @@ pub struct GenerateArgs {
     /// target layers that do not fit are streamed from disk.
     #[arg(long)]
     memory_budget: Option<String>,
+    /// Give the target this many bytes of GPU memory (e.g. 3GiB; with
+    /// --backend wgpu): layers that do not fit stay in host memory and are
+    /// copied to the GPU on every pass.
+    #[arg(long)]
+    gpu_memory_budget: Option<String>,
     /// Longest prompt + new tokens to plan a memory budget's KV caches for
     /// [default: max tokens + 512].
     #[arg(long)]
@@ -97,6 +102,7 @@ impl GenerateArgs {
             backend: self.backend.clone(),
             threads: None,
             memory_budget: self.memory_budget.clone(),
+            gpu_memory_budget: self.gpu_memory_budget.clone(),
             strategy: self.strategy.clone(),
             tuning: self.tuning.tuning(),
             sampling: Sampling {

@@ -28,6 +28,10 @@ pub struct ServeArgs {
     /// Run inside this many bytes for the whole process (e.g. 1.3GiB).
     #[arg(long)]
     memory_budget: Option<String>,
+    /// GPU memory for the target (with --backend wgpu): layers that do
+    /// not fit stay in host memory and are copied over on every pass.
+    #[arg(long)]
+    gpu_memory_budget: Option<String>,
     /// Longest prompt + new tokens one request may hold under a memory
     /// budget [default: max tokens + 512].
     #[arg(long)]
@@ -70,6 +74,7 @@ pub fn run(args: &ServeArgs, device: RunConfig) -> Result<()> {
         draft: args.draft.clone(),
         backend: args.backend.clone(),
         memory_budget: args.memory_budget.clone(),
+        gpu_memory_budget: args.gpu_memory_budget.clone(),
         strategy: args.strategy.clone(),
         tuning: args.tuning.tuning(),
         sampling: Sampling::default(),

@@ -30,6 +30,10 @@ pub struct RunConfig {
     pub threads: Option<usize>,
     /// Bytes for the whole process (`1.3GiB`, `900MiB`, a plain number).
     pub memory_budget: Option<String>,
+    /// Bytes of GPU memory for the target (`--backend wgpu`): layers that
+    /// do not fit stay in host memory (the page cache) and are copied to
+    /// the GPU on every pass.
+    pub gpu_memory_budget: Option<String>,
     /// A strategy name ([`Strategy::NAMES`]); `None` picks one from the
     /// draft and the budget.
     pub strategy: Option<String>,
@@ -112,6 +116,7 @@ impl RunConfig {
             backend: over.backend.or(self.backend),
             threads: over.threads.or(self.threads),
             memory_budget: over.memory_budget.or(self.memory_budget),
+            gpu_memory_budget: over.gpu_memory_budget.or(self.gpu_memory_budget),
             strategy: over.strategy.or(self.strategy),
             tuning: self.tuning.merge(over.tuning),
             sampling: self.sampling.merge(over.sampling),
@@ -122,12 +127,24 @@ impl RunConfig {
         }
     }
 
-    /// The memory budget in bytes, if one is set.
+    /// The memory budget in bytes, if one is set: the process's, or the
+    /// GPU's (see [`RunConfig::gpu_memory_budget`]).
     pub fn budget_bytes(&self) -> Result<Option<u64>> {
-        self.memory_budget
-            .as_deref()
-            .map(|b| crate::parse_bytes(b).map_err(|e| EngineError::Invalid(e.to_string())))
-            .transpose()
+        let parse =
+            |b: &str| crate::parse_bytes(b).map_err(|e| EngineError::Invalid(e.to_string()));
+        match (&self.memory_budget, &self.gpu_memory_budget) {
+            (Some(_), Some(_)) => Err(EngineError::Invalid(
+                "--gpu-memory-budget and --memory-budget together are not supported yet: give                  one of them"
+                    .into(),
+            )),
+            (None, Some(gpu)) => match self.backend.as_deref() {
+                Some("wgpu") => Ok(Some(parse(gpu)?)),
+                _ => Err(EngineError::Invalid(
+                    "--gpu-memory-budget needs --backend wgpu".into(),
+                )),
+            },
+            (host, None) => host.as_deref().map(parse).transpose(),
+        }
     }
 
     /// Tokens (prompt + new) a run plans its KV caches for: `context`, or
@@ -146,10 +163,16 @@ impl RunConfig {
     /// rows the strategy's target and draft passes return.
     pub fn memory_options(&self, bytes: u64, strategy: &Strategy) -> crate::MemoryOptions {
         let pipelined = strategy.streaming == arbor_speculative::Streaming::Pipelined;
+        let gpu = self.gpu_memory_budget.is_some();
         crate::MemoryOptions {
             context: self.planned_context(),
             logit_rows: strategy.decoding.max_rows(),
             draft_logit_rows: strategy.decoding.max_draft_rows(),
+            // A GPU holds nothing of ours before the target (a draft model's
+            // weights are added by the caller); streamed layers stay in
+            // host memory.
+            base: gpu.then_some(0),
+            host_cache: gpu,
             ..crate::MemoryOptions::new(bytes, pipelined)
         }
     }
@@ -161,6 +184,7 @@ impl RunConfig {
         Self {
             draft: None,
             memory_budget: None,
+            gpu_memory_budget: None,
             strategy: Some("autoregressive".into()),
             ..self
         }
@@ -308,5 +332,45 @@ mod tests {
             .verification()
             .is_err()
         );
+    }
+
+    #[test]
+    fn a_gpu_budget_needs_wgpu_and_keeps_streamed_layers_in_host_memory() {
+        let gpu = RunConfig {
+            backend: Some("wgpu".into()),
+            gpu_memory_budget: Some("2GiB".into()),
+            ..RunConfig::default()
+        };
+        assert_eq!(gpu.budget_bytes().unwrap(), Some(2 << 30));
+        let o = gpu.memory_options(2 << 30, &Strategy::default());
+        assert!(o.host_cache);
+        assert_eq!(o.base, Some(0));
+        let host = RunConfig {
+            memory_budget: Some("900MiB".into()),
+            ..RunConfig::default()
+        };
+        let o = host.memory_options(900 << 20, &Strategy::default());
+        assert!(!o.host_cache);
+        assert_eq!(o.base, None);
+        for bad in [
+            RunConfig {
+                backend: Some("candle".into()),
+                ..gpu.clone()
+            },
+            RunConfig {
+                backend: None,
+                ..gpu.clone()
+            },
+            RunConfig {
+                memory_budget: Some("1GiB".into()),
+                ..gpu.clone()
+            },
+            RunConfig {
+                gpu_memory_budget: Some("lots".into()),
+                ..gpu.clone()
+            },
+        ] {
+            assert!(bad.budget_bytes().is_err(), "{bad:?}");
+        }
     }
 }

@@ -252,7 +252,12 @@ fn load_for(
     };
     let engine = match budget {
         Some(bytes) => {
-            let options = config.memory_options(bytes, &strategy);
+            let mut options = config.memory_options(bytes, &strategy);
+            // On a GPU budget a draft model's weights share the GPU.
+            if let (Some(_), Some(DraftSource::Model(path))) = (options.base, &draft) {
+                let file = arbor_gguf::GgufFile::open(path).map_err(|e| loading(path)(e.into()))?;
+                options.base = Some(crate::backends::model_bytes(backend, &file)?);
+            }
             let engine = Engine::load_budgeted(
                 target,
                 draft.as_ref(),

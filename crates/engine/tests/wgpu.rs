@@ -66,3 +66,84 @@ fn speculative_strategies_on_wgpu_equal_wgpu_target_only() {
         }
     }
 }
+
+/// A real file's weights take about the file's bytes on the GPU by the
+/// backend's own count (blocks as they are; f32 would be 4 bytes a value).
+#[test]
+fn smollm2_weights_on_wgpu_take_their_file_bytes() {
+    let Some(path) = arbor_fetch::testing::cached_model("smollm2-135m") else {
+        return;
+    };
+    let file = arbor_gguf::GgufFile::open(&path).unwrap();
+    let tensors = &file.header().tensors;
+    let file_bytes: u64 = tensors.iter().map(|t| t.size).sum();
+    let values: u64 = tensors.iter().map(|t| t.dims.iter().product::<u64>()).sum();
+    let engine = Engine::load(&path, BackendKind::Wgpu, &mut |_, _| {}).unwrap();
+    let held = engine.model().weight_bytes().unwrap();
+    // Padding adds at most 2 bytes per 32-value block and rounds rows up
+    // to tiles of 32; the decoder's count leaves out a norm vector or so.
+    assert!(
+        held >= file_bytes * 99 / 100 && held <= file_bytes * 11 / 10,
+        "{held} bytes held for {file_bytes} in the file"
+    );
+    assert!(
+        held * 3 < values * 4,
+        "{held} bytes held for {values} values"
+    );
+}
+
+/// Under a GPU budget the layers that do not fit are read from host memory
+/// (the page cache) and copied to the GPU on every pass; the output is
+/// the unbudgeted wgpu output.
+#[test]
+fn a_gpu_budget_streams_layers_without_changing_the_output() {
+    use arbor_engine::MemoryOptions;
+    let Some(path) = arbor_fetch::testing::cached_model("smollm2-135m") else {
+        return;
+    };
+    let greedy = |engine: &mut Engine| {
+        let ids = engine
+            .prompt_tokens("The three primary colours are", false)
+            .unwrap();
+        let options = GenerateOptions {
+            max_tokens: 6,
+            stop_tokens: Some(vec![]),
+            ..GenerateOptions::default()
+        };
+        engine.generate(&ids, &options, &mut |_| {}).unwrap().tokens
+    };
+    let mut full = Engine::load(&path, BackendKind::Wgpu, &mut |_, _| {}).unwrap();
+    let expected = greedy(&mut full);
+    drop(full);
+    let gpu = |budget: u64, pipelined: bool| MemoryOptions {
+        base: Some(0),
+        host_cache: true,
+        ..MemoryOptions::new(budget, pipelined)
+    };
+    let probe = Engine::load_budgeted(
+        &path,
+        None,
+        BackendKind::Wgpu,
+        &gpu(8 << 30, true),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let plan = probe.memory().unwrap().plan.clone();
+    assert_eq!(plan.streamed(), 0, "8 GiB holds smollm2 whole");
+    drop(probe);
+    let budget = plan.fixed + plan.resident_bytes / 3;
+    let mut engine = Engine::load_budgeted(
+        &path,
+        None,
+        BackendKind::Wgpu,
+        &gpu(budget, true),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let report = engine.memory().unwrap().clone();
+    assert!(report.plan.streamed() > 0, "{}", report.summary());
+    assert!(report.plan.fixed + report.plan.stream_reserve + report.plan.resident_bytes <= budget);
+    assert_eq!(greedy(&mut engine), expected);
+    let stats = report.monitor.unwrap().stats();
+    assert!(stats.layers >= 6 * report.plan.streamed() as u64);
+}

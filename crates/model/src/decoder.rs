@@ -673,6 +673,10 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         self.backend.name()
     }
 
+    fn weight_bytes(&self) -> Option<u64> {
+        Some(self.resident_bytes)
+    }
+
     fn notify_waits(&mut self, tx: Option<std::sync::mpsc::Sender<crate::WeightWait>>) {
         if let Some(source) = &mut self.source {
             source.notify_waits(tx);

@@ -190,6 +190,12 @@ pub trait LanguageModel: Send {
     /// Backend name (`candle`, `flex`, ...).
     fn backend_name(&self) -> &'static str;
 
+    /// Bytes the backend holds for this model's resident weights, by its
+    /// own accounting (`None` where the model does not say).
+    fn weight_bytes(&self) -> Option<u64> {
+        None
+    }
+
     /// The levels an elastic model runs at (`None`: only the whole model;
     /// see [`Elastic`]).
     fn levels(&self) -> Option<&[f64]> {

@@ -46,6 +46,8 @@ pub struct DirectReader {
     bytes_read: AtomicU64,
     /// Nanoseconds spent in read calls so far.
     read_nanos: AtomicU64,
+    /// Leave what is read in the page cache (see [`DirectReader::cached`]).
+    keep_cached: bool,
 }
 
 impl DirectReader {
@@ -53,6 +55,17 @@ impl DirectReader {
     /// supports it.
     pub fn open(path: impl AsRef<Path>) -> Result<DirectReader> {
         Self::open_with(path.as_ref(), true)
+    }
+
+    /// Opens `path` for ordinary reads that stay in the page cache: for
+    /// weights kept in host memory and copied to a GPU on every pass
+    /// (a GPU memory budget without a host one), where the cache is the
+    /// host copy.
+    pub fn cached(path: impl AsRef<Path>) -> Result<DirectReader> {
+        Ok(DirectReader {
+            keep_cached: true,
+            ..Self::open_with(path.as_ref(), false)?
+        })
     }
 
     /// Opens `path`, trying `O_DIRECT` only if `try_direct` (tests use
@@ -85,6 +98,7 @@ impl DirectReader {
             buffered_file,
             bytes_read: AtomicU64::new(0),
             read_nanos: AtomicU64::new(0),
+            keep_cached: false,
         })
     }
 
@@ -227,7 +241,9 @@ impl DirectReader {
         let got = self
             .timed_read(file, &mut buf.as_mut_slice()[..len], offset, len)
             .map_err(|e| self.io_error(e));
-        drop_from_cache(file, offset, len);
+        if !self.keep_cached {
+            drop_from_cache(file, offset, len);
+        }
         let got = got?;
         if got < len {
             return Err(self.short_read(offset, len, offset + got as u64));

@@ -37,6 +37,10 @@ pub struct MemoryOptions {
     /// layers are resident or split at that level (see [`crate::split_plan`]),
     /// never streamed whole.
     pub split: Option<usize>,
+    /// Read streamed layers through the page cache and leave them there:
+    /// the budget is a GPU's, and host memory keeps the file (otherwise
+    /// reads bypass or drop the cache, which a host budget would pay for).
+    pub host_cache: bool,
 }
 
 impl MemoryOptions {
@@ -53,6 +57,7 @@ impl MemoryOptions {
             draft_logit_rows: 64,
             base: None,
             split: None,
+            host_cache: false,
         }
     }
 
@@ -303,9 +308,14 @@ pub fn load_target<B: Backend + Clone>(
     let target_resident_bytes = model.resident_bytes();
     let mut monitor = None;
     if plan.streamed() > 0 {
-        let streamer = Streamer::with_units(
+        let reader = match options.host_cache {
+            true => arbor_paging::DirectReader::cached(file.path()),
+            false => arbor_paging::DirectReader::open(file.path()),
+        }
+        .map_err(paging)?;
+        let streamer = Streamer::with_reader(
             backend,
-            file.path(),
+            reader,
             units,
             Ledger::new(plan.stream_reserve),
             options.mode,

@@ -246,8 +246,20 @@ impl<B: Backend + Clone> Streamer<B> {
         ledger: Arc<Ledger>,
         mode: Mode,
     ) -> Result<Self> {
-        let monitor = Monitor::default();
         let file = DirectReader::open(path).map_err(paging)?;
+        Self::with_reader(backend, file, layers, ledger, mode)
+    }
+
+    /// [`with_units`](Self::with_units) reading through `file` (e.g. a
+    /// [`DirectReader::cached`] one, for weights kept in host memory).
+    pub fn with_reader(
+        backend: B,
+        file: DirectReader,
+        layers: Vec<(usize, Vec<TensorEntry>)>,
+        ledger: Arc<Ledger>,
+        mode: Mode,
+    ) -> Result<Self> {
+        let monitor = Monitor::default();
         let entries: Vec<&[TensorEntry]> = layers.iter().map(|(_, s)| s.as_slice()).collect();
         let caps = buffer_caps(&entries);
         let sets = buffer_sets(mode);

@@ -16,6 +16,7 @@ use burn::tensor::{DType, Device, Int, Shape, Tensor, TensorData};
 use burn_cubecl::Cube;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
 use super::{kernels, primitive};
@@ -67,48 +68,62 @@ impl Format {
 
     /// The file's rows as device words: each block padded to whole words,
     /// rows in tiles of 32 interleaved word by word (see `super::kernels`),
-    /// the last tile filled with zero rows.
+    /// the last tile filled with zero rows. Tiles are packed in parallel: a
+    /// layer streamed to the GPU on every pass is packed on every pass.
     fn pack(&self, bytes: &[u8], rows: usize, cols: usize) -> Vec<u32> {
+        use rayon::prelude::*;
         let lanes = kernels::LANES;
         let row_words = cols / self.values * self.packed / 4;
         let row_bytes = cols / self.values * self.bytes;
         let mut words = vec![0u32; rows.div_ceil(lanes) * lanes * row_words];
-        let mut row = Vec::with_capacity(row_words);
-        let mut block = vec![0u8; self.packed];
-        for (r, src_row) in bytes.chunks_exact(row_bytes).enumerate() {
-            row.clear();
-            for src in src_row.chunks_exact(self.bytes) {
-                match self.pad_at {
-                    Some(at) => {
-                        block[..at].copy_from_slice(&src[..at]);
-                        block[at..at + 2].fill(0);
-                        block[at + 2..].copy_from_slice(&src[at..]);
+        words
+            .par_chunks_mut(lanes * row_words)
+            .zip(bytes.par_chunks(lanes * row_bytes))
+            .for_each(|(tile, src)| {
+                let mut block = vec![0u8; self.packed];
+                for (l, src_row) in src.chunks_exact(row_bytes).enumerate() {
+                    for (b, src) in src_row.chunks_exact(self.bytes).enumerate() {
+                        match self.pad_at {
+                            Some(at) => {
+                                block[..at].copy_from_slice(&src[..at]);
+                                block[at..at + 2].fill(0);
+                                block[at + 2..].copy_from_slice(&src[at..]);
+                            }
+                            None => block.copy_from_slice(src),
+                        }
+                        let k0 = b * self.packed / 4;
+                        for (k, w) in block.chunks_exact(4).enumerate() {
+                            tile[(k0 + k) * lanes + l] =
+                                u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+                        }
                     }
-                    None => block.copy_from_slice(src),
                 }
-                row.extend(
-                    block
-                        .chunks_exact(4)
-                        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-                );
-            }
-            let tile = r / lanes * lanes * row_words;
-            for (k, &wd) in row.iter().enumerate() {
-                words[tile + k * lanes + r % lanes] = wd;
-            }
-        }
+            });
         words
     }
 }
 
-/// A weight's blocks on the device.
+/// A weight's blocks on the device, in chunks of whole tiles of rows.
 #[derive(Debug)]
 pub(crate) struct Blocks {
-    words: Tensor<1, Int>,
+    chunks: Vec<Chunk>,
     format: Format,
-    rows: usize,
     cols: usize,
 }
+
+/// Rows `row0..row0 + rows` of a weight in one device buffer.
+#[derive(Debug)]
+struct Chunk {
+    words: Tensor<1, Int>,
+    row0: usize,
+    rows: usize,
+}
+
+/// The largest buffer a weight is kept in by default: wgpu's default
+/// storage-binding limit, and the device limit of lavapipe and of many
+/// phone GPUs. A larger weight (an output head) is kept in several buffers
+/// of whole tiles of rows.
+pub(crate) const MAX_BUFFER_BYTES: usize = 1 << 27;
 
 /// Device bytes of a `[rows, cols]` weight of type `ty` kept as blocks, or
 /// `None` when the kernels do not take it.
@@ -126,9 +141,14 @@ fn splits(groups: usize) -> usize {
 }
 
 impl Blocks {
-    /// Uploads `w` as blocks, or `None` when the kernels do not take its
-    /// type or shape.
-    pub(crate) fn upload(device: &Device, w: &WeightData<'_>) -> Result<Option<Blocks>> {
+    /// Uploads `w` as blocks in buffers of at most `max_buffer` bytes (a
+    /// tile of 32 rows at least), or `None` when the kernels do not take
+    /// its type or shape.
+    pub(crate) fn upload(
+        device: &Device,
+        w: &WeightData<'_>,
+        max_buffer: usize,
+    ) -> Result<Option<Blocks>> {
         let Some(format) = Format::for_weight(w.ty, w.rows, w.cols) else {
             return Ok(None);
         };
@@ -145,21 +165,41 @@ impl Blocks {
                 ),
             });
         }
-        let words = format.pack(w.bytes, w.rows, w.cols);
-        let len = words.len();
-        let words =
-            Tensor::<1, Int>::from_data(TensorData::new(words, [len]), (device, DType::U32));
+        let lanes = kernels::LANES;
+        let row_words = w.cols / format.values * format.packed / 4;
+        let row_bytes = w.cols / format.values * format.bytes;
+        let per_chunk = (max_buffer / (4 * row_words) / lanes).max(1) * lanes;
+        let chunks = (0..w.rows)
+            .step_by(per_chunk)
+            .map(|row0| {
+                let rows = per_chunk.min(w.rows - row0);
+                let src = &w.bytes[row0 * row_bytes..(row0 + rows) * row_bytes];
+                let words = format.pack(src, rows, w.cols);
+                let len = words.len();
+                let data = TensorData::new(words, [len]);
+                Chunk {
+                    words: Tensor::<1, Int>::from_data(data, (device, DType::U32)),
+                    row0,
+                    rows,
+                }
+            })
+            .collect();
         let blocks = Blocks {
-            words,
+            chunks,
             format,
-            rows: w.rows,
             cols: w.cols,
         };
         Ok(Some(blocks))
     }
 
     pub(crate) fn bytes(&self) -> u64 {
-        (self.rows.div_ceil(kernels::LANES) * kernels::LANES * self.row_words() * 4) as u64
+        let lanes = kernels::LANES;
+        let rows: usize = self
+            .chunks
+            .iter()
+            .map(|c| c.rows.div_ceil(lanes) * lanes)
+            .sum();
+        (rows * self.row_words() * 4) as u64
     }
 
     fn row_words(&self) -> usize {
@@ -180,9 +220,30 @@ impl Blocks {
         rows: usize,
         cols: Range<usize>,
     ) -> Result<Tensor<2>> {
-        let [n, stride] = x.dims();
         let x = into_contiguous(primitive(x.clone())?);
-        let w = primitive(self.words.clone())?;
+        let mut outs = Vec::new();
+        for c in self.chunks.iter().take_while(|c| c.row0 < rows) {
+            let rows = c.rows.min(rows - c.row0);
+            outs.push(self.chunk_matmul(&x, c, x_col, rows, cols.clone())?);
+        }
+        Ok(match outs.len() {
+            1 => outs.remove(0),
+            _ => Tensor::cat(outs, 1),
+        })
+    }
+
+    /// [`matmul`](Self::matmul) by the first `rows` rows of one chunk.
+    fn chunk_matmul(
+        &self,
+        x: &CubeTensor,
+        chunk: &Chunk,
+        x_col: usize,
+        rows: usize,
+        cols: Range<usize>,
+    ) -> Result<Tensor<2>> {
+        let [n, stride] = [x.meta.shape()[0], x.meta.shape()[1]];
+        let x = x.clone();
+        let w = primitive(chunk.words.clone())?;
         // Each unit adds one slice of the groups; how many slices depends
         // on the weight's width alone (never on `n`), so a row's sums are
         // the same in any pass.
@@ -253,28 +314,33 @@ impl Blocks {
         let ids =
             Tensor::<1, Int>::from_data(TensorData::new(ids.to_vec(), [n]), (device, DType::U32));
         let ids = primitive(ids)?;
-        let w = primitive(self.words.clone())?;
         let out = empty_device_dtype(
-            w.client.clone(),
-            w.device.clone(),
+            ids.client.clone(),
+            ids.device.clone(),
             Shape::new([n, self.cols]),
             DType::F32,
         );
         let groups = self.cols / kernels::LANES;
-        let client = w.client.clone();
-        unsafe {
-            kernels::rows::launch_unchecked(
-                &client,
-                CubeCount::Static(groups.div_ceil(kernels::LANES) as u32, n as u32, 1),
-                CubeDim::new_1d(kernels::LANES as u32),
-                w.into_buffer_arg(),
-                ids.into_buffer_arg(),
-                out.clone().into_buffer_arg(),
-                self.row_words() as u32,
-                groups as u32,
-                self.format.code,
-            )
-        };
+        let client = ids.client.clone();
+        // Each chunk writes the rows of the ids it holds.
+        for c in &self.chunks {
+            let w = primitive(c.words.clone())?;
+            unsafe {
+                kernels::rows::launch_unchecked(
+                    &client,
+                    CubeCount::Static(groups.div_ceil(kernels::LANES) as u32, n as u32, 1),
+                    CubeDim::new_1d(kernels::LANES as u32),
+                    w.into_buffer_arg(),
+                    ids.clone().into_buffer_arg(),
+                    out.clone().into_buffer_arg(),
+                    self.row_words() as u32,
+                    groups as u32,
+                    c.row0 as u32,
+                    c.rows as u32,
+                    self.format.code,
+                )
+            };
+        }
         Ok(Tensor::from_primitive::<Cube>(out))
     }
 }

@@ -286,20 +286,25 @@ pub fn sum_splits(part: &[f32], out: &mut [f32], len: u32, splits: u32) {
     }
 }
 
-/// `out[i, :] = W[ids[i], :]` dequantized: one unit per group.
+/// `out[i, :] = W[ids[i], :]` dequantized, for the ids among the rows
+/// `row0..row0 + rows` that `w` holds: one unit per group.
 #[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
 pub fn rows(
     w: &[u32],
     ids: &[u32],
     out: &mut [f32],
     row_words: u32,
     groups: u32,
+    row0: u32,
+    rows: u32,
     #[comptime] ty: u32,
 ) {
     let i = CUBE_POS_Y as usize;
     let g = (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X) as usize;
-    if g < groups as usize {
-        let id = ids[i] as usize;
+    let held = ids[i] >= row0 && ids[i] < row0 + rows;
+    if g < groups as usize && held {
+        let id = (ids[i] - row0) as usize;
         let t = (id / LANES) * LANES * row_words as usize;
         let mut v = Array::<f32>::new(LANES);
         group(w, t, id % LANES, g, &mut v, ty);

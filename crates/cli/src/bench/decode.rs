@@ -20,6 +20,10 @@ pub struct DecodeRow {
     prompt_tokens: usize,
     decode_tokens: usize,
     load_secs: f64,
+    /// Weight bytes the backend holds, by its own accounting.
+    weight_bytes: Option<u64>,
+    /// The model file's size.
+    file_bytes: u64,
     prefill_tok_s: f64,
     decode_tok_s: f64,
     peak_rss_bytes: u64,
@@ -47,6 +51,7 @@ pub fn decode(
     let filler = engine.tokenizer().encode(FILLER)?;
     let prompt: Vec<u32> = filler.iter().copied().cycle().take(prompt_tokens).collect();
     let m = engine.model_mut();
+    let weight_bytes = m.weight_bytes();
 
     // Warm-up: the first calls pay for one-time weight repacking (batch
     // kernels are picked by batch size, so warm up with the real one).
@@ -76,6 +81,8 @@ pub fn decode(
         prompt_tokens,
         decode_tokens: tokens,
         load_secs,
+        weight_bytes,
+        file_bytes: std::fs::metadata(&path)?.len(),
         prefill_tok_s: prompt_tokens as f64 / prefill,
         decode_tok_s: tokens as f64 / decode,
         peak_rss_bytes: sys::peak_rss_bytes().unwrap_or(0),
