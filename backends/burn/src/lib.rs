@@ -35,8 +35,10 @@ pub struct BurnBackend {
     device: Device,
     name: &'static str,
     /// Keep quantized weights in their GGUF blocks (CubeCL devices).
+    #[cfg(feature = "cube")]
     blocks: bool,
     /// The largest device buffer one weight's blocks go in.
+    #[cfg(feature = "cube")]
     max_buffer: usize,
     resident: weight::Resident,
 }
@@ -126,7 +128,9 @@ impl BurnBackend {
         Self {
             device,
             name,
+            #[cfg(feature = "cube")]
             blocks: false,
+            #[cfg(feature = "cube")]
             max_buffer: usize::MAX,
             resident: weight::Resident::default(),
         }
