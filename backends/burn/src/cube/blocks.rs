@@ -1,4 +1,4 @@
-//! GGUF blocks on a CubeCL device (wgpu, CUDA): uploaded as the file holds
+//! GGUF blocks on a CubeCL device (wgpu): uploaded as the file holds
 //! them, multiplied and gathered by the kernels in [`super::kernels`], so a
 //! weight takes about its file bytes of device memory instead of four
 //! bytes per value.
@@ -12,25 +12,24 @@
 use std::ops::Range;
 
 use arbor_tensor::{Error, GgmlType, Result, WeightData};
-use burn::tensor::{DType, Device, Int, Shape, Tensor, TensorData};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use burn_cubecl::Cube;
 use burn_cubecl::kernel::into_contiguous;
-use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::{kernels, primitive};
+use super::{kernels, output, primitive};
 
-/// How one GGUF type is laid out on the device.
+/// How one GGUF type is laid out on the device. Sizes come from the file
+/// format (`GgmlType::block_len`, `block_bytes`); F16 and BF16 are taken
+/// 32 values at a time.
 #[derive(Clone, Copy, Debug)]
 struct Format {
     code: u32,
-    /// Values per block.
+    /// Values per block (a group of 32 for F16 and BF16).
     values: usize,
     /// Bytes per block in the file.
     bytes: usize,
-    /// Bytes per block on the device (a multiple of 4).
-    packed: usize,
     /// Where two zero bytes go to align the rest of the block to words.
     pad_at: Option<usize>,
 }
@@ -38,26 +37,41 @@ struct Format {
 impl Format {
     fn of(ty: GgmlType) -> Option<Format> {
         use kernels as k;
-        let f = |code, values, bytes, packed, pad_at| Format {
+        let (code, pad_at) = match ty {
+            GgmlType::F16 => (k::F16, None),
+            GgmlType::BF16 => (k::BF16, None),
+            GgmlType::Q4_0 => (k::Q4_0, Some(2)),
+            GgmlType::Q4_1 => (k::Q4_1, None),
+            GgmlType::Q5_0 => (k::Q5_0, Some(2)),
+            GgmlType::Q5_1 => (k::Q5_1, None),
+            GgmlType::Q8_0 => (k::Q8_0, Some(2)),
+            GgmlType::Q4_K => (k::Q4_K, None),
+            GgmlType::Q5_K => (k::Q5_K, None),
+            GgmlType::Q6_K => (k::Q6_K, Some(ty.block_bytes())),
+            _ => return None,
+        };
+        let values = ty.block_len().max(kernels::LANES);
+        Some(Format {
             code,
             values,
-            bytes,
-            packed,
+            bytes: values / ty.block_len() * ty.block_bytes(),
             pad_at,
-        };
-        Some(match ty {
-            GgmlType::F16 => f(k::F16, 32, 64, 64, None),
-            GgmlType::BF16 => f(k::BF16, 32, 64, 64, None),
-            GgmlType::Q4_0 => f(k::Q4_0, 32, 18, 20, Some(2)),
-            GgmlType::Q4_1 => f(k::Q4_1, 32, 20, 20, None),
-            GgmlType::Q5_0 => f(k::Q5_0, 32, 22, 24, Some(2)),
-            GgmlType::Q5_1 => f(k::Q5_1, 32, 24, 24, None),
-            GgmlType::Q8_0 => f(k::Q8_0, 32, 34, 36, Some(2)),
-            GgmlType::Q4_K => f(k::Q4_K, 256, 144, 144, None),
-            GgmlType::Q5_K => f(k::Q5_K, 256, 176, 176, None),
-            GgmlType::Q6_K => f(k::Q6_K, 256, 210, 212, Some(210)),
-            _ => return None,
         })
+    }
+
+    /// Bytes per block on the device (a multiple of 4).
+    fn packed(&self) -> usize {
+        self.bytes + if self.pad_at.is_some() { 2 } else { 0 }
+    }
+
+    /// Device words of one row of `cols` values.
+    fn row_words(&self, cols: usize) -> usize {
+        cols / self.values * self.packed() / 4
+    }
+
+    /// File bytes of one row of `cols` values.
+    fn row_bytes(&self, cols: usize) -> usize {
+        cols / self.values * self.bytes
     }
 
     /// The format of a `[rows, cols]` weight of type `ty`, when the kernels
@@ -73,14 +87,13 @@ impl Format {
     fn pack(&self, bytes: &[u8], rows: usize, cols: usize) -> Vec<u32> {
         use rayon::prelude::*;
         let lanes = kernels::LANES;
-        let row_words = cols / self.values * self.packed / 4;
-        let row_bytes = cols / self.values * self.bytes;
+        let (row_words, row_bytes) = (self.row_words(cols), self.row_bytes(cols));
         let mut words = vec![0u32; rows.div_ceil(lanes) * lanes * row_words];
         words
             .par_chunks_mut(lanes * row_words)
             .zip(bytes.par_chunks(lanes * row_bytes))
             .for_each(|(tile, src)| {
-                let mut block = vec![0u8; self.packed];
+                let mut block = vec![0u8; self.packed()];
                 for (l, src_row) in src.chunks_exact(row_bytes).enumerate() {
                     for (b, src) in src_row.chunks_exact(self.bytes).enumerate() {
                         match self.pad_at {
@@ -91,7 +104,7 @@ impl Format {
                             }
                             None => block.copy_from_slice(src),
                         }
-                        let k0 = b * self.packed / 4;
+                        let k0 = b * self.packed() / 4;
                         for (k, w) in block.chunks_exact(4).enumerate() {
                             tile[(k0 + k) * lanes + l] =
                                 u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
@@ -130,7 +143,7 @@ pub(crate) const MAX_BUFFER_BYTES: usize = 1 << 27;
 pub(crate) fn block_bytes(ty: GgmlType, rows: usize, cols: usize) -> Option<u64> {
     let f = Format::for_weight(ty, rows, cols)?;
     let rows = rows.div_ceil(kernels::LANES) * kernels::LANES;
-    Some((rows * cols / f.values * f.packed) as u64)
+    Some((rows * f.row_words(cols) * 4) as u64)
 }
 
 /// How many slices a product over `groups` groups of 32 values is cut
@@ -152,7 +165,7 @@ impl Blocks {
         let Some(format) = Format::for_weight(w.ty, w.rows, w.cols) else {
             return Ok(None);
         };
-        let want = w.rows * w.cols / format.values * format.bytes;
+        let want = format.row_bytes(w.cols) * w.rows;
         if w.bytes.len() != want {
             return Err(Error::Shape {
                 op: "weight",
@@ -166,8 +179,7 @@ impl Blocks {
             });
         }
         let lanes = kernels::LANES;
-        let row_words = w.cols / format.values * format.packed / 4;
-        let row_bytes = w.cols / format.values * format.bytes;
+        let (row_words, row_bytes) = (format.row_words(w.cols), format.row_bytes(w.cols));
         let per_chunk = (max_buffer / (4 * row_words) / lanes).max(1) * lanes;
         let chunks = (0..w.rows)
             .step_by(per_chunk)
@@ -203,7 +215,7 @@ impl Blocks {
     }
 
     fn row_words(&self) -> usize {
-        self.cols / self.format.values * self.format.packed / 4
+        self.format.row_words(self.cols)
     }
 
     /// Whether a column range can be read group by group.
@@ -251,13 +263,7 @@ impl Blocks {
         let splits = splits(groups);
         let per_split = groups.div_ceil(splits);
         let splits = groups.div_ceil(per_split);
-        let shape = |lead: usize| Shape::new([lead * n, rows]);
-        let part = empty_device_dtype(
-            x.client.clone(),
-            x.device.clone(),
-            shape(splits),
-            DType::F32,
-        );
+        let part = output(&x, [splits * n, rows]);
         let client = x.client.clone();
         unsafe {
             kernels::matmul::launch_unchecked(
@@ -285,12 +291,7 @@ impl Blocks {
         if splits == 1 {
             return Ok(Tensor::from_primitive::<Cube>(part));
         }
-        let out = empty_device_dtype(
-            part.client.clone(),
-            part.device.clone(),
-            shape(1),
-            DType::F32,
-        );
+        let out = output(&part, [n, rows]);
         let len = n * rows;
         let cubes = len.div_ceil(256);
         let (cx, cy) = (cubes.min(32768), cubes.div_ceil(32768));
@@ -314,12 +315,7 @@ impl Blocks {
         let ids =
             Tensor::<1, Int>::from_data(TensorData::new(ids.to_vec(), [n]), (device, DType::U32));
         let ids = primitive(ids)?;
-        let out = empty_device_dtype(
-            ids.client.clone(),
-            ids.device.clone(),
-            Shape::new([n, self.cols]),
-            DType::F32,
-        );
+        let out = output(&ids, [n, self.cols]);
         let groups = self.cols / kernels::LANES;
         let client = ids.client.clone();
         // Each chunk writes the rows of the ids it holds.
