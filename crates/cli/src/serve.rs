@@ -36,7 +36,8 @@ pub struct ServeArgs {
     /// budget [default: max tokens + 512].
     #[arg(long)]
     context: Option<usize>,
-    /// New tokens when a request does not say [default: 128].
+    /// New tokens when a request does not say [default: until the end of
+    /// the turn or the context is full].
     #[arg(long)]
     max_tokens: Option<usize>,
     #[arg(long)]
@@ -51,9 +52,24 @@ pub struct ServeArgs {
     host: String,
     #[arg(long, default_value_t = 8080)]
     port: u16,
-    /// Require `Authorization: Bearer KEY` (any key is accepted without it).
+    /// Require `Authorization: Bearer KEY` with the key in this file (its
+    /// first line). `ARBOR_API_KEY` in the environment does the same.
+    /// Without either any key is accepted.
+    #[arg(long)]
+    api_key_file: Option<std::path::PathBuf>,
+    /// The key itself; other users of the machine can read it in `ps`:
+    /// prefer --api-key-file or ARBOR_API_KEY.
     #[arg(long)]
     api_key: Option<String>,
+    /// Let a web page from this origin (e.g. http://localhost:3000) call
+    /// the server from a browser; without it no other site can.
+    #[arg(long)]
+    cors: Option<String>,
+    /// Read special-token text in chat messages as the special tokens
+    /// (lets every user write control tokens such as a system turn); by
+    /// default it is plain text.
+    #[arg(long)]
+    special_tokens_in_content: bool,
     /// Requests that may wait for the engine; more get 429.
     #[arg(long, default_value_t = 16)]
     queue: usize,
@@ -66,6 +82,40 @@ pub struct ServeArgs {
     /// The model id clients name [default: the model file's stem].
     #[arg(long)]
     name: Option<String>,
+}
+
+/// The key from --api-key-file, ARBOR_API_KEY or --api-key (one of them).
+fn api_key(args: &ServeArgs) -> Result<Option<String>> {
+    let env = std::env::var("ARBOR_API_KEY").ok();
+    if args.api_key.is_some() {
+        eprintln!(
+            "arbor serve: --api-key is visible to every user of this machine (ps); prefer \
+             --api-key-file or ARBOR_API_KEY"
+        );
+    }
+    resolve_key(args.api_key_file.as_deref(), env, args.api_key.as_deref())
+}
+
+fn resolve_key(
+    file: Option<&std::path::Path>,
+    env: Option<String>,
+    flag: Option<&str>,
+) -> Result<Option<String>> {
+    let env = env.filter(|k| !k.is_empty());
+    let given = [file.is_some(), env.is_some(), flag.is_some()];
+    if given.iter().filter(|&&g| g).count() > 1 {
+        anyhow::bail!("give the API key one way: --api-key-file, ARBOR_API_KEY or --api-key");
+    }
+    let Some(path) = file else {
+        return Ok(env.or_else(|| flag.map(String::from)));
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("--api-key-file {}: {e}", path.display()))?;
+    let key = text.lines().next().unwrap_or("").trim().to_string();
+    if key.is_empty() {
+        anyhow::bail!("--api-key-file {}: the first line is empty", path.display());
+    }
+    Ok(Some(key))
 }
 
 pub fn run(args: &ServeArgs, device: RunConfig) -> Result<()> {
@@ -84,28 +134,79 @@ pub fn run(args: &ServeArgs, device: RunConfig) -> Result<()> {
         context: args.context,
         ..RunConfig::default()
     });
-    let mut run = Engine::open(&config, &mut progress::open_bar_with(false))?;
-    // An elastic target serves `arbor.slo` objectives: its tables are read
-    // (or measured once, minutes) before the server listens.
-    let slo = match crate::slo::is_elastic(run.engine().path())? {
-        true => Some(crate::slo::tables(&mut run, 6, 16, false)?),
-        false => None,
-    };
     let options = ServeOptions {
         host: args.host.clone(),
         port: args.port,
-        api_key: args.api_key.clone(),
+        api_key: api_key(args)?,
+        cors: args.cors.clone(),
+        special_tokens_in_content: args.special_tokens_in_content,
         queue: args.queue,
         timeout: Duration::from_secs(args.timeout),
         body_limit: args.body_limit,
         model_id: args.name.clone(),
-        slo,
-        clock: arbor_serve::Clock::default(),
+        ..ServeOptions::default()
     };
-    let strategy = run.strategy().name();
-    arbor_serve::serve_until_signal(run, options, |addr| {
-        eprintln!("arbor serve: http://{addr}/v1 ({strategy}); Ctrl-C or SIGTERM stops");
-    })?;
+    // The server listens first (`/health` says `loading`), then loads; the
+    // same loader reloads the run after a generation panics.
+    let mut first = true;
+    let load: arbor_serve::Loader = Box::new(move || {
+        let mut bar = progress::open_bar_with(false);
+        let mut run = Engine::open(&config, &mut bar).map_err(|e| format!("{e:#}"))?;
+        // An elastic target serves `arbor.slo` objectives: its tables are
+        // read (or measured once, minutes) before it serves.
+        let elastic = crate::slo::is_elastic(run.engine().path()).map_err(|e| format!("{e:#}"))?;
+        let slo = match elastic {
+            true => Some(crate::slo::tables(&mut run, 6, 16, false).map_err(|e| format!("{e:#}"))?),
+            false => None,
+        };
+        let verb = if first { "loaded" } else { "reloaded" };
+        first = false;
+        eprintln!("arbor serve: {verb} ({})", run.strategy().name());
+        Ok(arbor_serve::Served { run, slo })
+    });
+    arbor_serve::serve_until_signal(
+        load,
+        options,
+        |addr| eprintln!("arbor serve: http://{addr}/v1 (loading); Ctrl-C or SIGTERM stops"),
+        || {
+            eprintln!("arbor serve: second signal: exiting now");
+            std::process::exit(130);
+        },
+    )?;
     eprintln!("arbor serve: stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::resolve_key;
+
+    #[test]
+    fn the_key_comes_from_one_of_file_environment_or_flag() {
+        let dir = std::env::temp_dir().join(format!("arbor-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("key");
+        std::fs::write(&file, "sesame\nignored\n").unwrap();
+        let key = |f, e: Option<&str>, k| resolve_key(f, e.map(String::from), k);
+        assert_eq!(
+            key(Some(&file), None, None).unwrap().as_deref(),
+            Some("sesame")
+        );
+        assert_eq!(
+            key(None, Some("env-key"), None).unwrap().as_deref(),
+            Some("env-key")
+        );
+        assert_eq!(
+            key(None, None, Some("flag")).unwrap().as_deref(),
+            Some("flag")
+        );
+        assert_eq!(key(None, Some(""), None).unwrap(), None, "empty: no key");
+        assert!(key(Some(&file), Some("env-key"), None).is_err(), "two ways");
+        assert!(key(None, Some("env-key"), Some("flag")).is_err());
+        std::fs::write(&file, "\n").unwrap();
+        let e = key(Some(&file), None, None).unwrap_err().to_string();
+        assert!(e.contains("empty"), "{e}");
+        assert!(key(Some(&dir.join("missing")), None, None).is_err());
+        std::fs::remove_dir_all(dir).ok();
+    }
 }

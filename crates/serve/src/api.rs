@@ -1,8 +1,7 @@
 //! The request bodies of the OpenAI endpoints arbor serves, parsed and
-//! checked into what one generation needs ([`Job`]). Fields the API has
-//! and arbor ignores (`frequency_penalty`, `user`, `logit_bias`…) are
-//! accepted and dropped; fields arbor honours are checked for type and
-//! range, each failure a 400 naming the field.
+//! checked into what one generation needs (`worker::Job`). Which fields
+//! are served at all is [`crate::fields`]' list; fields arbor honours are
+//! checked here for type and range, each failure a 400 naming the field.
 
 use arbor_engine::slo::{OnMiss, Slo};
 use arbor_engine::{ChatMessage, Role, SamplingParams};
@@ -93,6 +92,10 @@ pub struct Common {
     #[serde(default)]
     pub top_p: Option<f64>,
     #[serde(default)]
+    pub top_k: Option<i64>,
+    #[serde(default)]
+    pub min_p: Option<f64>,
+    #[serde(default)]
     pub seed: Option<i64>,
     #[serde(default)]
     pub stop: Option<Stop>,
@@ -148,6 +151,30 @@ pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
     })
 }
 
+/// Parses a generation request: its fields checked against what arbor
+/// serves ([`crate::fields`]), then its types.
+pub fn parse_generation<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    endpoint: crate::fields::Endpoint,
+) -> Result<T, ApiError> {
+    let value: serde_json::Value = parse(body)?;
+    crate::fields::check(&value, endpoint)?;
+    serde_json::from_value(value)
+        .map_err(|e| ApiError::invalid(format!("the request does not fit the API: {e}")))
+}
+
+/// A seed for a request that gives none: different for every request, and
+/// within `int64` (the API's type), so sending it back reproduces the text.
+fn fresh_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish() & i64::MAX as u64
+}
+
 /// What one generation runs with, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -194,6 +221,23 @@ impl Common {
                 format!("`top_p` must be in (0, 1], got {top_p}"),
             ));
         }
+        let top_k = match self.top_k {
+            None => 0,
+            Some(k) if k >= 0 => usize::try_from(k).unwrap_or(usize::MAX),
+            Some(k) => {
+                return Err(ApiError::invalid_param(
+                    "top_k",
+                    format!("`top_k` must be 0 (off) or more, got {k}"),
+                ));
+            }
+        };
+        let min_p = self.min_p.unwrap_or(0.0);
+        if !(0.0..=1.0).contains(&min_p) {
+            return Err(ApiError::invalid_param(
+                "min_p",
+                format!("`min_p` must be in [0, 1], got {min_p}"),
+            ));
+        }
         if let Some(n) = self.n
             && n != 1
         {
@@ -231,8 +275,9 @@ impl Common {
             sampling: SamplingParams {
                 temperature: temperature as f32,
                 top_p: top_p as f32,
-                seed: self.seed.map_or(0, |s| s as u64),
-                ..SamplingParams::default()
+                top_k,
+                min_p: min_p as f32,
+                seed: self.seed.map_or_else(fresh_seed, |s| s as u64),
             },
             stop,
             stream: self.stream.unwrap_or(false),
@@ -262,6 +307,15 @@ pub fn chat_messages(messages: &[Message]) -> Result<Vec<ChatMessage>, ApiError>
                 "system" | "developer" => Role::System,
                 "user" => Role::User,
                 "assistant" => Role::Assistant,
+                "tool" | "function" => {
+                    return Err(ApiError::invalid_param(
+                        &format!("messages[{i}].role"),
+                        format!(
+                            "role `{}`: this server does not serve tool calling yet",
+                            m.role
+                        ),
+                    ));
+                }
                 other => {
                     return Err(ApiError::invalid_param(
                         &format!("messages[{i}].role"),
@@ -318,6 +372,14 @@ mod tests {
         assert_eq!(s.stop, vec!["x".to_string()]);
         let s = common(r#"{"model":"m","max_completion_tokens":7,"max_tokens":3}"#).unwrap();
         assert_eq!(s.max_tokens, Some(7));
+        let s = common(r#"{"model":"m","top_k":40,"min_p":0.05,"seed":9}"#).unwrap();
+        assert_eq!((s.sampling.top_k, s.sampling.min_p), (40, 0.05));
+        assert_eq!(s.sampling.seed, 9);
+        // No seed: each request draws its own.
+        let seeds: std::collections::HashSet<u64> = (0..8)
+            .map(|_| common(r#"{"model":"m"}"#).unwrap().sampling.seed)
+            .collect();
+        assert_eq!(seeds.len(), 8);
         for (body, param) in [
             (r#"{"model":"m","max_tokens":0}"#, "max_tokens"),
             (
@@ -327,6 +389,8 @@ mod tests {
             (r#"{"model":"m","temperature":2.5}"#, "temperature"),
             (r#"{"model":"m","top_p":0}"#, "top_p"),
             (r#"{"model":"m","n":2}"#, "n"),
+            (r#"{"model":"m","top_k":-1}"#, "top_k"),
+            (r#"{"model":"m","min_p":1.5}"#, "min_p"),
             (r#"{"model":"m","stop":["a","b","c","d","e"]}"#, "stop"),
         ] {
             let e = common(body).unwrap_err();

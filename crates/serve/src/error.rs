@@ -102,6 +102,31 @@ impl ApiError {
         )
     }
 
+    /// 503: no model to serve yet (`loading`), or its load failed.
+    pub fn not_loaded(why: &str) -> Self {
+        Self {
+            retry_after: Some(5),
+            code: Some("model_not_ready"),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                format!("the model is not ready: {why}"),
+            )
+        }
+    }
+
+    /// 415: a POST body that does not say it is JSON.
+    pub fn not_json(content_type: Option<&str>) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request_error",
+            format!(
+                "the body must be sent as `Content-Type: application/json` (got {})",
+                content_type.map_or("none".into(), |c| format!("`{c}`"))
+            ),
+        )
+    }
+
     /// The JSON body.
     pub fn body(&self) -> serde_json::Value {
         serde_json::json!({

@@ -27,6 +27,75 @@ pub struct Metrics {
     /// (measured).
     pub slo_requests: AtomicU64,
     pub slo_met: AtomicU64,
+    /// Generations that panicked (each followed by an engine rebuild).
+    pub panics: AtomicU64,
+    /// Seconds from a request's arrival to its first confirmed text.
+    pub ttft: Histogram,
+    /// Seconds per output token after the first, per request.
+    pub tpot: Histogram,
+    /// Seconds a request waited in the queue.
+    pub queue_wait: Histogram,
+}
+
+/// Upper bounds of the latency buckets, seconds.
+const LATENCY: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
+/// A Prometheus histogram over [`LATENCY`]'s buckets (a handful of
+/// counters; written here rather than pulling a metrics stack in).
+#[derive(Debug)]
+pub struct Histogram {
+    counts: Mutex<(Vec<u64>, f64)>,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Self {
+            counts: Mutex::new((vec![0; LATENCY.len() + 1], 0.0)),
+        }
+    }
+}
+
+impl Histogram {
+    pub fn observe(&self, seconds: f64) {
+        if !seconds.is_finite() || seconds < 0.0 {
+            return;
+        }
+        let bucket = LATENCY.partition_point(|&le| le < seconds);
+        let mut c = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        c.0[bucket] += 1;
+        c.1 += seconds;
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .iter()
+            .sum()
+    }
+
+    /// The histogram's lines in the text format (cumulative buckets).
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let (counts, sum) = self
+            .counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let _ = writeln!(out, "# HELP arbor_{name} {help}");
+        let _ = writeln!(out, "# TYPE arbor_{name} histogram");
+        let mut total = 0;
+        for (i, n) in counts.iter().enumerate() {
+            total += n;
+            let le = LATENCY.get(i).map_or("+Inf".into(), |b| b.to_string());
+            let _ = writeln!(out, "arbor_{name}_bucket{{le=\"{le}\"}} {total}");
+        }
+        let _ = writeln!(out, "arbor_{name}_sum {sum:.6}");
+        let _ = writeln!(out, "arbor_{name}_count {total}");
+    }
 }
 
 impl Metrics {
@@ -132,6 +201,27 @@ impl Metrics {
             "counter",
             "Weight bytes streamed from disk.",
             get(&self.streamed_bytes).to_string(),
+        );
+        metric(
+            "worker_panics_total",
+            "counter",
+            "Generations that panicked; each rebuilt the engine.",
+            get(&self.panics).to_string(),
+        );
+        self.ttft.render(
+            &mut out,
+            "time_to_first_token_seconds",
+            "From a request's arrival to its first confirmed text.",
+        );
+        self.tpot.render(
+            &mut out,
+            "time_per_output_token_seconds",
+            "Per output token after the first, one observation per request.",
+        );
+        self.queue_wait.render(
+            &mut out,
+            "queue_wait_seconds",
+            "Time a request waited for the engine.",
         );
         out
     }

@@ -1,124 +1,131 @@
 //! The HTTP face: OpenAI's endpoints plus `/health`, `/metrics` and
 //! `/tokenize`. A generation request is checked and tokenized here, queued
-//! for the worker, and answered from what the worker sends back: one JSON
-//! body, or server-sent events in the chunk format the official clients
-//! parse (one id throughout, the role in the first delta, a last chunk with
-//! `finish_reason`, usage on request, then `[DONE]`).
+//! for the worker, and answered from what the worker sends back
+//! ([`crate::respond`]). POST bodies must say they are JSON (a page on
+//! another site cannot send one without the browser asking first, and no
+//! CORS policy answers yes unless `--cors` names that site).
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
-use arbor_engine::{Run, Tokenizer};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, State as Axum};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
+use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
 
 use crate::api::{self, Settings};
 use crate::error::ApiError;
+use crate::fields::Endpoint;
 use crate::metrics::Metrics;
-use crate::worker::{CancelOnDrop, Finish, Job, Out};
-use crate::{Clock, ServeOptions};
+use crate::respond::{self, Kind, Reply};
+use crate::status::{Facts, Phase, Status};
+use crate::worker::{CancelOnDrop, Job};
+use crate::{ServeError, ServeOptions};
 
 /// What every handler shares.
 pub(crate) struct State {
-    jobs: mpsc::Sender<Job>,
-    queue: usize,
-    metrics: Arc<Metrics>,
-    tokenizer: Arc<Tokenizer>,
-    model_id: String,
-    api_key: Option<String>,
-    timeout: Duration,
-    clock: Clock,
-    /// Prompt plus new tokens one request may hold.
-    context: usize,
-    default_max_tokens: usize,
-    resident: u64,
-    started: u64,
-    ids: AtomicU64,
-}
-
-impl State {
-    pub(crate) fn new(
-        run: &Run,
-        options: &ServeOptions,
-        jobs: mpsc::Sender<Job>,
-        tokenizer: Arc<Tokenizer>,
-        metrics: Arc<Metrics>,
-    ) -> Self {
-        let engine = run.engine();
-        let mut context = engine.model().config().context_length;
-        if let Some(m) = engine.memory() {
-            context = context.min(m.context);
-        }
-        if let Some(d) = engine.draft() {
-            context = context.min(d.config().context_length);
-        }
-        let model_id = options.model_id.clone().unwrap_or_else(|| {
-            (engine.path().file_stem()).map_or("arbor".into(), |s| s.to_string_lossy().into_owned())
-        });
-        Self {
-            jobs,
-            queue: options.queue,
-            metrics,
-            tokenizer,
-            model_id,
-            api_key: options.api_key.clone(),
-            timeout: options.timeout,
-            clock: options.clock.clone(),
-            context,
-            default_max_tokens: run.options().max_tokens,
-            resident: engine.memory().map_or(0, |m| m.target_resident_bytes),
-            started: unix_now(),
-            ids: AtomicU64::new(0),
-        }
-    }
+    pub(crate) jobs: mpsc::Sender<Job>,
+    pub(crate) options: ServeOptions,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) status: Arc<Status>,
+    pub(crate) started: u64,
+    pub(crate) ids: AtomicU64,
 }
 
 type Shared = Arc<State>;
 
-pub(crate) fn router(state: State, body_limit: usize) -> Router {
-    Router::new()
+pub(crate) fn router(
+    options: &ServeOptions,
+    jobs: mpsc::Sender<Job>,
+    metrics: Arc<Metrics>,
+    status: Arc<Status>,
+) -> Result<Router, ServeError> {
+    let cors = match &options.cors {
+        None => None,
+        Some(origin) => {
+            let origin = HeaderValue::from_str(origin)
+                .map_err(|_| ServeError::Invalid(format!("--cors `{origin}` is not an origin")))?;
+            Some(
+                tower_http::cors::CorsLayer::new()
+                    .allow_origin(origin)
+                    .allow_methods([Method::GET, Method::POST])
+                    .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE]),
+            )
+        }
+    };
+    let state = State {
+        jobs,
+        options: options.clone(),
+        metrics,
+        status,
+        started: unix_now(),
+        ids: AtomicU64::new(0),
+    };
+    let router = Router::new()
         .route("/health", get(health))
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(metrics_text))
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(model))
         .route("/tokenize", post(tokenize))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .fallback(|| async { ApiError::not_found("no such route") })
-        .layer(DefaultBodyLimit::max(body_limit))
-        .with_state(Arc::new(state))
+        .layer(DefaultBodyLimit::max(options.body_limit))
+        .with_state(Arc::new(state));
+    Ok(match cors {
+        Some(layer) => router.layer(layer),
+        None => router,
+    })
 }
 
 fn unix_now() -> u64 {
     (SystemTime::now().duration_since(SystemTime::UNIX_EPOCH)).map_or(0, |d| d.as_secs())
 }
 
-/// 401 unless the request carries the server's key (when it has one).
+/// The loaded model's facts, or 503 while there is none.
+fn ready(state: &State) -> Result<&Facts, ApiError> {
+    match (state.status.facts(), state.status.phase()) {
+        (_, Phase::Failed(why)) => Err(ApiError::not_loaded(&why)),
+        (Some(f), _) => Ok(f),
+        (None, _) => Err(ApiError::not_loaded("it is loading")),
+    }
+}
+
+/// 401 unless the request carries the server's key (when it has one),
+/// compared in constant time.
 fn authorize(state: &State, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(key) = &state.api_key else {
+    let Some(key) = &state.options.api_key else {
         return Ok(());
     };
     let sent = (headers.get(header::AUTHORIZATION))
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match sent == Some(key.as_str()) {
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+        .unwrap_or_default();
+    match bool::from(sent.ct_eq(key.as_bytes())) {
         true => Ok(()),
         false => Err(ApiError::unauthorized()),
     }
 }
 
-/// The body, or the reason it could not be read (too large: 413).
-fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+/// The body of a POST, which must be JSON (415 otherwise), or the reason
+/// it could not be read (too large: 413).
+fn body(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or("?"));
+    let json = content_type.is_some_and(|c| {
+        let essence = c.split(';').next().unwrap_or("").trim();
+        essence.eq_ignore_ascii_case("application/json")
+    });
+    if !json {
+        return Err(ApiError::not_json(content_type));
+    }
     body.map_err(|e| {
         let status = e.status();
         ApiError {
@@ -128,36 +135,52 @@ fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     })
 }
 
+/// 200 with `ok` when the model serves; 503 with `loading`, `recovering`
+/// (after a panic) or `failed` (and why) otherwise.
 async fn health(Axum(state): Axum<Shared>) -> Response {
     let m = &state.metrics;
-    axum::Json(json!({
-        "status": "ok",
+    let phase = state.status.phase();
+    let mut body = json!({
+        "status": phase.name(),
         "queue": m.queued.load(Ordering::Relaxed),
         "busy": m.busy.load(Ordering::Relaxed) == 1,
-    }))
-    .into_response()
+    });
+    if let Phase::Failed(why) = &phase {
+        body["error"] = why.as_str().into();
+    }
+    let code = match phase {
+        Phase::Ready => StatusCode::OK,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (code, axum::Json(body)).into_response()
 }
 
-async fn metrics(Axum(state): Axum<Shared>) -> Response {
+async fn metrics_text(Axum(state): Axum<Shared>) -> Response {
+    let resident = state.status.facts().map_or(0, |f| f.resident);
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(state.resident),
+        state.metrics.render(resident),
     )
         .into_response()
 }
 
-fn model_object(state: &State) -> Value {
+/// The model object; `max_model_len` is the context one request may fill
+/// (prompt plus new tokens), as vLLM reports it.
+fn model_object(state: &State, facts: &Facts) -> Value {
     json!({
-        "id": state.model_id,
+        "id": facts.model_id,
         "object": "model",
         "created": state.started,
         "owned_by": "arbor",
+        "max_model_len": facts.context,
     })
 }
 
 async fn models(Axum(state): Axum<Shared>, headers: HeaderMap) -> Result<Response, ApiError> {
     authorize(&state, &headers)?;
-    Ok(axum::Json(json!({"object": "list", "data": [model_object(&state)]})).into_response())
+    let facts = ready(&state)?;
+    let list = json!({"object": "list", "data": [model_object(&state, facts)]});
+    Ok(axum::Json(list).into_response())
 }
 
 async fn model(
@@ -166,6 +189,7 @@ async fn model(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     authorize(&state, &headers)?;
+    let facts = ready(&state)?;
     // A percent-escape that decodes to invalid UTF-8 is the client's error,
     // answered in the API's JSON shape like every other.
     let Path(id) = id.map_err(|e| {
@@ -174,24 +198,24 @@ async fn model(
             format!("the model id in the path: {}", e.body_text()),
         )
     })?;
-    check_model(&state, &id)?;
-    Ok(axum::Json(model_object(&state)).into_response())
+    check_model(facts, &id)?;
+    Ok(axum::Json(model_object(&state, facts)).into_response())
 }
 
-fn check_model(state: &State, id: &str) -> Result<(), ApiError> {
-    match id == state.model_id {
+fn check_model(facts: &Facts, id: &str) -> Result<(), ApiError> {
+    match id == facts.model_id {
         true => Ok(()),
         false => Err(ApiError::not_found(format!(
             "the model `{id}` does not exist: this server serves `{}`",
-            state.model_id
+            facts.model_id
         ))),
     }
 }
 
-/// Token ids of a prompt: raw text, or chat messages through the model's
-/// template.
-fn encode(state: &State, text: &str) -> Result<Vec<u32>, ApiError> {
-    let ids = (state.tokenizer.encode(text))
+/// Token ids of a raw-text prompt (special-token text in it is special:
+/// its writer wrote the whole prompt).
+fn encode(facts: &Facts, text: &str) -> Result<Vec<u32>, ApiError> {
+    let ids = (facts.tokenizer.encode(text))
         .map_err(|e| ApiError::invalid(format!("the prompt could not be tokenized: {e}")))?;
     match ids.is_empty() {
         true => Err(ApiError::invalid_param("prompt", "the prompt is empty")),
@@ -199,10 +223,26 @@ fn encode(state: &State, text: &str) -> Result<Vec<u32>, ApiError> {
     }
 }
 
-fn chat_text(state: &State, messages: &[api::Message]) -> Result<String, ApiError> {
+/// Token ids of a chat through the model's template. Special-token text
+/// in a message is encoded as text unless the server opted in.
+fn encode_chat(
+    state: &State,
+    facts: &Facts,
+    messages: &[api::Message],
+) -> Result<Vec<u32>, ApiError> {
     let messages = api::chat_messages(messages)?;
-    (state.tokenizer.chat_prompt(&messages))
-        .map_err(|e| ApiError::invalid_param("messages", format!("the chat template: {e}")))
+    let tokenizer = &facts.tokenizer;
+    let ids = match state.options.special_tokens_in_content {
+        true => tokenizer
+            .chat_prompt(&messages)
+            .and_then(|text| tokenizer.encode(&text)),
+        false => tokenizer.encode_chat(&messages),
+    };
+    let ids = ids.map_err(|e| ApiError::invalid_param("messages", format!("the chat: {e}")))?;
+    match ids.is_empty() {
+        true => Err(ApiError::invalid_param("messages", "the prompt is empty")),
+        false => Ok(ids),
+    }
 }
 
 async fn tokenize(
@@ -211,26 +251,25 @@ async fn tokenize(
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     authorize(&state, &headers)?;
-    let request: api::TokenizeRequest = api::parse(&body(raw)?)?;
-    let text = match (&request.content, &request.messages) {
-        (Some(text), None) => text.clone(),
-        (None, Some(messages)) => chat_text(&state, messages)?,
+    let request: api::TokenizeRequest = api::parse(&body(&headers, raw)?)?;
+    let facts = ready(&state)?;
+    let tokens = match (&request.content, &request.messages) {
+        (Some(text), None) => (facts.tokenizer.encode(text))
+            .map_err(|e| ApiError::invalid(format!("the text could not be tokenized: {e}")))?,
+        (None, Some(messages)) => encode_chat(&state, facts, messages)?,
         _ => {
             return Err(ApiError::invalid(
                 "give either `content` (text) or `messages` (a chat)",
             ));
         }
     };
-    let tokens = (state.tokenizer.encode(&text))
-        .map_err(|e| ApiError::invalid(format!("the text could not be tokenized: {e}")))?;
     Ok(axum::Json(json!({"count": tokens.len(), "tokens": tokens})).into_response())
 }
 
-/// Which endpoint a generation answers: their bodies differ.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Chat,
-    Text,
+/// Tests only: whether the body asks for an injected fault.
+fn fault(state: &State, raw: &[u8]) -> bool {
+    (state.options.fault_trigger.as_deref())
+        .is_some_and(|t| raw.windows(t.len().max(1)).any(|w| w == t.as_bytes()))
 }
 
 async fn chat(
@@ -238,16 +277,21 @@ async fn chat(
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
     authorize(&state, &headers)?;
-    let request: api::ChatRequest = api::parse(&body(raw)?)?;
+    let raw = body(&headers, raw)?;
+    let request: api::ChatRequest = api::parse_generation(&raw, Endpoint::Chat)?;
     let settings = request.common.settings()?;
-    check_model(&state, &request.common.model)?;
-    let prompt = encode(&state, &chat_text(&state, &request.messages)?)?;
+    let facts = ready(&state)?;
+    check_model(facts, &request.common.model)?;
+    let prompt = encode_chat(&state, facts, &request.messages)?;
     let protected = match settings.slo {
-        Some(_) => Some(template_tokens(&state, &request.messages, &prompt)?),
+        Some(_) => Some(template_tokens(facts, &request.messages, &prompt)?),
         None => None,
     };
-    generate(state, Kind::Chat, prompt, protected, settings).await
+    let fault = fault(&state, &raw);
+    let job = (Kind::Chat, prompt, protected, settings, arrived, fault);
+    generate(state.clone(), job).await
 }
 
 async fn completions(
@@ -255,25 +299,30 @@ async fn completions(
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
     authorize(&state, &headers)?;
-    let request: api::CompletionRequest = api::parse(&body(raw)?)?;
+    let raw = body(&headers, raw)?;
+    let request: api::CompletionRequest = api::parse_generation(&raw, Endpoint::Completion)?;
     let mut settings = request.common.settings()?;
-    check_model(&state, &request.common.model)?;
+    let facts = ready(&state)?;
+    check_model(facts, &request.common.model)?;
     // OpenAI's default for completions.
     settings.max_tokens = settings.max_tokens.or(Some(16));
-    let prompt = encode(&state, &api::one_prompt(&request.prompt)?)?;
+    let prompt = encode(facts, &api::one_prompt(&request.prompt)?)?;
     // A raw prompt keeps its first and last token at every prompt level.
     let protected = settings
         .slo
         .map(|_| arbor_engine::slo::protected_mask(&prompt, &[]));
-    generate(state, Kind::Text, prompt, protected, settings).await
+    let fault = fault(&state, &raw);
+    let job = (Kind::Text, prompt, protected, settings, arrived, fault);
+    generate(state.clone(), job).await
 }
 
 /// Which tokens of a chat prompt its template wrote (and the system
 /// turns): those it shares, before and after, with the same conversation
 /// whose user and assistant turns are empty. No prompt level drops them.
 fn template_tokens(
-    state: &State,
+    facts: &Facts,
     messages: &[api::Message],
     prompt: &[u32],
 ) -> Result<Vec<bool>, ApiError> {
@@ -283,26 +332,24 @@ fn template_tokens(
             m.content.clear();
         }
     }
-    let text = (state.tokenizer.chat_prompt(&empty))
-        .map_err(|e| ApiError::invalid_param("messages", format!("the chat template: {e}")))?;
-    let ids = (state.tokenizer.encode(&text))
-        .map_err(|e| ApiError::invalid(format!("the prompt could not be tokenized: {e}")))?;
+    let ids = (facts.tokenizer.encode_chat(&empty))
+        .map_err(|e| ApiError::invalid_param("messages", format!("the chat: {e}")))?;
     Ok(arbor_engine::slo::protected_mask(prompt, &ids))
 }
 
+/// A checked request: endpoint, prompt, protected tokens, settings, when
+/// it arrived, and whether a test asked it to fail.
+type Checked = (Kind, Vec<u32>, Option<Vec<bool>>, Settings, Instant, bool);
+
 /// Queues a checked request and answers it.
-async fn generate(
-    state: Shared,
-    kind: Kind,
-    prompt: Vec<u32>,
-    protected: Option<Vec<bool>>,
-    settings: Settings,
-) -> Result<Response, ApiError> {
-    let room = state.context.saturating_sub(prompt.len());
+async fn generate(state: Shared, checked: Checked) -> Result<Response, ApiError> {
+    let (kind, prompt, protected, settings, arrived, fault) = checked;
+    let facts = ready(&state)?;
+    let room = facts.context.saturating_sub(prompt.len());
     let max_tokens = match settings.max_tokens {
         _ if room == 0 => 0,
         Some(n) => n,
-        None => state.default_max_tokens.min(room),
+        None => facts.default_max_tokens.map_or(room, |d| d.min(room)),
     };
     if max_tokens == 0 || max_tokens > room {
         return Err(ApiError {
@@ -313,15 +360,17 @@ async fn generate(
                     "the prompt's {} tokens and {max_tokens} new ones exceed the context of {} \
                      tokens",
                     prompt.len(),
-                    state.context
+                    facts.context
                 ),
             )
         });
     }
+    let timeout = state.options.timeout;
+    let clock = state.options.clock.clone();
     let cancel = Arc::new(AtomicBool::new(false));
     let guard = CancelOnDrop(cancel.clone());
     let (tx, rx) = mpsc::unbounded_channel();
-    let deadline = state.clock.now() + state.timeout;
+    let deadline = clock.now() + timeout;
     let job = Job {
         prompt,
         protected,
@@ -330,8 +379,10 @@ async fn generate(
         out: tx,
         cancel,
         deadline,
-        timeout: state.timeout,
-        clock: state.clock.clone(),
+        timeout,
+        clock,
+        arrived,
+        fault,
     };
     state.metrics.queued.fetch_add(1, Ordering::Relaxed);
     if let Err(e) = state.jobs.try_send(job) {
@@ -339,244 +390,34 @@ async fn generate(
         return Err(match e {
             mpsc::error::TrySendError::Full(_) => {
                 state.metrics.rejected.fetch_add(1, Ordering::Relaxed);
-                ApiError::busy(state.queue)
+                ApiError::busy(state.options.queue)
             }
             mpsc::error::TrySendError::Closed(_) => ApiError::unavailable(),
         });
     }
     state.metrics.requests.fetch_add(1, Ordering::Relaxed);
-    let id = format!(
-        "{}-{}-{}",
-        if kind == Kind::Chat {
-            "chatcmpl"
-        } else {
-            "cmpl"
-        },
-        state.started,
-        state.ids.fetch_add(1, Ordering::Relaxed)
-    );
+    let prefix = match kind {
+        Kind::Chat => "chatcmpl",
+        Kind::Text => "cmpl",
+    };
+    let n = state.ids.fetch_add(1, Ordering::Relaxed);
     let reply = Reply {
-        id,
+        id: format!("{prefix}-{}-{n}", state.started),
         kind,
-        model: state.model_id.clone(),
+        model: facts.model_id.clone(),
         created: unix_now(),
     };
     match settings.stream {
-        true => Ok(stream(
+        true => Ok(respond::stream(
             reply,
             rx,
             guard,
             deadline,
             settings.include_usage,
-            state.timeout,
+            timeout,
         )),
-        false => whole(reply, rx, guard, deadline, state.timeout).await,
+        false => respond::whole(reply, rx, guard, deadline, timeout).await,
     }
-}
-
-/// What every response body of one request repeats.
-struct Reply {
-    id: String,
-    kind: Kind,
-    model: String,
-    created: u64,
-}
-
-impl Reply {
-    fn object(&self, chunk: bool) -> &'static str {
-        match (self.kind, chunk) {
-            (Kind::Chat, false) => "chat.completion",
-            (Kind::Chat, true) => "chat.completion.chunk",
-            (Kind::Text, _) => "text_completion",
-        }
-    }
-
-    fn usage(f: &Finish) -> Value {
-        json!({
-            "prompt_tokens": f.prompt_tokens,
-            "completion_tokens": f.completion_tokens,
-            "total_tokens": f.prompt_tokens + f.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": f.cached_tokens},
-        })
-    }
-
-    /// arbor's own account of the generation.
-    fn arbor(f: &Finish) -> Value {
-        let mut v = json!({
-            "strategy": f.strategy,
-            "tokens_per_pass": f.tokens_per_pass,
-            "decode_tokens_per_second": f.decode_tok_s,
-        });
-        if let Some(slo) = &f.slo {
-            v["slo"] = slo.clone();
-        }
-        v
-    }
-
-    fn whole(&self, text: String, f: &Finish) -> Value {
-        let choice = match self.kind {
-            Kind::Chat => json!({
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": f.reason,
-                "logprobs": null,
-            }),
-            Kind::Text => json!({
-                "index": 0,
-                "text": text,
-                "finish_reason": f.reason,
-                "logprobs": null,
-            }),
-        };
-        json!({
-            "id": self.id,
-            "object": self.object(false),
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice],
-            "usage": Self::usage(f),
-            "arbor": Self::arbor(f),
-        })
-    }
-
-    /// A chunk with one choice: `delta` text (and the role first, for
-    /// chat), or the finish reason.
-    fn chunk(&self, text: Option<&str>, first: bool, finish: Option<&str>) -> Value {
-        let choice = match self.kind {
-            Kind::Chat => {
-                let mut delta = serde_json::Map::new();
-                if first {
-                    delta.insert("role".into(), "assistant".into());
-                }
-                if let Some(t) = text {
-                    delta.insert("content".into(), t.into());
-                }
-                json!({"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null})
-            }
-            Kind::Text => json!({
-                "index": 0,
-                "text": text.unwrap_or(""),
-                "finish_reason": finish,
-                "logprobs": null,
-            }),
-        };
-        self.frame(vec![choice])
-    }
-
-    fn frame(&self, choices: Vec<Value>) -> Value {
-        json!({
-            "id": self.id,
-            "object": self.object(true),
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-        })
-    }
-}
-
-/// The next message from the worker, or a timeout error at the deadline
-/// (with a grace second: the worker reports its own timeouts first).
-async fn next(rx: &mut mpsc::UnboundedReceiver<Out>, deadline: Instant, timeout: Duration) -> Out {
-    let until = tokio::time::Instant::from_std(deadline + Duration::from_secs(1));
-    match tokio::time::timeout_at(until, rx.recv()).await {
-        Ok(Some(out)) => out,
-        Ok(None) => Out::Failed(ApiError::server("the generation ended without a result")),
-        Err(_) => Out::Failed(ApiError::timeout(timeout.as_secs_f64())),
-    }
-}
-
-async fn whole(
-    reply: Reply,
-    mut rx: mpsc::UnboundedReceiver<Out>,
-    guard: CancelOnDrop,
-    deadline: Instant,
-    timeout: Duration,
-) -> Result<Response, ApiError> {
-    let mut text = String::new();
-    loop {
-        match next(&mut rx, deadline, timeout).await {
-            Out::Text(t) => text.push_str(&t),
-            Out::Provisional(_) | Out::Rollback(_) => {}
-            Out::Done(f) => {
-                drop(guard);
-                return Ok(axum::Json(reply.whole(text, &f)).into_response());
-            }
-            // Dropping the guard cancels the generation.
-            Out::Failed(e) => return Err(e),
-        }
-    }
-}
-
-/// Server-sent events fed by a task that forwards the worker's messages;
-/// the task (and with it the cancel guard) ends when the client leaves.
-fn stream(
-    reply: Reply,
-    mut rx: mpsc::UnboundedReceiver<Out>,
-    guard: CancelOnDrop,
-    deadline: Instant,
-    include_usage: bool,
-    timeout: Duration,
-) -> Response {
-    let (tx, events) = mpsc::channel::<Result<Event, Infallible>>(64);
-    tokio::spawn(async move {
-        let _guard = guard;
-        let send = |v: Value| Event::default().data(v.to_string());
-        let mut first = true;
-        if reply.kind == Kind::Chat
-            && tx
-                .send(Ok(send(reply.chunk(None, true, None))))
-                .await
-                .is_err()
-        {
-            return;
-        }
-        first = first && reply.kind != Kind::Chat;
-        loop {
-            let out = tokio::select! {
-                out = next(&mut rx, deadline, timeout) => out,
-                _ = tx.closed() => return,
-            };
-            let (event, last) = match out {
-                Out::Text(t) => {
-                    let e = send(reply.chunk(Some(&t), first, None));
-                    first = false;
-                    (e, false)
-                }
-                Out::Provisional(t) => {
-                    let mut v = reply.frame(vec![]);
-                    v["arbor"] = json!({"provisional": t});
-                    (send(v), false)
-                }
-                Out::Rollback(n) => {
-                    let mut v = reply.frame(vec![]);
-                    v["arbor"] = json!({"rollback": n});
-                    (send(v), false)
-                }
-                Out::Done(f) => {
-                    let mut end = reply.chunk(None, false, Some(f.reason));
-                    end["arbor"] = Reply::arbor(&f);
-                    if tx.send(Ok(send(end))).await.is_err() {
-                        return;
-                    }
-                    if include_usage {
-                        let mut usage = reply.frame(vec![]);
-                        usage["usage"] = Reply::usage(&f);
-                        if tx.send(Ok(send(usage))).await.is_err() {
-                            return;
-                        }
-                    }
-                    (Event::default().data("[DONE]"), true)
-                }
-                Out::Failed(e) => (send(e.body()), true),
-            };
-            if tx.send(Ok(event)).await.is_err() || last {
-                return;
-            }
-        }
-    });
-    let body = Sse::new(tokio_stream::wrappers::ReceiverStream::new(events))
-        .keep_alive(KeepAlive::default());
-    (StatusCode::OK, body).into_response()
 }
 
 #[cfg(test)]

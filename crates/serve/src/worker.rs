@@ -1,9 +1,12 @@
-//! The one thread that owns the engine run: it takes requests from a
-//! bounded queue in order and generates for each, sending text to the
-//! request's handler as it is confirmed. A request whose client has left,
-//! or whose time is up, is stopped within one pass (the decoding loop reads
-//! its cancel flag between passes).
+//! The one thread that owns the engine run: it loads it, takes requests
+//! from a bounded queue in order and generates for each, sending text to
+//! the request's handler as it is confirmed. A request whose client has
+//! left, or whose time is up, is stopped within one pass (the decoding loop
+//! reads its cancel flag between passes). A generation that panics fails
+//! its request with a 500; the run, whose caches it may have left half
+//! written, is dropped and loaded again.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -12,11 +15,12 @@ use arbor_engine::slo::{SloError, SloPrompt, SloReport, SloTables, protected_mas
 use arbor_engine::{EngineError, Run, StopReason, TextEvent};
 use tokio::sync::mpsc;
 
-use crate::Clock;
 use crate::api::Settings;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::status::{Facts, Phase, Status};
 use crate::stops::StopScanner;
+use crate::{Clock, Loader, ServeOptions, Served};
 
 /// One generation request, as the worker gets it.
 pub struct Job {
@@ -33,6 +37,10 @@ pub struct Job {
     pub timeout: Duration,
     /// What `deadline` is read against.
     pub clock: Clock,
+    /// When the request arrived (for the latency histograms).
+    pub arrived: Instant,
+    /// Tests only: panic at the first token.
+    pub fault: bool,
 }
 
 /// What the worker sends a request's handler.
@@ -60,6 +68,8 @@ pub struct Finish {
     pub tokens_per_pass: f64,
     pub decode_tok_s: f64,
     pub strategy: String,
+    /// The sampling seed (drawn afresh when the request gave none).
+    pub seed: u64,
     /// How a request with an objective was served (its `arbor.slo`).
     pub slo: Option<serde_json::Value>,
 }
@@ -74,20 +84,108 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// Serves jobs until the queue closes (every sender dropped: shutdown).
-/// `slo`: the elastic target's tables, for requests with an objective.
-pub fn run_worker(
-    mut run: Run,
+/// Loads the run, then serves jobs until the queue closes (every sender
+/// dropped: shutdown). Requests that find no run (its load failed) get 503.
+pub(crate) fn run_worker(
+    mut load: Loader,
     mut jobs: mpsc::Receiver<Job>,
     metrics: Arc<Metrics>,
-    slo: Option<SloTables>,
+    status: Arc<Status>,
+    options: ServeOptions,
 ) {
+    let mut served = open(&mut load, &status, &options);
     while let Some(job) = jobs.blocking_recv() {
         metrics.queued.fetch_sub(1, Ordering::Relaxed);
+        metrics
+            .queue_wait
+            .observe(job.arrived.elapsed().as_secs_f64());
+        let Some(s) = served.as_mut() else {
+            let why = match status.phase() {
+                Phase::Failed(why) => why,
+                _ => "the model is not loaded".into(),
+            };
+            let _ = job.out.send(Out::Failed(ApiError::not_loaded(&why)));
+            continue;
+        };
+        let out = job.out.clone();
         metrics.busy.store(1, Ordering::Relaxed);
-        serve(&mut run, job, &metrics, slo.as_ref());
+        let slo = s.slo.as_ref().or(options.slo.as_ref());
+        let result = catch_unwind(AssertUnwindSafe(|| serve(&mut s.run, job, &metrics, slo)));
         metrics.busy.store(0, Ordering::Relaxed);
+        if let Err(panic) = result {
+            let what = panic_message(&panic);
+            metrics.panics.fetch_add(1, Ordering::Relaxed);
+            metrics.errors.fetch_add(1, Ordering::Relaxed);
+            // Recovering before the 500 goes out: a client that reads
+            // `/health` on its error sees the state the server is in.
+            status.set(Phase::Recovering);
+            let _ = out.send(Out::Failed(ApiError::server(format!(
+                "the engine failed on this request ({what}); it is being reloaded"
+            ))));
+            // The run may hold half-written caches: dropped, never reused.
+            let dropped = catch_unwind(AssertUnwindSafe(|| drop(served.take())));
+            drop(dropped);
+            served = open(&mut load, &status, &options);
+        }
     }
+}
+
+/// Runs the loader (a panic in it counts as a failure), publishes what the
+/// handlers need on the first success, and sets the phase.
+fn open(load: &mut Loader, status: &Status, options: &ServeOptions) -> Option<Served> {
+    let loaded = match catch_unwind(AssertUnwindSafe(&mut *load)) {
+        Ok(r) => r,
+        Err(panic) => Err(format!("loading panicked: {}", panic_message(&panic))),
+    };
+    let facts = loaded.and_then(|mut s| {
+        if status.facts().is_none() {
+            status.publish(facts(&s.run, options)?);
+        }
+        // A conversation's next turn prefills only its new tokens.
+        s.run.set_prompt_cache(true);
+        Ok(s)
+    });
+    match facts {
+        Ok(s) => {
+            status.set(Phase::Ready);
+            Some(s)
+        }
+        Err(why) => {
+            status.set(Phase::Failed(why));
+            None
+        }
+    }
+}
+
+/// The handlers' view of a loaded run (with a tokenizer of their own: the
+/// worker's is inside the run).
+fn facts(run: &Run, options: &ServeOptions) -> Result<Facts, String> {
+    let engine = run.engine();
+    let file = arbor_gguf::GgufFile::open(engine.path()).map_err(|e| e.to_string())?;
+    let tokenizer = arbor_engine::Tokenizer::from_gguf(file.header()).map_err(|e| e.to_string())?;
+    let mut context = engine.model().config().context_length;
+    if let Some(m) = engine.memory() {
+        context = context.min(m.context);
+    }
+    if let Some(d) = engine.draft() {
+        context = context.min(d.config().context_length);
+    }
+    let model_id = options.model_id.clone().unwrap_or_else(|| {
+        (engine.path().file_stem()).map_or("arbor".into(), |s| s.to_string_lossy().into_owned())
+    });
+    Ok(Facts {
+        tokenizer: Arc::new(tokenizer),
+        model_id,
+        context,
+        default_max_tokens: run.config().max_tokens,
+        resident: engine.memory().map_or(0, |m| m.target_resident_bytes),
+    })
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    (panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
 }
 
 fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
@@ -120,9 +218,17 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
     let (mut timed_out, mut gone) = (false, false);
     let provisional = job.settings.provisional;
     let cached_tokens = run.cached_prefix(&job.prompt);
+    let mut first: Option<Instant> = None;
     let mut on = |event: TextEvent<'_>| {
         let sent = match event {
             TextEvent::Confirmed(text) => {
+                if first.is_none() {
+                    first = Some(Instant::now());
+                    metrics.ttft.observe(job.arrived.elapsed().as_secs_f64());
+                    if job.fault {
+                        panic!("a test asked this generation to fail");
+                    }
+                }
                 let text = stops.push(text);
                 if stops.stopped() {
                     job.cancel.store(true, Ordering::Relaxed);
@@ -206,6 +312,12 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
     (metrics.streamed_bytes).fetch_add(g.stream.bytes, Ordering::Relaxed);
     *metrics.last.lock().unwrap_or_else(|e| e.into_inner()) =
         (g.stats.decode_tok_s(), g.stats.mean_accepted());
+    if let Some(t) = first
+        && g.tokens.len() > 1
+    {
+        let per = t.elapsed().as_secs_f64() / (g.tokens.len() - 1) as f64;
+        metrics.tpot.observe(per);
+    }
     if timed_out && !stops.stopped() {
         return fail(ApiError::timeout(job.timeout.as_secs_f64()));
     }
@@ -230,6 +342,7 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
         tokens_per_pass: g.stats.mean_accepted(),
         decode_tok_s: g.stats.decode_tok_s(),
         strategy,
+        seed: job.settings.sampling.seed,
         slo: report.as_ref().map(slo_summary),
     }));
 }

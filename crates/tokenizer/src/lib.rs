@@ -16,11 +16,13 @@
 //! from the GGUF keys, `pretokenize` picks the word splitting, `bpe` builds
 //! the merge model, `packed` stores the token strings, and `bytelevel`,
 //! `stream` and `chat` cover the byte alphabet, streaming and chat prompts,
-//! and `template` runs the file's Jinja chat template.
+//! `template` runs the file's Jinja chat template, and `content` encodes a
+//! chat whose message text stays text (special-token text included).
 
 mod bpe;
 mod bytelevel;
 mod chat;
+mod content;
 mod metadata;
 mod packed;
 mod pretokenize;
@@ -58,6 +60,13 @@ pub enum TokenizerError {
     /// holds that message. This is a problem with the request, not the model.
     #[error("the chat template rejected the conversation: {0}")]
     ChatTemplateRejected(String),
+    /// Message text holds special-token text and the chat template does
+    /// not copy message text verbatim, so it cannot be kept as text.
+    #[error(
+        "message {message} holds the special token `{token}` as text, and this model's chat \
+         template rewrites message text, so it cannot be kept as plain text"
+    )]
+    SpecialTextInContent { message: usize, token: String },
     #[error("tokenizer backend: {0}")]
     Backend(#[source] tokenizers::Error),
 }
@@ -132,6 +141,9 @@ pub struct Tokenizer {
     pad: Option<u32>,
     stop: Vec<u32>,
     chat: ChatFormat,
+    /// `inner` with special-token matching off, made on first use
+    /// ([`Tokenizer::encode_chat`]).
+    plain: std::sync::OnceLock<tokenizers::Tokenizer>,
 }
 
 impl std::fmt::Debug for Tokenizer {

@@ -223,6 +223,7 @@ impl Tokenizer {
             pad,
             stop,
             chat,
+            plain: std::sync::OnceLock::new(),
         })
     }
 }

@@ -14,7 +14,6 @@
 //! `name: value`, an empty line, then the body (any bytes).
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use arbor_engine::Tokenizer;
@@ -25,9 +24,10 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tower::ServiceExt;
 
-use super::{State, router};
+use super::router;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::status::{Facts, Phase, Status};
 use crate::worker::{Finish, Job, Out};
 use crate::{ServeOptions, api};
 
@@ -78,6 +78,7 @@ async fn stand_in_worker(mut jobs: mpsc::Receiver<Job>) {
             tokens_per_pass: 1.0,
             decode_tok_s: 1.0,
             strategy: "autoregressive".into(),
+            seed: 0,
             slo: None,
         }));
     }
@@ -95,24 +96,21 @@ fn app() -> (axum::Router, tokio::runtime::Runtime) {
     let options = ServeOptions {
         api_key: Some(KEY.into()),
         timeout: Duration::from_secs(600),
+        body_limit: BODY_LIMIT,
         ..ServeOptions::default()
     };
-    let state = State {
-        jobs,
-        queue: options.queue,
-        metrics: Arc::new(Metrics::default()),
+    let status = Arc::new(Status::default());
+    status.publish(Facts {
         tokenizer: Arc::new(tokenizer()),
         model_id: MODEL.into(),
-        api_key: options.api_key.clone(),
-        timeout: options.timeout,
-        clock: options.clock.clone(),
         context: CONTEXT,
-        default_max_tokens: 16,
+        default_max_tokens: Some(16),
         resident: 0,
-        started: 0,
-        ids: AtomicU64::new(0),
-    };
-    (router(state, BODY_LIMIT), runtime)
+    });
+    status.set(Phase::Ready);
+    let metrics = Arc::new(Metrics::default());
+    let app = router(&options, jobs, metrics, status).expect("router");
+    (app, runtime)
 }
 
 /// The request an input describes, or `None` when `http` cannot represent
@@ -150,7 +148,7 @@ fn check(app: &axum::Router, runtime: &tokio::runtime::Runtime, input: &[u8]) ->
     });
     let text = String::from_utf8_lossy(&body);
     assert!(
-        [200, 400, 401, 404, 405, 413, 429, 503].contains(&status.as_u16()),
+        [200, 400, 401, 404, 405, 413, 415, 429, 503].contains(&status.as_u16()),
         "status {status} for {path}: {text}"
     );
     if status == StatusCode::METHOD_NOT_ALLOWED {
@@ -225,6 +223,11 @@ const DICTIONARY: &[&str] = &[
     "\"temperature\":",
     "\"top_p\":",
     "\"seed\":",
+    "\"top_k\":",
+    "\"min_p\":",
+    "\"tools\":",
+    "\"response_format\":",
+    "content-type: text/plain",
     "\"stop\":",
     "\"stream\":",
     "\"stream_options\":",

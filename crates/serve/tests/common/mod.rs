@@ -192,14 +192,8 @@ impl LanguageModel for Paced {
     }
 }
 
-/// A server over the model at `path` whose target passes go through
-/// `gate`.
-pub fn serve_paced(
-    path: &std::path::Path,
-    config: RunConfig,
-    options: ServeOptions,
-    gate: &Gate,
-) -> Server {
+/// A run over the model at `path` whose target passes go through `gate`.
+pub fn paced_run(path: &std::path::Path, config: RunConfig, gate: &Gate) -> arbor_engine::Run {
     let config = RunConfig {
         target: Some(path.to_str().unwrap().into()),
         backend: Some("candle".into()),
@@ -208,5 +202,17 @@ pub fn serve_paced(
     let mut run = Engine::open(&config, &mut |_| {}).unwrap();
     let gate = gate.clone();
     (run.engine_mut()).wrap_model(move |inner| Box::new(Paced { inner, gate }));
+    run
+}
+
+/// A server over the model at `path` whose target passes go through
+/// `gate`.
+pub fn serve_paced(
+    path: &std::path::Path,
+    config: RunConfig,
+    options: ServeOptions,
+    gate: &Gate,
+) -> Server {
+    let run = paced_run(path, config, gate);
     arbor_serve::start(run, ServeOptions { port: 0, ..options }).unwrap()
 }

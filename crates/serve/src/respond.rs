@@ -1,0 +1,229 @@
+//! Answering a queued request from what the worker sends back: one JSON
+//! body, or server-sent events in the chunk format the official clients
+//! parse (one id throughout, the role in the first delta, a last chunk with
+//! `finish_reason`, usage on request, then `[DONE]`).
+
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::error::ApiError;
+use crate::worker::{CancelOnDrop, Finish, Out};
+
+/// Which endpoint a generation answers: their bodies differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Chat,
+    Text,
+}
+
+/// What every response body of one request repeats.
+pub(crate) struct Reply {
+    pub id: String,
+    pub kind: Kind,
+    pub model: String,
+    pub created: u64,
+}
+
+impl Reply {
+    fn object(&self, chunk: bool) -> &'static str {
+        match (self.kind, chunk) {
+            (Kind::Chat, false) => "chat.completion",
+            (Kind::Chat, true) => "chat.completion.chunk",
+            (Kind::Text, _) => "text_completion",
+        }
+    }
+
+    fn usage(f: &Finish) -> Value {
+        json!({
+            "prompt_tokens": f.prompt_tokens,
+            "completion_tokens": f.completion_tokens,
+            "total_tokens": f.prompt_tokens + f.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": f.cached_tokens},
+        })
+    }
+
+    /// arbor's own account of the generation.
+    fn arbor(f: &Finish) -> Value {
+        let mut v = json!({
+            "strategy": f.strategy,
+            "tokens_per_pass": f.tokens_per_pass,
+            "decode_tokens_per_second": f.decode_tok_s,
+            "seed": f.seed,
+        });
+        if let Some(slo) = &f.slo {
+            v["slo"] = slo.clone();
+        }
+        v
+    }
+
+    fn whole(&self, text: String, f: &Finish) -> Value {
+        let choice = match self.kind {
+            Kind::Chat => json!({
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": f.reason,
+                "logprobs": null,
+            }),
+            Kind::Text => json!({
+                "index": 0,
+                "text": text,
+                "finish_reason": f.reason,
+                "logprobs": null,
+            }),
+        };
+        json!({
+            "id": self.id,
+            "object": self.object(false),
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": Self::usage(f),
+            "arbor": Self::arbor(f),
+        })
+    }
+
+    /// A chunk with one choice: `delta` text (and the role first, for
+    /// chat), or the finish reason.
+    fn chunk(&self, text: Option<&str>, first: bool, finish: Option<&str>) -> Value {
+        let choice = match self.kind {
+            Kind::Chat => {
+                let mut delta = serde_json::Map::new();
+                if first {
+                    delta.insert("role".into(), "assistant".into());
+                }
+                if let Some(t) = text {
+                    delta.insert("content".into(), t.into());
+                }
+                json!({"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null})
+            }
+            Kind::Text => json!({
+                "index": 0,
+                "text": text.unwrap_or(""),
+                "finish_reason": finish,
+                "logprobs": null,
+            }),
+        };
+        self.frame(vec![choice])
+    }
+
+    fn frame(&self, choices: Vec<Value>) -> Value {
+        json!({
+            "id": self.id,
+            "object": self.object(true),
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        })
+    }
+}
+
+/// The next message from the worker, or a timeout error at the deadline
+/// (with a grace second: the worker reports its own timeouts first).
+async fn next(rx: &mut mpsc::UnboundedReceiver<Out>, deadline: Instant, timeout: Duration) -> Out {
+    let until = tokio::time::Instant::from_std(deadline + Duration::from_secs(1));
+    match tokio::time::timeout_at(until, rx.recv()).await {
+        Ok(Some(out)) => out,
+        Ok(None) => Out::Failed(ApiError::server("the generation ended without a result")),
+        Err(_) => Out::Failed(ApiError::timeout(timeout.as_secs_f64())),
+    }
+}
+
+pub(crate) async fn whole(
+    reply: Reply,
+    mut rx: mpsc::UnboundedReceiver<Out>,
+    guard: CancelOnDrop,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<Response, ApiError> {
+    let mut text = String::new();
+    loop {
+        match next(&mut rx, deadline, timeout).await {
+            Out::Text(t) => text.push_str(&t),
+            Out::Provisional(_) | Out::Rollback(_) => {}
+            Out::Done(f) => {
+                drop(guard);
+                return Ok(axum::Json(reply.whole(text, &f)).into_response());
+            }
+            // Dropping the guard cancels the generation.
+            Out::Failed(e) => return Err(e),
+        }
+    }
+}
+
+/// Server-sent events fed by a task that forwards the worker's messages;
+/// the task (and with it the cancel guard) ends when the client leaves.
+pub(crate) fn stream(
+    reply: Reply,
+    mut rx: mpsc::UnboundedReceiver<Out>,
+    guard: CancelOnDrop,
+    deadline: Instant,
+    include_usage: bool,
+    timeout: Duration,
+) -> Response {
+    let (tx, events) = mpsc::channel::<Result<Event, Infallible>>(64);
+    tokio::spawn(async move {
+        let _guard = guard;
+        let send = |v: Value| Event::default().data(v.to_string());
+        let mut first = true;
+        if reply.kind == Kind::Chat
+            && tx
+                .send(Ok(send(reply.chunk(None, true, None))))
+                .await
+                .is_err()
+        {
+            return;
+        }
+        first = first && reply.kind != Kind::Chat;
+        loop {
+            let out = tokio::select! {
+                out = next(&mut rx, deadline, timeout) => out,
+                _ = tx.closed() => return,
+            };
+            let (event, last) = match out {
+                Out::Text(t) => {
+                    let e = send(reply.chunk(Some(&t), first, None));
+                    first = false;
+                    (e, false)
+                }
+                Out::Provisional(t) => {
+                    let mut v = reply.frame(vec![]);
+                    v["arbor"] = json!({"provisional": t});
+                    (send(v), false)
+                }
+                Out::Rollback(n) => {
+                    let mut v = reply.frame(vec![]);
+                    v["arbor"] = json!({"rollback": n});
+                    (send(v), false)
+                }
+                Out::Done(f) => {
+                    let mut end = reply.chunk(None, false, Some(f.reason));
+                    end["arbor"] = Reply::arbor(&f);
+                    if tx.send(Ok(send(end))).await.is_err() {
+                        return;
+                    }
+                    if include_usage {
+                        let mut usage = reply.frame(vec![]);
+                        usage["usage"] = Reply::usage(&f);
+                        if tx.send(Ok(send(usage))).await.is_err() {
+                            return;
+                        }
+                    }
+                    (Event::default().data("[DONE]"), true)
+                }
+                Out::Failed(e) => (send(e.body()), true),
+            };
+            if tx.send(Ok(event)).await.is_err() || last {
+                return;
+            }
+        }
+    });
+    let body = Sse::new(tokio_stream::wrappers::ReceiverStream::new(events))
+        .keep_alive(KeepAlive::default());
+    (StatusCode::OK, body).into_response()
+}
