@@ -31,7 +31,7 @@ pub use arbor_speculative::{
     Control, Decoding, LatencyProfile, PROFILE_SIZES, SpecError, Strategy, Streaming, TreeConfig,
     Typical, Verification,
 };
-pub use arbor_tokenizer::{ChatMessage, Role, Tokenizer};
+pub use arbor_tokenizer::{ChatMessage, Role, Tokenizer, ToolCall};
 pub use backends::BackendKind;
 pub use config::{DEFAULT_DRAFT, DEFAULT_TARGET, RunConfig, Sampling, Tuning};
 pub use drafts::DraftSource;
@@ -377,10 +377,7 @@ impl Engine {
     pub fn chat_text(path: &Path, text: &str) -> Result<String> {
         let file = arbor_gguf::GgufFile::open(path)?;
         let tokenizer = Tokenizer::from_gguf(file.header())?;
-        Ok(tokenizer.chat_prompt(&[ChatMessage {
-            role: Role::User,
-            content: text.to_string(),
-        }])?)
+        Ok(tokenizer.chat_prompt(&[ChatMessage::user(text)])?)
     }
 
     /// The most tokens any of `texts` takes as a prompt for the model at
@@ -462,10 +459,7 @@ impl Engine {
 /// Token ids of `text` (raw, or as one user turn of the chat template).
 fn encode_prompt(tokenizer: &Tokenizer, text: &str, chat: bool) -> Result<Vec<u32>> {
     let text = if chat {
-        tokenizer.chat_prompt(&[ChatMessage {
-            role: Role::User,
-            content: text.to_string(),
-        }])?
+        tokenizer.chat_prompt(&[ChatMessage::user(text)])?
     } else {
         text.to_string()
     };

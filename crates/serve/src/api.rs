@@ -38,6 +38,28 @@ pub struct Message {
     pub role: String,
     #[serde(default)]
     pub content: Option<Content>,
+    /// An assistant's earlier calls, sent back with the conversation.
+    #[serde(default)]
+    pub tool_calls: Option<Vec<MessageCall>>,
+    /// Which call a `tool` message answers (read, not rendered: templates
+    /// pair results with calls by order).
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+}
+
+/// `{"id", "type": "function", "function": {"name", "arguments"}}`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct MessageCall {
+    #[serde(default)]
+    pub id: Option<String>,
+    pub function: CallFunction,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct CallFunction {
+    pub name: String,
+    /// JSON text of an object.
+    pub arguments: String,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -112,6 +134,10 @@ pub struct Common {
 #[derive(Debug, Clone, Deserialize)]
 pub struct ChatRequest {
     pub messages: Vec<Message>,
+    #[serde(default)]
+    pub tools: Option<Vec<serde_json::Value>>,
+    #[serde(default)]
+    pub tool_choice: Option<serde_json::Value>,
     #[serde(flatten)]
     pub common: Common,
 }
@@ -307,21 +333,13 @@ pub fn chat_messages(messages: &[Message]) -> Result<Vec<ChatMessage>, ApiError>
                 "system" | "developer" => Role::System,
                 "user" => Role::User,
                 "assistant" => Role::Assistant,
-                "tool" | "function" => {
-                    return Err(ApiError::invalid_param(
-                        &format!("messages[{i}].role"),
-                        format!(
-                            "role `{}`: this server does not serve tool calling yet",
-                            m.role
-                        ),
-                    ));
-                }
+                "tool" => Role::Tool,
                 other => {
                     return Err(ApiError::invalid_param(
                         &format!("messages[{i}].role"),
                         format!(
                             "role `{other}` is not one arbor serves (system, developer, user, \
-                             assistant)"
+                             assistant, tool)"
                         ),
                     ));
                 }
@@ -339,7 +357,31 @@ pub fn chat_messages(messages: &[Message]) -> Result<Vec<ChatMessage>, ApiError>
                     parts.iter().filter_map(|p| p.text.as_deref()).collect()
                 }
             };
-            Ok(ChatMessage { role, content })
+            let mut tool_calls = Vec::new();
+            for (j, c) in m.tool_calls.iter().flatten().enumerate() {
+                let args = serde_json::from_str::<serde_json::Value>(&c.function.arguments);
+                if !args.is_ok_and(|a| a.is_object()) {
+                    return Err(ApiError::invalid_param(
+                        &format!("messages[{i}].tool_calls[{j}].function.arguments"),
+                        "a call's `arguments` is the JSON text of an object",
+                    ));
+                }
+                tool_calls.push(arbor_engine::ToolCall {
+                    name: c.function.name.clone(),
+                    arguments: c.function.arguments.clone(),
+                });
+            }
+            if !tool_calls.is_empty() && role != Role::Assistant {
+                return Err(ApiError::invalid_param(
+                    &format!("messages[{i}].tool_calls"),
+                    "only assistant messages hold tool calls",
+                ));
+            }
+            Ok(ChatMessage {
+                role,
+                content,
+                tool_calls,
+            })
         })
         .collect()
 }

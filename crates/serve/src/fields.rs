@@ -1,10 +1,11 @@
 //! Which request fields arbor serves, field by field. A field it honours is
 //! parsed and checked ([`crate::api`]); a field that does not change what is
 //! generated (`user`, `metadata`…) is accepted; a field of OpenAI's API
-//! that arbor does not serve yet (`tools`, `response_format`, `logprobs`,
-//! penalties…) is a 400 naming it unless it holds its neutral value (what
-//! a client sends when it does not use the feature); any other field is a
-//! 400 naming it. Nothing a client asks for is silently dropped.
+//! that arbor does not serve yet (`response_format`, `logprobs`,
+//! penalties…, and tools on `/v1/completions`) is a 400 naming it unless it
+//! holds its neutral value (what a client sends when it does not use the
+//! feature); any other field is a 400 naming it. Nothing a client asks for
+//! is silently dropped.
 
 use serde_json::Value;
 
@@ -79,12 +80,13 @@ pub fn check(body: &Value, endpoint: Endpoint) -> Result<(), ApiError> {
     let Value::Object(fields) = body else {
         return Err(ApiError::invalid("the body must be a JSON object"));
     };
-    let own = match endpoint {
-        Endpoint::Chat => "messages",
-        Endpoint::Completion => "prompt",
+    let own: &[&str] = match endpoint {
+        Endpoint::Chat => &["messages", "tools", "tool_choice"],
+        Endpoint::Completion => &["prompt"],
     };
     for (name, v) in fields {
-        if name == own || HONOURED.contains(&name.as_str()) || INERT.contains(&name.as_str()) {
+        let name_ = name.as_str();
+        if own.contains(&name_) || HONOURED.contains(&name_) || INERT.contains(&name_) {
             continue;
         }
         let completion_logprobs = endpoint == Endpoint::Completion && name == "logprobs";
@@ -128,22 +130,24 @@ fn why(field: &str) -> &'static str {
     }
 }
 
-/// A message's fields: `role`, `content` and `name` are read (a name is
-/// accepted and not rendered); tool calls and other parts of the API are
-/// refused.
+/// A message's fields: `role`, `content`, `tool_calls` and
+/// `tool_call_id` are read, a `name` is accepted and not rendered; other
+/// parts of the API (audio, a legacy `function_call`) are refused.
 fn check_message(i: usize, m: &Value) -> Result<(), ApiError> {
     let Value::Object(fields) = m else {
         return Ok(()); // serde names the type error
     };
     for (name, v) in fields {
-        let empty = v.is_null() || v.as_array().is_some_and(Vec::is_empty);
-        let ok = matches!(name.as_str(), "role" | "content" | "name")
-            || (matches!(name.as_str(), "tool_calls" | "function_call" | "refusal") && empty);
+        let ok = matches!(
+            name.as_str(),
+            "role" | "content" | "name" | "tool_calls" | "tool_call_id"
+        ) || (matches!(name.as_str(), "function_call" | "refusal" | "audio")
+            && v.is_null());
         if !ok {
             let param = format!("messages[{i}].{name}");
             return Err(ApiError::invalid_param(
                 &param,
-                format!("`{param}` is not supported by this server (no tool calling)"),
+                format!("`{param}` is not supported by this server"),
             ));
         }
     }
@@ -167,8 +171,6 @@ mod tests {
             param(b, Endpoint::Chat)
         };
         for (k, v) in [
-            ("tools", json!([{"type": "function"}])),
-            ("tool_choice", json!("required")),
             ("response_format", json!({"type": "json_object"})),
             ("logprobs", json!(true)),
             ("top_logprobs", json!(3)),
@@ -191,11 +193,13 @@ mod tests {
         ] {
             assert_eq!(chat(k, v), None, "{k}");
         }
-        let m = json!({"model": "m", "messages": [{"role": "assistant", "tool_calls": [{}]}]});
+        let m = json!({"model": "m", "messages": [{"role": "assistant", "function_call": {}}]});
         assert_eq!(
             param(m, Endpoint::Chat).as_deref(),
-            Some("messages[0].tool_calls")
+            Some("messages[0].function_call")
         );
+        let c = json!({"model": "m", "prompt": "x", "tools": [{}]});
+        assert_eq!(param(c, Endpoint::Completion).as_deref(), Some("tools"));
         let c = json!({"model": "m", "prompt": "x", "logprobs": 2});
         assert_eq!(param(c, Endpoint::Completion).as_deref(), Some("logprobs"));
         let c = json!({"model": "m", "prompt": "x", "messages": []});

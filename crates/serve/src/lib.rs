@@ -24,6 +24,7 @@ mod respond;
 mod routes;
 pub mod status;
 pub mod stops;
+pub mod tools;
 pub mod worker;
 
 use std::net::SocketAddr;

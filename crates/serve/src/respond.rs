@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::error::ApiError;
+use crate::tools::{Call, Calls};
 use crate::worker::{CancelOnDrop, Finish, Out};
 
 /// Which endpoint a generation answers: their bodies differ.
@@ -28,6 +29,9 @@ pub(crate) struct Reply {
     pub kind: Kind,
     pub model: String,
     pub created: u64,
+    /// With tools: what the answer was made to start with (it is read for
+    /// calls, [`Calls`]).
+    pub tools: Option<String>,
 }
 
 impl Reply {
@@ -62,8 +66,32 @@ impl Reply {
         v
     }
 
+    /// The reader of calls for this request's answer, if it has tools.
+    fn calls(&self) -> Option<Calls> {
+        self.tools.as_deref().map(Calls::new)
+    }
+
     fn whole(&self, text: String, f: &Finish) -> Value {
+        let (text, calls) = match self.calls() {
+            None => (text, vec![]),
+            Some(mut reader) => {
+                let mut content = reader.push(&text);
+                let (calls, rest) = reader.finish();
+                content.push_str(&rest);
+                (content, calls)
+            }
+        };
         let choice = match self.kind {
+            Kind::Chat if !calls.is_empty() => json!({
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": if text.is_empty() { Value::Null } else { text.into() },
+                    "tool_calls": calls.iter().map(|c| c.json(None)).collect::<Vec<_>>(),
+                },
+                "finish_reason": "tool_calls",
+                "logprobs": null,
+            }),
             Kind::Chat => json!({
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
@@ -110,6 +138,17 @@ impl Reply {
             }),
         };
         self.frame(vec![choice])
+    }
+
+    /// A chunk whose delta holds whole calls.
+    fn calls_chunk(&self, calls: &[Call]) -> Value {
+        let calls: Vec<Value> = (calls.iter().enumerate())
+            .map(|(i, c)| c.json(Some(i)))
+            .collect();
+        let delta = json!({"tool_calls": calls});
+        self.frame(vec![
+            json!({"index": 0, "delta": delta, "finish_reason": null, "logprobs": null}),
+        ])
     }
 
     fn frame(&self, choices: Vec<Value>) -> Value {
@@ -180,6 +219,7 @@ pub(crate) fn stream(
             return;
         }
         first = first && reply.kind != Kind::Chat;
+        let mut calls = reply.calls();
         loop {
             let out = tokio::select! {
                 out = next(&mut rx, deadline, timeout) => out,
@@ -187,6 +227,13 @@ pub(crate) fn stream(
             };
             let (event, last) = match out {
                 Out::Text(t) => {
+                    let t = match &mut calls {
+                        Some(reader) => reader.push(&t),
+                        None => t,
+                    };
+                    if t.is_empty() {
+                        continue;
+                    }
                     let e = send(reply.chunk(Some(&t), first, None));
                     first = false;
                     (e, false)
@@ -202,7 +249,24 @@ pub(crate) fn stream(
                     (send(v), false)
                 }
                 Out::Done(f) => {
-                    let mut end = reply.chunk(None, false, Some(f.reason));
+                    let mut reason = f.reason;
+                    if let Some(reader) = calls.take() {
+                        let (found, rest) = reader.finish();
+                        let mut parts = vec![];
+                        if !rest.is_empty() {
+                            parts.push(reply.chunk(Some(&rest), first, None));
+                        }
+                        if !found.is_empty() {
+                            parts.push(reply.calls_chunk(&found));
+                            reason = "tool_calls";
+                        }
+                        for part in parts {
+                            if tx.send(Ok(send(part))).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    let mut end = reply.chunk(None, false, Some(reason));
                     end["arbor"] = Reply::arbor(&f);
                     if tx.send(Ok(send(end))).await.is_err() {
                         return;

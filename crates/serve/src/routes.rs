@@ -26,6 +26,7 @@ use crate::fields::Endpoint;
 use crate::metrics::Metrics;
 use crate::respond::{self, Kind, Reply};
 use crate::status::{Facts, Phase, Status};
+use crate::tools::ToolRequest;
 use crate::worker::{CancelOnDrop, Job};
 use crate::{ServeError, ServeOptions};
 
@@ -223,22 +224,31 @@ fn encode(facts: &Facts, text: &str) -> Result<Vec<u32>, ApiError> {
     }
 }
 
-/// Token ids of a chat through the model's template. Special-token text
-/// in a message is encoded as text unless the server opted in.
+/// Token ids of a chat through the model's template, with the tools it may
+/// call and the start its answer is made to have. Special-token text in a
+/// message is encoded as text unless the server opted in.
 fn encode_chat(
     state: &State,
     facts: &Facts,
     messages: &[api::Message],
+    tools: &ToolRequest,
 ) -> Result<Vec<u32>, ApiError> {
     let messages = api::chat_messages(messages)?;
     let tokenizer = &facts.tokenizer;
+    let defined = &tools.tools;
     let ids = match state.options.special_tokens_in_content {
         true => tokenizer
-            .chat_prompt(&messages)
+            .chat_prompt_with_tools(&messages, defined)
             .and_then(|text| tokenizer.encode(&text)),
-        false => tokenizer.encode_chat(&messages),
+        false => tokenizer.encode_chat_with_tools(&messages, defined),
     };
-    let ids = ids.map_err(|e| ApiError::invalid_param("messages", format!("the chat: {e}")))?;
+    let mut ids = ids.map_err(|e| ApiError::invalid_param("messages", format!("the chat: {e}")))?;
+    if let Some(prefix) = tools.prefix.as_deref().filter(|p| !p.is_empty()) {
+        let start = (tokenizer.encode(prefix))
+            .map_err(|e| ApiError::server(format!("the tool call's start: {e}")))?;
+        let bos = usize::from(tokenizer.adds_bos());
+        ids.extend_from_slice(&start[bos.min(start.len())..]);
+    }
     match ids.is_empty() {
         true => Err(ApiError::invalid_param("messages", "the prompt is empty")),
         false => Ok(ids),
@@ -256,7 +266,7 @@ async fn tokenize(
     let tokens = match (&request.content, &request.messages) {
         (Some(text), None) => (facts.tokenizer.encode(text))
             .map_err(|e| ApiError::invalid(format!("the text could not be tokenized: {e}")))?,
-        (None, Some(messages)) => encode_chat(&state, facts, messages)?,
+        (None, Some(messages)) => encode_chat(&state, facts, messages, &ToolRequest::default())?,
         _ => {
             return Err(ApiError::invalid(
                 "give either `content` (text) or `messages` (a chat)",
@@ -284,13 +294,22 @@ async fn chat(
     let settings = request.common.settings()?;
     let facts = ready(&state)?;
     check_model(facts, &request.common.model)?;
-    let prompt = encode_chat(&state, facts, &request.messages)?;
+    let tools = crate::tools::request(request.tools.as_deref(), request.tool_choice.as_ref())?;
+    let prompt = encode_chat(&state, facts, &request.messages, &tools)?;
     let protected = match settings.slo {
         Some(_) => Some(template_tokens(facts, &request.messages, &prompt)?),
         None => None,
     };
     let fault = fault(&state, &raw);
-    let job = (Kind::Chat, prompt, protected, settings, arrived, fault);
+    let job = (
+        Kind::Chat,
+        prompt,
+        protected,
+        settings,
+        arrived,
+        fault,
+        tools.prefix,
+    );
     generate(state.clone(), job).await
 }
 
@@ -314,7 +333,15 @@ async fn completions(
         .slo
         .map(|_| arbor_engine::slo::protected_mask(&prompt, &[]));
     let fault = fault(&state, &raw);
-    let job = (Kind::Text, prompt, protected, settings, arrived, fault);
+    let job = (
+        Kind::Text,
+        prompt,
+        protected,
+        settings,
+        arrived,
+        fault,
+        None,
+    );
     generate(state.clone(), job).await
 }
 
@@ -338,12 +365,21 @@ fn template_tokens(
 }
 
 /// A checked request: endpoint, prompt, protected tokens, settings, when
-/// it arrived, and whether a test asked it to fail.
-type Checked = (Kind, Vec<u32>, Option<Vec<bool>>, Settings, Instant, bool);
+/// it arrived, whether a test asked it to fail, and with tools the start
+/// its answer was given.
+type Checked = (
+    Kind,
+    Vec<u32>,
+    Option<Vec<bool>>,
+    Settings,
+    Instant,
+    bool,
+    Option<String>,
+);
 
 /// Queues a checked request and answers it.
 async fn generate(state: Shared, checked: Checked) -> Result<Response, ApiError> {
-    let (kind, prompt, protected, settings, arrived, fault) = checked;
+    let (kind, prompt, protected, settings, arrived, fault, tools) = checked;
     let facts = ready(&state)?;
     let room = facts.context.saturating_sub(prompt.len());
     let max_tokens = match settings.max_tokens {
@@ -406,6 +442,7 @@ async fn generate(state: Shared, checked: Checked) -> Result<Response, ApiError>
         kind,
         model: facts.model_id.clone(),
         created: unix_now(),
+        tools,
     };
     match settings.stream {
         true => Ok(respond::stream(

@@ -117,19 +117,8 @@ fn unserved_fields_and_non_json_bodies_are_refused_by_name() {
         b[k] = v;
         b
     };
-    let tool_turn = json!([{"role": "user", "content": "hi"}, {"role": "tool", "content": "{}"}]);
-    let call = json!([{"role": "assistant", "content": null, "tool_calls": [{"id": "c"}]}]);
+    let call = json!([{"role": "assistant", "content": null, "function_call": {"name": "f"}}]);
     let cases: Vec<(&str, Value, &str)> = vec![
-        (
-            "tools",
-            with("tools", json!([{"type": "function"}])),
-            "tools",
-        ),
-        (
-            "tool_choice required",
-            with("tool_choice", json!("required")),
-            "tool_choice",
-        ),
         (
             "response_format json_object",
             with("response_format", json!({"type": "json_object"})),
@@ -162,14 +151,9 @@ fn unserved_fields_and_non_json_bodies_are_refused_by_name() {
             "frobnicate",
         ),
         (
-            "a tool message",
-            with("messages", tool_turn),
-            "messages[1].role",
-        ),
-        (
-            "an assistant's tool_calls",
+            "a legacy function_call in a message",
             with("messages", call),
-            "messages[0].tool_calls",
+            "messages[0].function_call",
         ),
         ("top_k -1", with("top_k", json!(-1)), "top_k"),
         ("min_p 2", with("min_p", json!(2)), "min_p"),
@@ -183,10 +167,8 @@ fn unserved_fields_and_non_json_bodies_are_refused_by_name() {
     }
     // Neutral values of unserved fields, inert fields and the sampling
     // fields arbor has are served.
-    let mut fine = with("tools", json!([]));
+    let mut fine = with("response_format", json!({"type": "text"}));
     for (k, v) in [
-        ("tool_choice", json!("none")),
-        ("response_format", json!({"type": "text"})),
         ("logprobs", json!(false)),
         ("presence_penalty", json!(0)),
         ("user", json!("u-1")),

@@ -25,6 +25,8 @@ pub enum Role {
     System,
     User,
     Assistant,
+    /// A tool's result, answering an assistant's tool call.
+    Tool,
 }
 
 impl Role {
@@ -33,6 +35,7 @@ impl Role {
             Role::System => "system",
             Role::User => "user",
             Role::Assistant => "assistant",
+            Role::Tool => "tool",
         }
     }
 }
@@ -47,6 +50,9 @@ impl std::fmt::Display for Role {
 pub struct ChatMessage {
     pub role: Role,
     pub content: String,
+    /// An assistant's calls of tools (empty for every other message).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<crate::ToolCall>,
 }
 
 impl ChatMessage {
@@ -54,6 +60,7 @@ impl ChatMessage {
         Self {
             role,
             content: content.into(),
+            tool_calls: Vec::new(),
         }
     }
 
@@ -115,9 +122,19 @@ impl ChatFormat {
         }
     }
 
-    pub(crate) fn render(&self, messages: &[ChatMessage]) -> Result<String> {
+    /// Whether the format lays out tools itself (a template that reads
+    /// `tools`); else [`crate::tools`] writes them into plain messages.
+    pub(crate) fn renders_tools(&self) -> bool {
+        matches!(self, Self::Template(t) if t.renders_tools())
+    }
+
+    pub(crate) fn render(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[serde_json::Value],
+    ) -> Result<String> {
         match self {
-            Self::Template(t) => t.render(messages),
+            Self::Template(t) => t.render(messages, tools),
             Self::ChatMl { default_system } => {
                 Ok(render_chatml(default_system.as_deref(), messages))
             }
@@ -244,7 +261,10 @@ mod tests {
             }
         ));
         let p = f
-            .render(&[ChatMessage::user("hi"), ChatMessage::assistant("yo")])
+            .render(
+                &[ChatMessage::user("hi"), ChatMessage::assistant("yo")],
+                &[],
+            )
             .unwrap();
         assert_eq!(
             p,
@@ -255,14 +275,14 @@ mod tests {
         let broken = "{% frobnicate %}{{ '<|im_start|>system\\nBe nice<|im_end|>\\n' }}";
         let f = ChatFormat::detect(Some(broken), true, none.clone());
         assert_eq!(
-            f.render(&[ChatMessage::user("hi")]).unwrap(),
+            f.render(&[ChatMessage::user("hi")], &[]).unwrap(),
             "<|im_start|>system\nBe nice<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
         );
         // ...but not when the vocabulary lacks the ChatML tokens.
         let f = ChatFormat::detect(Some(broken), false, none.clone());
         assert!(matches!(f, ChatFormat::Broken(_)));
         assert!(matches!(
-            ChatFormat::detect(None, false, none).render(&[]),
+            ChatFormat::detect(None, false, none).render(&[], &[]),
             Err(TokenizerError::UnsupportedChatTemplate(_))
         ));
     }

@@ -38,7 +38,17 @@ impl Tokenizer {
     /// A conversation with no such text encodes exactly as
     /// `encode(&chat_prompt(messages)?)`.
     pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
-        let text = self.chat_prompt(messages)?;
+        self.encode_chat_with_tools(messages, &[])
+    }
+
+    /// [`encode_chat`](Self::encode_chat) with `tools` available to the
+    /// model ([`Tokenizer::chat_prompt_with_tools`]).
+    pub fn encode_chat_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[serde_json::Value],
+    ) -> Result<Vec<u32>> {
+        let text = self.chat_prompt_with_tools(messages, tools)?;
         let Some((first, token)) = (messages.iter().enumerate())
             .find_map(|(i, m)| self.special_text_in(&m.content).map(|t| (i, t)))
         else {
@@ -49,9 +59,12 @@ impl Tokenizer {
             token: token.to_string(),
         };
         let marked: Vec<ChatMessage> = (messages.iter().enumerate())
-            .map(|(i, m)| ChatMessage::new(m.role, marker(i)))
+            .map(|(i, m)| ChatMessage {
+                content: marker(i),
+                ..m.clone()
+            })
             .collect();
-        let skeleton = self.chat_prompt(&marked)?;
+        let skeleton = self.chat_prompt_with_tools(&marked, tools)?;
         let parts = split(&skeleton, messages.len()).ok_or_else(refuse)?;
         let rebuilt: String = (parts.iter())
             .map(|p| match *p {

@@ -28,11 +28,13 @@ mod packed;
 mod pretokenize;
 mod stream;
 mod template;
+pub mod tools;
 
 use arbor_gguf::GgufError;
 
 pub use chat::{ChatMessage, Role};
 pub use stream::StreamDecoder;
+pub use tools::ToolCall;
 
 use chat::ChatFormat;
 use packed::Packed;
@@ -264,7 +266,7 @@ impl Tokenizer {
     /// [`encode`](Self::encode) adds BOS itself, a BOS written at the start
     /// by the template is left out, so encoding the prompt gives one BOS.
     pub fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<String> {
-        self.chat.render(messages)
+        self.chat_prompt_with_tools(messages, &[])
     }
 
     /// An incremental decoder for generated ids.

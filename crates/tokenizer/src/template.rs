@@ -64,6 +64,9 @@ pub(crate) struct TemplateTokens {
 pub(crate) struct ChatTemplate {
     env: Environment<'static>,
     tokens: TemplateTokens,
+    /// The source reads `tools` (and so lays out tool definitions and calls
+    /// itself).
+    tools: bool,
 }
 
 impl fmt::Debug for ChatTemplate {
@@ -101,23 +104,44 @@ impl ChatTemplate {
         env.add_filter(guard::STORED, guard::stored);
         let guarded = guard::guard_namespace_sets(source, &syntax)?;
         env.add_template_owned(NAME, guarded)?;
-        Ok(Self { env, tokens })
+        let tools = source.contains("tools");
+        Ok(Self { env, tokens, tools })
+    }
+
+    pub(crate) fn renders_tools(&self) -> bool {
+        self.tools
     }
 
     /// The prompt for `messages`, ending with the template's generation
     /// prefix (the assistant header).
-    pub(crate) fn render(&self, messages: &[ChatMessage]) -> Result<String> {
-        let text: usize = messages.iter().map(|m| m.content.len()).sum();
-        let cap = OUTPUT_SLACK.saturating_add(text.saturating_mul(4));
-        let messages: Vec<Value> = messages
-            .iter()
-            .map(|m| context! { role => m.role.as_str(), content => m.content.as_str() })
-            .collect();
+    pub(crate) fn render(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[serde_json::Value],
+    ) -> Result<String> {
+        let text: usize = (messages.iter())
+            .map(|m| {
+                m.content.len()
+                    + m.tool_calls
+                        .iter()
+                        .map(|c| c.arguments.len())
+                        .sum::<usize>()
+            })
+            .sum();
+        let defined: usize = tools.iter().map(|t| t.to_string().len()).sum();
+        let cap = OUTPUT_SLACK.saturating_add((text + defined).saturating_mul(4));
+        let messages: Vec<Value> = messages.iter().map(crate::tools::message_value).collect();
         let ctx = context! {
             messages,
             add_generation_prompt => true,
             bos_token => self.tokens.bos.as_str(),
             eos_token => self.tokens.eos.as_str(),
+        };
+        // `tools` stays undefined without any, which templates read as "no
+        // tools".
+        let ctx = match tools.is_empty() {
+            true => ctx,
+            false => context! { tools => Value::from(minijinja::value::Serde(tools)), ..ctx },
         };
         // minijinja can panic on values a template computes (2.24 did on
         // `9223372036854775807 * [1]`, overflowing a length);
@@ -351,6 +375,16 @@ fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value,
     } else {
         text
     }))
+}
+
+/// `value` as Python's `json.dumps` writes it (`", "` and `": "`), as
+/// templates print JSON; used for the tool layout of templates without one.
+pub(crate) fn python_json(value: &serde_json::Value) -> String {
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, PythonSeparators);
+    // Writing a JSON value to memory cannot fail.
+    let _ = serde::Serialize::serialize(value, &mut ser);
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// Compact JSON with Python's default separators.

@@ -152,6 +152,53 @@ fn chat_prompts() {
     }
 }
 
+/// A conversation with a tool: Qwen2.5's template lays it out itself
+/// (the definitions in its system turn, the call as `<tool_call>` JSON, the
+/// result as a `<tool_response>` in a user turn); SmolLM2's has no tools,
+/// so the conversation is rewritten into the same layout in plain turns.
+#[test]
+fn tools_in_chat_prompts() {
+    use arbor_tokenizer::{Role, ToolCall};
+    let tool = serde_json::json!({"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}});
+    let call = ToolCall {
+        name: "get_weather".into(),
+        arguments: r#"{"city": "Paris"}"#.into(),
+    };
+    let messages = [
+        ChatMessage::user("Weather in Paris?"),
+        ChatMessage {
+            tool_calls: vec![call],
+            ..ChatMessage::assistant("")
+        },
+        ChatMessage::new(Role::Tool, r#"{"celsius": 21}"#),
+    ];
+    let expect_call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    for name in ["qwen2.5-coder-0.5b", "smollm2-135m"] {
+        let Some(t) = load(name) else { continue };
+        let p = t
+            .chat_prompt_with_tools(&messages, std::slice::from_ref(&tool))
+            .unwrap();
+        assert!(p.contains("<tools>\n{"), "{name}: {p}");
+        assert!(p.contains("\"get_weather\""), "{name}: {p}");
+        assert!(p.contains(expect_call), "{name}: {p}");
+        assert!(
+            p.contains(
+                "<|im_start|>user\n<tool_response>\n{\"celsius\": 21}\n</tool_response><|im_end|>"
+            ),
+            "{name}: {p}"
+        );
+        assert!(p.ends_with("<|im_start|>assistant\n"), "{name}: {p}");
+        // Without tools the prompt is the plain one.
+        let plain = [ChatMessage::user("Hi")];
+        assert_eq!(
+            t.chat_prompt_with_tools(&plain, &[]).unwrap(),
+            t.chat_prompt(&plain).unwrap()
+        );
+    }
+}
+
 /// A model shares its vocabulary with itself and its family, not with
 /// another family.
 #[test]

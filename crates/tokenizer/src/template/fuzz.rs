@@ -68,7 +68,7 @@ fn check(input: &[u8]) -> u64 {
         ChatFormat::Missing => "missing",
         ChatFormat::Broken(_) => "broken",
     };
-    match format.render(&case.messages) {
+    match format.render(&case.messages, &[]) {
         Ok(prompt) => {
             if let ChatFormat::ChatMl { .. } = format {
                 assert!(prompt.ends_with("<|im_start|>assistant\n"), "{prompt:?}");
@@ -78,7 +78,7 @@ fn check(input: &[u8]) -> u64 {
             // on the time of day).
             if kind == "template" && drops_bos && !case.template.contains("strftime") {
                 let whole = ChatFormat::detect(Some(&case.template), case.chatml, keeps_bos)
-                    .render(&case.messages)
+                    .render(&case.messages, &[])
                     .expect("rendered once already");
                 assert_eq!(prompt, whole.strip_prefix(bos.as_str()).unwrap_or(&whole));
             }
@@ -128,7 +128,7 @@ fn replay(name: &str) -> Vec<u8> {
 /// `template` rendered (no BOS, no ChatML tokens) for one user message.
 fn render(template: &str) -> crate::Result<String> {
     ChatFormat::detect(Some(template), false, TemplateTokens::default())
-        .render(&[ChatMessage::user("hi")])
+        .render(&[ChatMessage::user("hi")], &[])
 }
 
 /// Asserts that `template` fails with a chat-template error saying `why`
@@ -164,7 +164,7 @@ fn a_template_that_loops_for_ever_runs_out_of_fuel() {
     let input = replay("nested_ranges");
     let case = split(&input);
     let format = ChatFormat::detect(Some(&case.template), case.chatml, case.tokens);
-    match format.render(&case.messages) {
+    match format.render(&case.messages, &[]) {
         Err(TokenizerError::ChatTemplate(msg)) => assert!(msg.contains("fuel"), "{msg}"),
         other => panic!("{other:?}"),
     }
@@ -247,7 +247,7 @@ fn real_templates_render_long_conversations_on_their_fuel() {
         })
         .collect();
     let format = ChatFormat::detect(Some(qwen), true, TemplateTokens::default());
-    let prompt = format.render(&messages).expect("renders");
+    let prompt = format.render(&messages, &[]).expect("renders");
     assert!(prompt.contains("answer 9999") && prompt.ends_with("<|im_start|>assistant\n"));
 }
 

@@ -14,8 +14,10 @@ fn rewrite(source: &str) -> String {
 
 /// `template` rendered for two messages.
 fn render(template: &str) -> crate::Result<String> {
-    ChatFormat::detect(Some(template), false, TemplateTokens::default())
-        .render(&[ChatMessage::user("hi"), ChatMessage::assistant("hello")])
+    ChatFormat::detect(Some(template), false, TemplateTokens::default()).render(
+        &[ChatMessage::user("hi"), ChatMessage::assistant("hello")],
+        &[],
+    )
 }
 
 #[test]

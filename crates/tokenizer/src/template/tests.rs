@@ -89,9 +89,12 @@ fn real_chatml_templates_match_handwritten_chatml() {
              <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
         );
         assert_eq!(t.chat_prompt(&with_system).unwrap(), expected_with_system);
-        assert_eq!(by_hand.render(&with_system).unwrap(), expected_with_system);
+        assert_eq!(
+            by_hand.render(&with_system, &[]).unwrap(),
+            expected_with_system
+        );
         assert_eq!(t.chat_prompt(&user_only).unwrap(), expected_user_only);
-        assert_eq!(by_hand.render(&user_only).unwrap(), expected_user_only);
+        assert_eq!(by_hand.render(&user_only, &[]).unwrap(), expected_user_only);
         // A multi-turn conversation too.
         let long = [
             ChatMessage::user("a"),
@@ -100,7 +103,7 @@ fn real_chatml_templates_match_handwritten_chatml() {
         ];
         assert_eq!(
             t.chat_prompt(&long).unwrap(),
-            by_hand.render(&long).unwrap()
+            by_hand.render(&long, &[]).unwrap()
         );
     }
 }
