@@ -133,11 +133,18 @@ impl Call {
 /// Reads an answer for calls as it arrives: text before the first
 /// `<tool_call>` passes on as content (less a tail that could be the
 /// start of the tag); everything from the tag on is held until the end.
+/// An answer that starts as a bare JSON object or a ```json block is held
+/// too: some models (Qwen2.5-Coder among them) answer a call that way.
 #[derive(Debug, Default)]
 pub struct Calls {
     pending: String,
     held: Option<String>,
+    /// Content has gone out (a bare call can no longer start).
+    spoke: bool,
 }
+
+/// How a bare call may start.
+const FENCE: &str = "```json";
 
 impl Calls {
     /// `prefix`: what the answer was made to start with.
@@ -154,6 +161,16 @@ impl Calls {
             return String::new();
         }
         self.pending.push_str(text);
+        if !self.spoke {
+            let start = self.pending.trim_start();
+            if start.starts_with('{') || start.starts_with(FENCE) {
+                self.held = Some(std::mem::take(&mut self.pending));
+                return String::new();
+            }
+            if FENCE.starts_with(start) || OPEN.starts_with(start) {
+                return String::new(); // undecided
+            }
+        }
         if let Some(at) = self.pending.find(OPEN) {
             self.held = Some(self.pending[at..].to_string());
             let out = self.pending[..at].to_string();
@@ -170,6 +187,7 @@ impl Calls {
             .unwrap_or(0);
         let out = self.pending[..self.pending.len() - keep].to_string();
         self.pending.drain(..self.pending.len() - keep);
+        self.spoke |= !out.is_empty();
         out
     }
 
@@ -179,11 +197,28 @@ impl Calls {
         let Some(held) = self.held else {
             return (vec![], self.pending);
         };
-        match parse(&held) {
+        match parse(&held).or_else(|| parse_bare(&held)) {
             Some(calls) => (calls, String::new()),
             None => (vec![], held),
         }
     }
+}
+
+/// A whole answer that is one call object (or a list of them), bare or in
+/// a ```json block.
+fn parse_bare(text: &str) -> Option<Vec<Call>> {
+    let t = text.trim();
+    let t = match t.strip_prefix(FENCE) {
+        Some(inner) => inner.trim().strip_suffix("```")?.trim(),
+        None => t,
+    };
+    let v: Value = serde_json::from_str(t).ok()?;
+    let items = match v {
+        Value::Array(items) => items,
+        one => vec![one],
+    };
+    let calls: Option<Vec<Call>> = items.iter().map(call).collect();
+    calls.filter(|c| !c.is_empty())
 }
 
 /// `<tool_call>{…}</tool_call>` blocks, possibly separated by whitespace;
@@ -198,23 +233,28 @@ fn parse(text: &str) -> Option<Vec<Call>> {
             None => (body, ""),
         };
         let v: Value = serde_json::from_str(inner.trim()).ok()?;
-        let name = v["name"].as_str().filter(|n| !n.is_empty())?;
-        let arguments = match &v["arguments"] {
-            Value::Object(_) => v["arguments"].to_string(),
-            Value::String(s) if serde_json::from_str::<Value>(s).is_ok_and(|a| a.is_object()) => {
-                s.clone()
-            }
-            Value::Null => "{}".into(),
-            _ => return None,
-        };
-        calls.push(Call {
-            id: call_id(),
-            name: name.to_string(),
-            arguments,
-        });
+        calls.push(call(&v)?);
         rest = after.trim_start();
     }
     (!calls.is_empty()).then_some(calls)
+}
+
+/// `{"name": …, "arguments": {…}}` (arguments also as JSON text).
+fn call(v: &Value) -> Option<Call> {
+    let name = v["name"].as_str().filter(|n| valid_name(n))?;
+    let arguments = match &v["arguments"] {
+        Value::Object(_) => v["arguments"].to_string(),
+        Value::String(s) if serde_json::from_str::<Value>(s).is_ok_and(|a| a.is_object()) => {
+            s.clone()
+        }
+        Value::Null => "{}".into(),
+        _ => return None,
+    };
+    Some(Call {
+        id: call_id(),
+        name: name.to_string(),
+        arguments,
+    })
 }
 
 /// `call_` and 24 hex digits, different for every call.
@@ -301,5 +341,19 @@ mod tests {
         assert_eq!(c.push("a <tool"), "a ");
         assert_eq!(c.push("s> b"), "<tools> b");
         assert_eq!(c.finish(), (vec![], String::new()));
+        // A bare call in a ```json block; a ```rust block is content.
+        let mut c = Calls::new("");
+        for piece in ["``", "`json\n{\"name\": \"f\",", " \"arguments\": {}}\n```"] {
+            assert_eq!(c.push(piece), "");
+        }
+        let (calls, rest) = c.finish();
+        assert_eq!((calls.len(), rest.as_str()), (1, ""));
+        let mut c = Calls::new("");
+        assert_eq!(c.push("``"), "");
+        assert_eq!(c.push("`rust\nfn main() {}"), "```rust\nfn main() {}");
+        // JSON that is not a call is content.
+        let mut c = Calls::new("");
+        assert_eq!(c.push("{\"a\": 1}"), "");
+        assert_eq!(c.finish(), (vec![], "{\"a\": 1}".into()));
     }
 }
