@@ -528,6 +528,21 @@ impl Run {
         cancel: Option<&std::sync::atomic::AtomicBool>,
         on: &mut dyn FnMut(TextEvent<'_>),
     ) -> Result<Generation> {
+        self.generate_constrained(prompt, options, cancel, None, on)
+    }
+
+    /// [`Run::generate_with`] under a rule on what may be generated (a
+    /// grammar): every token the target chooses is chosen among what the
+    /// rule allows, with any strategy, so the output equals the constrained
+    /// target-only output.
+    pub fn generate_constrained(
+        &mut self,
+        prompt: &[u32],
+        options: &GenerateOptions,
+        cancel: Option<&std::sync::atomic::AtomicBool>,
+        constraint: Option<&dyn arbor_sampling::Constraint>,
+        on: &mut dyn FnMut(TextEvent<'_>),
+    ) -> Result<Generation> {
         self.check_budget_allows(&options.strategy)?;
         if let Some(m) = self.engine.memory() {
             let needed = prompt.len() + options.max_tokens;
@@ -545,6 +560,7 @@ impl Run {
         let control = crate::Control {
             cancel,
             reuse: self.cached_prefix(prompt),
+            constraint,
         };
         // Until it succeeds, the cache holds nothing known.
         self.forget_cached();

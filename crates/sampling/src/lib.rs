@@ -17,6 +17,22 @@ pub enum SamplingError {
     Empty,
 }
 
+/// A rule on which tokens may come next (a grammar, a JSON schema), applied
+/// to the target's logits at every position a token is chosen from, so a
+/// constrained speculative decode gives exactly the constrained one-token
+/// decode's output. Methods take `&self` (implementations lock what they
+/// change), so the rule can travel in a `Copy` control block.
+pub trait Constraint: Sync {
+    /// Sets to −∞ the logits of tokens that may not follow the committed
+    /// tokens and then `path` (tokens not yet committed: a draft tree's
+    /// path to the row). A `path` the rule does not allow leaves the row
+    /// as it is (no verdict can reach it).
+    fn mask(&self, path: &[u32], logits: &mut [f32]) -> Result<(), String>;
+
+    /// `tokens` were committed (never a stop token).
+    fn commit(&self, tokens: &[u32]) -> Result<(), String>;
+}
+
 /// Sampling settings. `top_k = 0` means no top-k filter.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SamplingParams {

@@ -215,6 +215,9 @@ pub enum SpecError {
     Ppd(#[from] arbor_ppd::PpdError),
     #[error("{0}")]
     Invalid(String),
+    /// The output constraint failed (a grammar engine's error).
+    #[error("the output constraint: {0}")]
+    Constraint(String),
 }
 
 pub type Result<T, E = SpecError> = std::result::Result<T, E>;

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use arbor_model::LanguageModel;
-use arbor_sampling::{Rng, Sampler};
+use arbor_sampling::{Constraint, Rng, Sampler};
 
 pub(crate) use draft::{Fed, top_logits, top_probs};
 use provisional::Seed;
@@ -43,7 +43,7 @@ pub fn decode(
 }
 
 /// How a caller steers one decode from outside (see [`decode_with`]).
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Default, Clone, Copy)]
 pub struct Control<'a> {
     /// Once set (by `on`, or by another thread: a server whose client went
     /// away) decoding ends with [`StopReason::Cancelled`]. It is read
@@ -54,6 +54,19 @@ pub struct Control<'a> {
     /// conversation): only the rest is prefilled. At most the prompt's
     /// length minus one; the caller vouches for the cache's content.
     pub reuse: usize,
+    /// A rule on which tokens may come next, applied to every target row a
+    /// token is chosen from (see [`Constraint`]).
+    pub constraint: Option<&'a dyn Constraint>,
+}
+
+impl std::fmt::Debug for Control<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Control")
+            .field("cancel", &self.cancel)
+            .field("reuse", &self.reuse)
+            .field("constraint", &self.constraint.is_some())
+            .finish()
+    }
 }
 
 /// [`decode`] under a caller's [`Control`].
@@ -65,7 +78,11 @@ pub fn decode_with(
     control: Control<'_>,
     on: &mut dyn FnMut(Event<'_>),
 ) -> Result<Decoded> {
-    let Control { cancel, reuse } = control;
+    let Control {
+        cancel,
+        reuse,
+        constraint,
+    } = control;
     opts.strategy.decoding.validate()?;
     let sampler = Sampler::new(opts.sampling)?;
     if prompt.is_empty() {
@@ -122,8 +139,13 @@ pub fn decode_with(
         started: Instant::now(),
         trace: Vec::new(),
         cancel,
+        constraint,
+        constraint_error: None,
     };
     run.run(reuse, on)?;
+    if let Some(e) = run.constraint_error.take() {
+        return Err(SpecError::Constraint(e));
+    }
     let stats = DecodeStats {
         generated_tokens: run.seq.len() - run.prompt_len,
         stop: run.done.unwrap_or(StopReason::MaxTokens),
@@ -168,6 +190,10 @@ pub(crate) struct Run<'t, 'd> {
     pub(crate) trace: Vec<PhaseSpan>,
     /// Set by the caller to stop (see [`decode_with`]).
     pub(crate) cancel: Option<&'t AtomicBool>,
+    /// What may come next (see [`Control::constraint`]).
+    pub(crate) constraint: Option<&'t dyn Constraint>,
+    /// The constraint failed on committed tokens: decoding stopped there.
+    pub(crate) constraint_error: Option<String>,
 }
 
 impl Run<'_, '_> {
@@ -204,6 +230,7 @@ impl Run<'_, '_> {
             self.done = Some(StopReason::MaxTokens);
             return Ok(());
         }
+        self.constrain(&[], &mut logits)?;
         let first = self.sampler.sample(&logits)?;
         self.commit(&[first], on);
         if let Some(d) = self.draft.as_deref_mut() {
@@ -290,6 +317,14 @@ impl Run<'_, '_> {
         }
         if self.seq.len() > start {
             let new = &self.seq[start..];
+            if let Some(c) = self.constraint
+                && let Err(e) = c.commit(new)
+            {
+                // Rows are masked before a token is chosen, so only the
+                // rule's own failure gets here: generation ends with it.
+                self.constraint_error = Some(e);
+                self.done = Some(StopReason::StopToken);
+            }
             // Shown provisional tokens that disagree go first; those that
             // agree are replaced by the confirmation.
             let same = common_prefix(&self.shown, new);
@@ -302,6 +337,15 @@ impl Run<'_, '_> {
                 self.shown.drain(..same);
             }
             on(Event::Confirm(new));
+        }
+    }
+
+    /// Masks one row of target logits for the position after the
+    /// committed tokens and `path` (no-op without a constraint).
+    pub(crate) fn constrain(&self, path: &[u32], logits: &mut [f32]) -> Result<()> {
+        match self.constraint {
+            Some(c) => c.mask(path, logits).map_err(SpecError::Constraint),
+            None => Ok(()),
         }
     }
 
@@ -318,10 +362,11 @@ impl Run<'_, '_> {
     pub(crate) fn target_step(&mut self, on: &mut dyn FnMut(Event<'_>)) -> Result<()> {
         let t = Instant::now();
         let root = self.root();
-        let logits = self.target().step(&[root])?;
+        let mut logits = self.target().step(&[root])?;
         self.stats.target_secs += t.elapsed().as_secs_f64();
         self.span(Phase::Step, t, 1);
         self.stats.target_steps += 1;
+        self.constrain(&[], &mut logits)?;
         let next = self.sampler.sample(&logits)?;
         self.commit(&[next], on);
         Ok(())

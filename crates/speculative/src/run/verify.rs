@@ -68,6 +68,8 @@ impl Run<'_, '_> {
         logits: &arbor_model::Logits,
         dists: &[Option<Vec<f32>>],
     ) -> Result<verify::Verdict> {
+        let masked = self.constrained_rows(tree, logits)?;
+        let logits = masked.as_ref().unwrap_or(logits);
         let vocab = logits.vocab;
         let verdict = match self.opts.verification {
             Verification::Typical(policy) => {
@@ -108,6 +110,33 @@ impl Run<'_, '_> {
         self.stats.verifications += 1;
         self.stats.accepted_draft_tokens += verdict.accepted.len();
         Ok(verdict)
+    }
+
+    /// With a constraint: a copy of `logits` whose row `i` allows only what
+    /// may follow the committed tokens and the tree's path to node `i`.
+    fn constrained_rows(
+        &self,
+        tree: &TokenTree,
+        logits: &arbor_model::Logits,
+    ) -> Result<Option<arbor_model::Logits>> {
+        if self.constraint.is_none() {
+            return Ok(None);
+        }
+        let vocab = logits.vocab;
+        let mut masked = logits.clone();
+        let rows = tree.len().min(masked.data.len() / vocab.max(1));
+        let mut path = Vec::new();
+        for i in 0..rows {
+            path.clear();
+            let mut at = i;
+            while let Some(parent) = tree.node(at).parent {
+                path.push(tree.node(at).token);
+                at = parent;
+            }
+            path.reverse();
+            self.constrain(&path, &mut masked.data[i * vocab..(i + 1) * vocab])?;
+        }
+        Ok(Some(masked))
     }
 
     /// Commits a verdict's tokens and updates the acceptance estimate.
