@@ -152,6 +152,7 @@ impl Grammars {
             matcher: Mutex::new(matcher),
             eos: self.factory.tok_env().tok_trie().eos_token(),
             stops: self.stops.clone(),
+            spent: Mutex::new((0, 0.0)),
         })
     }
 }
@@ -177,6 +178,8 @@ pub struct Grammar {
     matcher: Mutex<Matcher>,
     eos: u32,
     stops: Vec<u32>,
+    /// Rows masked and the seconds it took.
+    spent: Mutex<(usize, f64)>,
 }
 
 impl std::fmt::Debug for Grammar {
@@ -191,10 +194,32 @@ impl Grammar {
         let mut m = self.matcher.lock().unwrap_or_else(|e| e.into_inner());
         m.is_accepting().unwrap_or(false)
     }
+
+    /// Rows masked so far and the seconds masking took (what the rule
+    /// costs a generation).
+    pub fn spent(&self) -> (usize, f64) {
+        *self.spent.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Constraint for Grammar {
     fn mask(&self, path: &[u32], logits: &mut [f32]) -> Result<(), String> {
+        let start = std::time::Instant::now();
+        let r = self.mask_row(path, logits);
+        let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        spent.0 += 1;
+        spent.1 += start.elapsed().as_secs_f64();
+        r
+    }
+
+    fn commit(&self, tokens: &[u32]) -> Result<(), String> {
+        let mut m = self.matcher.lock().unwrap_or_else(|e| e.into_inner());
+        m.consume_tokens(tokens).map_err(|e| e.to_string())
+    }
+}
+
+impl Grammar {
+    fn mask_row(&self, path: &[u32], logits: &mut [f32]) -> Result<(), String> {
         let mut m = self.matcher.lock().unwrap_or_else(|e| e.into_inner());
         if !path.is_empty() {
             let valid = m.validate_tokens(path).map_err(|e| e.to_string())?;
@@ -220,10 +245,5 @@ impl Constraint for Grammar {
             }
         }
         Ok(())
-    }
-
-    fn commit(&self, tokens: &[u32]) -> Result<(), String> {
-        let mut m = self.matcher.lock().unwrap_or_else(|e| e.into_inner());
-        m.consume_tokens(tokens).map_err(|e| e.to_string())
     }
 }

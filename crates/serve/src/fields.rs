@@ -1,8 +1,8 @@
 //! Which request fields arbor serves, field by field. A field it honours is
 //! parsed and checked ([`crate::api`]); a field that does not change what is
 //! generated (`user`, `metadata`…) is accepted; a field of OpenAI's API
-//! that arbor does not serve yet (`response_format`, `logprobs`,
-//! penalties…, and tools on `/v1/completions`) is a 400 naming it unless it
+//! that arbor does not serve yet (`logprobs`, penalties…, and tools or
+//! `response_format` on `/v1/completions`) is a 400 naming it unless it
 //! holds its neutral value (what a client sends when it does not use the
 //! feature); any other field is a 400 naming it. Nothing a client asks for
 //! is silently dropped.
@@ -81,7 +81,7 @@ pub fn check(body: &Value, endpoint: Endpoint) -> Result<(), ApiError> {
         return Err(ApiError::invalid("the body must be a JSON object"));
     };
     let own: &[&str] = match endpoint {
-        Endpoint::Chat => &["messages", "tools", "tool_choice"],
+        Endpoint::Chat => &["messages", "tools", "tool_choice", "response_format"],
         Endpoint::Completion => &["prompt"],
     };
     for (name, v) in fields {
@@ -171,7 +171,6 @@ mod tests {
             param(b, Endpoint::Chat)
         };
         for (k, v) in [
-            ("response_format", json!({"type": "json_object"})),
             ("logprobs", json!(true)),
             ("top_logprobs", json!(3)),
             ("presence_penalty", json!(0.5)),

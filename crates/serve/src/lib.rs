@@ -24,6 +24,7 @@ mod respond;
 mod routes;
 pub mod status;
 pub mod stops;
+mod structured;
 pub mod tools;
 pub mod worker;
 

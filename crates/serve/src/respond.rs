@@ -63,6 +63,9 @@ impl Reply {
         if let Some(slo) = &f.slo {
             v["slo"] = slo.clone();
         }
+        if let Some((rows, secs)) = f.masked {
+            v["constraint"] = json!({"masked_rows": rows, "mask_seconds": secs});
+        }
         v
     }
 

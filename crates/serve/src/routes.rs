@@ -300,17 +300,25 @@ async fn chat(
         Some(_) => Some(template_tokens(facts, &request.messages, &prompt)?),
         None => None,
     };
-    let fault = fault(&state, &raw);
-    let job = (
-        Kind::Chat,
+    let constraint =
+        crate::structured::constraint(facts, request.response_format.as_ref(), &tools)?;
+    if constraint.is_some() && settings.slo.is_some() {
+        return Err(ApiError::invalid_param(
+            "arbor.slo",
+            "latency objectives and structured output (or forced tool calls) do not combine yet",
+        ));
+    }
+    let checked = Checked {
+        kind: Kind::Chat,
         prompt,
         protected,
+        fault: fault(&state, &raw),
         settings,
         arrived,
-        fault,
-        tools.prefix,
-    );
-    generate(state.clone(), job).await
+        tools: tools.prefix,
+        constraint,
+    };
+    generate(state.clone(), checked).await
 }
 
 async fn completions(
@@ -332,17 +340,17 @@ async fn completions(
     let protected = settings
         .slo
         .map(|_| arbor_engine::slo::protected_mask(&prompt, &[]));
-    let fault = fault(&state, &raw);
-    let job = (
-        Kind::Text,
+    let checked = Checked {
+        kind: Kind::Text,
         prompt,
         protected,
+        fault: fault(&state, &raw),
         settings,
         arrived,
-        fault,
-        None,
-    );
-    generate(state.clone(), job).await
+        tools: None,
+        constraint: None,
+    };
+    generate(state.clone(), checked).await
 }
 
 /// Which tokens of a chat prompt its template wrote (and the system
@@ -364,22 +372,34 @@ fn template_tokens(
     Ok(arbor_engine::slo::protected_mask(prompt, &ids))
 }
 
-/// A checked request: endpoint, prompt, protected tokens, settings, when
-/// it arrived, whether a test asked it to fail, and with tools the start
-/// its answer was given.
-type Checked = (
-    Kind,
-    Vec<u32>,
-    Option<Vec<bool>>,
-    Settings,
-    Instant,
-    bool,
-    Option<String>,
-);
+/// A checked request, ready to queue.
+struct Checked {
+    kind: Kind,
+    prompt: Vec<u32>,
+    /// With an objective: prompt tokens no prompt level drops.
+    protected: Option<Vec<bool>>,
+    settings: Settings,
+    arrived: Instant,
+    /// Tests only: make the generation panic.
+    fault: bool,
+    /// With tools: the start the answer was given.
+    tools: Option<String>,
+    /// The rule the answer must follow.
+    constraint: Option<Arc<arbor_grammar::Grammar>>,
+}
 
 /// Queues a checked request and answers it.
 async fn generate(state: Shared, checked: Checked) -> Result<Response, ApiError> {
-    let (kind, prompt, protected, settings, arrived, fault, tools) = checked;
+    let Checked {
+        kind,
+        prompt,
+        protected,
+        settings,
+        arrived,
+        fault,
+        tools,
+        constraint,
+    } = checked;
     let facts = ready(&state)?;
     let room = facts.context.saturating_sub(prompt.len());
     let max_tokens = match settings.max_tokens {
@@ -419,6 +439,7 @@ async fn generate(state: Shared, checked: Checked) -> Result<Response, ApiError>
         clock,
         arrived,
         fault,
+        constraint,
     };
     state.metrics.queued.fetch_add(1, Ordering::Relaxed);
     if let Err(e) = state.jobs.try_send(job) {

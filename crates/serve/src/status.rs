@@ -42,6 +42,10 @@ pub(crate) struct Facts {
     pub default_max_tokens: Option<usize>,
     /// Target weight bytes held under a memory budget.
     pub resident: u64,
+    /// Logits per row (the grammar vocabulary's size).
+    pub vocab: usize,
+    /// The vocabulary for structured output, built on first use.
+    pub grammars: OnceLock<Result<Arc<arbor_grammar::Grammars>, String>>,
 }
 
 #[derive(Debug)]

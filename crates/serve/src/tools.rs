@@ -25,6 +25,38 @@ pub struct ToolRequest {
     /// Text the model's answer is made to start with (its own tokens are
     /// the continuation); `None`: the answer is not read for calls.
     pub prefix: Option<String>,
+    /// A call the answer must be: what its rest must match.
+    pub force: Option<Force>,
+}
+
+/// The call `tool_choice` forces, for the grammar of the answer's rest.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Force {
+    /// `required`: `{"name": one of the tools, "arguments": its schema}`.
+    Any(Value),
+    /// A named function: its arguments' schema, then `}`.
+    Named(Option<Value>),
+}
+
+impl ToolRequest {
+    /// The JSON schema of a call of any of `tools`.
+    fn any_call(tools: &[Value]) -> Value {
+        let calls: Vec<Value> = (tools.iter())
+            .map(|t| {
+                let params = match &t["function"]["parameters"] {
+                    Value::Null => json!({"type": "object"}),
+                    p => p.clone(),
+                };
+                json!({
+                    "type": "object",
+                    "properties": {"name": {"const": t["function"]["name"]}, "arguments": params},
+                    "required": ["name", "arguments"],
+                    "additionalProperties": false,
+                })
+            })
+            .collect();
+        json!({"anyOf": calls})
+    }
 }
 
 /// Checks `tools` and `tool_choice`.
@@ -65,9 +97,14 @@ pub fn request(tools: Option<&[Value]>, choice: Option<&Value>) -> Result<ToolRe
             }
             // The call's start in the layout the model was shown (names
             // need no escaping: `valid_name`).
+            let tool = tools.iter().find(|t| t["function"]["name"] == name);
+            let params = tool
+                .map(|t| &t["function"]["parameters"])
+                .filter(|p| p.is_object());
             return Ok(ToolRequest {
                 tools: tools.to_vec(),
                 prefix: Some(format!("{OPEN}\n{{\"name\": \"{name}\", \"arguments\": ")),
+                force: Some(Force::Named(params.cloned())),
             });
         }
         Some(_) => {
@@ -92,10 +129,12 @@ pub fn request(tools: Option<&[Value]>, choice: Option<&Value>) -> Result<ToolRe
         "required" => ToolRequest {
             tools: tools.to_vec(),
             prefix: Some(format!("{OPEN}\n")),
+            force: Some(Force::Any(ToolRequest::any_call(tools))),
         },
         _ => ToolRequest {
             tools: tools.to_vec(),
             prefix: Some(String::new()),
+            force: None,
         },
     })
 }

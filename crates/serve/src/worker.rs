@@ -41,6 +41,8 @@ pub struct Job {
     pub arrived: Instant,
     /// Tests only: panic at the first token.
     pub fault: bool,
+    /// The rule the answer must follow (structured output, forced calls).
+    pub constraint: Option<Arc<arbor_grammar::Grammar>>,
 }
 
 /// What the worker sends a request's handler.
@@ -70,6 +72,8 @@ pub struct Finish {
     pub strategy: String,
     /// The sampling seed (drawn afresh when the request gave none).
     pub seed: u64,
+    /// With a rule on the answer: rows masked and the seconds it took.
+    pub masked: Option<(usize, f64)>,
     /// How a request with an objective was served (its `arbor.slo`).
     pub slo: Option<serde_json::Value>,
 }
@@ -179,6 +183,8 @@ fn facts(run: &Run, options: &ServeOptions) -> Result<Facts, String> {
         context,
         default_max_tokens: run.config().max_tokens,
         resident: engine.memory().map_or(0, |m| m.target_resident_bytes),
+        vocab: engine.model().config().vocab_size,
+        grammars: std::sync::OnceLock::new(),
     })
 }
 
@@ -252,10 +258,17 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
             job.cancel.store(true, Ordering::Relaxed);
         }
     };
+    let constraint = (job.constraint.as_deref()).map(|g| g as &dyn arbor_engine::Constraint);
     let result = match (&job.settings.slo, slo) {
-        (None, _) => (run.generate_with(&job.prompt, &options, Some(&job.cancel), &mut on))
-            .map(|g| (g, None))
-            .map_err(|e| ApiError::server(e.to_string())),
+        (None, _) => (run.generate_constrained(
+            &job.prompt,
+            &options,
+            Some(&job.cancel),
+            constraint,
+            &mut on,
+        ))
+        .map(|g| (g, None))
+        .map_err(|e| ApiError::server(e.to_string())),
         (Some(_), None) => Err(ApiError::invalid_param(
             "arbor.slo",
             "this server's model is not elastic: latency objectives choose among an elastic \
@@ -343,6 +356,7 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
         decode_tok_s: g.stats.decode_tok_s(),
         strategy,
         seed: job.settings.sampling.seed,
+        masked: job.constraint.as_ref().map(|g| g.spent()),
         slo: report.as_ref().map(slo_summary),
     }));
 }

@@ -119,11 +119,6 @@ fn unserved_fields_and_non_json_bodies_are_refused_by_name() {
     };
     let call = json!([{"role": "assistant", "content": null, "function_call": {"name": "f"}}]);
     let cases: Vec<(&str, Value, &str)> = vec![
-        (
-            "response_format json_object",
-            with("response_format", json!({"type": "json_object"})),
-            "response_format",
-        ),
         ("logprobs", with("logprobs", json!(true)), "logprobs"),
         (
             "top_logprobs",

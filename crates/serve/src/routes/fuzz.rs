@@ -79,6 +79,7 @@ async fn stand_in_worker(mut jobs: mpsc::Receiver<Job>) {
             decode_tok_s: 1.0,
             strategy: "autoregressive".into(),
             seed: 0,
+            masked: None,
             slo: None,
         }));
     }
@@ -106,6 +107,8 @@ fn app() -> (axum::Router, tokio::runtime::Runtime) {
         context: CONTEXT,
         default_max_tokens: Some(16),
         resident: 0,
+        vocab: 256,
+        grammars: std::sync::OnceLock::new(),
     });
     status.set(Phase::Ready);
     let metrics = Arc::new(Metrics::default());
