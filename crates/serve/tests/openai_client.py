@@ -151,6 +151,75 @@ class OpenAIClient(unittest.TestCase):
         self.assertEqual(self.chat(max_tokens=4).object, "chat.completion")
 
 
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city",
+    "parameters": {"type": "object", "required": ["city"], "additionalProperties": False,
+                   "properties": {"city": {"type": "string", "maxLength": 30}}}}}]
+WEATHER_QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+class ToolsAndStructuredOutput(unittest.TestCase):
+    """Tool calls and JSON schemas through the client's own types (the
+    mechanics: SmolLM2's answers may be poor, the constraint keeps them
+    well formed)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = client(MAIN)
+        cls.model = model_id(cls.c)
+
+    def test_a_forced_call_round_trip(self):
+        choice = {"type": "function", "function": {"name": "get_weather"}}
+        r = self.c.chat.completions.create(
+            model=self.model, messages=WEATHER_QUESTION, tools=WEATHER, tool_choice=choice,
+            temperature=0, max_tokens=48)
+        self.assertEqual(r.choices[0].finish_reason, "tool_calls")
+        call = r.choices[0].message.tool_calls[0]
+        self.assertEqual(call.function.name, "get_weather")
+        args = json.loads(call.function.arguments)
+        self.assertIsInstance(args.get("city"), str)
+        # Streamed: the same call, assembled from deltas.
+        name, arguments, finish = "", "", None
+        for chunk in self.c.chat.completions.create(
+                model=self.model, messages=WEATHER_QUESTION, tools=WEATHER, tool_choice=choice,
+                temperature=0, max_tokens=48, stream=True):
+            if not chunk.choices:
+                continue
+            for d in chunk.choices[0].delta.tool_calls or []:
+                name += d.function.name or ""
+                arguments += d.function.arguments or ""
+            finish = chunk.choices[0].finish_reason or finish
+        self.assertEqual((name, json.loads(arguments), finish), ("get_weather", args, "tool_calls"))
+        # The result goes back; the next turn is an answer.
+        follow = WEATHER_QUESTION + [
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": call.id, "type": "function",
+                 "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+            {"role": "tool", "tool_call_id": call.id, "content": '{"celsius": 21}'},
+        ]
+        r = self.c.chat.completions.create(
+            model=self.model, messages=follow, tools=WEATHER, tool_choice="none",
+            temperature=0, max_tokens=16)
+        self.assertEqual(r.choices[0].message.tool_calls, None)
+        self.assertTrue(r.choices[0].message.content)
+
+    def test_json_schema_answers_parse(self):
+        schema = {"type": "object", "additionalProperties": False, "required": ["name", "legs"],
+                  "properties": {"name": {"type": "string", "maxLength": 20},
+                                 "legs": {"type": "integer", "minimum": 0, "maximum": 8}}}
+        r = self.c.chat.completions.create(
+            model=self.model, temperature=0, max_tokens=64,
+            messages=[{"role": "user", "content": "Describe a spider."}],
+            response_format={"type": "json_schema", "json_schema": {"name": "animal", "schema": schema}})
+        v = json.loads(r.choices[0].message.content)
+        self.assertEqual(sorted(v), ["legs", "name"])
+        self.assertTrue(0 <= v["legs"] <= 8)
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.c.chat.completions.create(
+                model=self.model, messages=WEATHER_QUESTION, max_tokens=4, logprobs=True)
+        self.assertEqual(e.exception.body["param"], "logprobs")
+
+
 class FullQueue(unittest.TestCase):
     def test_a_full_queue_is_a_rate_limit_error(self):
         c = client(SLOW, key="anything")

@@ -8,7 +8,8 @@
 //!
 //! On SmolLM2 drafting for itself when it is cached (CI), else on a tiny
 //! random model. `ARBOR_STRUCTURED_TARGET` and `ARBOR_STRUCTURED_DRAFT`
-//! (model names or paths) run it on others, e.g. the 1.5B with the 0.5B;
+//! (model names or paths) run it on others, e.g. the 1.5B with the 0.5B,
+//! and `ARBOR_STRUCTURED_BUDGET` (e.g. `1.3GiB`) under a memory budget;
 //! `--nocapture` prints a table.
 
 mod common;
@@ -50,10 +51,97 @@ fn json_schema_answers_validate_and_speculation_changes_nothing() {
     let target = model_path("ARBOR_STRUCTURED_TARGET", &tiny);
     let draft = std::env::var("ARBOR_STRUCTURED_DRAFT").unwrap_or(target.clone());
     let separate_draft = draft != target;
+    let budget = std::env::var("ARBOR_STRUCTURED_BUDGET").ok();
+    let cases: Vec<Value> =
+        serde_json::from_str(include_str!("schemas.json")).expect("schemas.json");
+    assert_eq!(cases.len(), 20);
+    // One server per strategy: under a budget a run is planned for its
+    // strategy. `chain` always drafts; `tree` drafts where its plan says
+    // drafting pays, which a draft as large as its target (CI's SmolLM2
+    // drafting for itself) never does: it runs with a separate draft only.
+    let mut strategies = vec!["autoregressive", "chain"];
+    if separate_draft {
+        strategies.push("tree");
+    }
+    let answers: Vec<Vec<Value>> = (strategies.iter())
+        .map(|strategy| {
+            let config = RunConfig {
+                target: Some(target.clone()),
+                draft: Some(draft.clone()),
+                strategy: Some(strategy.to_string()),
+                memory_budget: budget.clone(),
+                ..RunConfig::default()
+            };
+            let server = serve(
+                std::path::Path::new(&target),
+                config,
+                ServeOptions::default(),
+            );
+            let addr = server.addr();
+            let id = http(addr, "GET", "/v1/models", &[], "").json()["data"][0]["id"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            let answers = (cases.iter().enumerate())
+                .map(|(i, case)| {
+                    let format = json!({"type": "json_schema", "json_schema": {
+                        "name": format!("case{i}"), "schema": case["schema"], "strict": true}});
+                    let prompt = case["prompt"].as_str().unwrap();
+                    let body = chat(&id, prompt, json!({"response_format": format}));
+                    let r = post(addr, "/v1/chat/completions", &body);
+                    assert_eq!(r.status, 200, "{strategy} case {i}: {}", r.body);
+                    r.json()
+                })
+                .collect();
+            server.shutdown().unwrap();
+            answers
+        })
+        .collect();
+    eprintln!("target {target}, draft {draft}, budget {budget:?}");
+    eprintln!(
+        "| # | valid | {} equal | tokens | tokens/pass {} | mask µs/row |",
+        strategies.join(" = "),
+        strategies[1..].join(", ")
+    );
+    eprintln!("|---|---|---|---|---|---|");
+    let (mut valid, mut equal) = (0, 0);
+    let content = |r: &Value| r["choices"][0]["message"]["content"].clone();
+    for (i, case) in cases.iter().enumerate() {
+        let plain = &answers[0][i];
+        let text = plain["choices"][0]["message"]["content"].as_str().unwrap();
+        let ok = serde_json::from_str::<Value>(text)
+            .is_ok_and(|v| jsonschema::is_valid(&case["schema"], &v));
+        let same = answers.iter().all(|a| content(&a[i]) == content(plain));
+        valid += usize::from(ok);
+        equal += usize::from(same);
+        let masked = &plain["arbor"]["constraint"];
+        let per_row = masked["mask_seconds"].as_f64().unwrap_or(0.0)
+            / masked["masked_rows"].as_f64().unwrap_or(1.0).max(1.0);
+        let per_pass: Vec<String> = (answers[1..].iter())
+            .map(|a| {
+                format!(
+                    "{:.2}",
+                    a[i]["arbor"]["tokens_per_pass"].as_f64().unwrap_or(0.0)
+                )
+            })
+            .collect();
+        eprintln!(
+            "| {i} | {ok} | {same} | {} | {} | {:.0} |",
+            plain["usage"]["completion_tokens"],
+            per_pass.join(", "),
+            per_row * 1e6
+        );
+        assert!(ok, "case {i} does not validate: {text}");
+        let all: Vec<Value> = answers.iter().map(|a| content(&a[i])).collect();
+        assert!(same, "case {i}: {strategies:?} gave {all:?}");
+    }
+    eprintln!("valid {valid}/20, all strategies equal {equal}/20");
+
+    // The rest on one server.
     let config = RunConfig {
         target: Some(target.clone()),
-        draft: Some(draft.clone()),
         strategy: Some("autoregressive".into()),
+        memory_budget: budget.clone(),
         ..RunConfig::default()
     };
     let server = serve(
@@ -66,67 +154,6 @@ fn json_schema_answers_validate_and_speculation_changes_nothing() {
         .as_str()
         .unwrap()
         .to_string();
-    let cases: Vec<Value> =
-        serde_json::from_str(include_str!("schemas.json")).expect("schemas.json");
-    assert_eq!(cases.len(), 20);
-    eprintln!("target {target}, draft {draft}");
-    eprintln!(
-        "| # | valid | tree = chain = plain | tokens | tokens/pass tree | chain | mask µs/row |"
-    );
-    eprintln!("|---|---|---|---|---|---|---|");
-    let (mut valid, mut equal) = (0, 0);
-    for (i, case) in cases.iter().enumerate() {
-        let schema = &case["schema"];
-        let format = json!({"type": "json_schema",
-            "json_schema": {"name": format!("case{i}"), "schema": schema, "strict": true}});
-        let prompt = case["prompt"].as_str().unwrap();
-        let ask = |strategy: &str| {
-            let body = chat(
-                &id,
-                prompt,
-                json!({"response_format": format,
-                                                 "arbor": {"strategy": strategy}}),
-            );
-            let r = post(addr, "/v1/chat/completions", &body);
-            assert_eq!(r.status, 200, "case {i}: {}", r.body);
-            r.json()
-        };
-        let plain = ask("autoregressive");
-        // `chain` always drafts; `tree` drafts where its plan says drafting
-        // pays, which a draft as large as its target (CI's SmolLM2 drafting
-        // for itself) never does: it runs with a separate draft only.
-        let chain = ask("chain");
-        let tree = match separate_draft {
-            true => ask("tree"),
-            false => chain.clone(),
-        };
-        let text = plain["choices"][0]["message"]["content"].as_str().unwrap();
-        let ok =
-            serde_json::from_str::<Value>(text).is_ok_and(|v| jsonschema::is_valid(schema, &v));
-        let content = |r: &Value| r["choices"][0]["message"]["content"].clone();
-        let same = content(&tree) == content(&plain) && content(&chain) == content(&plain);
-        valid += usize::from(ok);
-        equal += usize::from(same);
-        let masked = &plain["arbor"]["constraint"];
-        let per_row = masked["mask_seconds"].as_f64().unwrap_or(0.0)
-            / masked["masked_rows"].as_f64().unwrap_or(1.0).max(1.0);
-        let per_pass = |r: &Value| r["arbor"]["tokens_per_pass"].as_f64().unwrap_or(0.0);
-        eprintln!(
-            "| {i} | {ok} | {same} | {} | {:.2} | {:.2} | {:.0} |",
-            plain["usage"]["completion_tokens"],
-            per_pass(&tree),
-            per_pass(&chain),
-            per_row * 1e6
-        );
-        assert!(ok, "case {i} does not validate: {text}");
-        assert!(
-            same,
-            "case {i}: tree {} chain {} plain {text}",
-            content(&tree),
-            content(&chain)
-        );
-    }
-    eprintln!("valid {valid}/20, tree = chain = plain {equal}/20");
 
     // json_object: any object (which need not end: a small model may go
     // on until the token limit; one that stops has closed it).
