@@ -233,16 +233,19 @@ impl Grammar {
             m.rollback(path.len()).map_err(|e| e.to_string())?;
         }
         let mask = mask.map_err(|e| e.to_string())?;
+        // Every stop token is allowed exactly where the grammar's end
+        // token is: their logits are set aside and put back after the mask.
         let may_end = mask.is_allowed(self.eos);
+        let ends: Vec<(usize, f32)> = (self.stops.iter().chain([&self.eos]))
+            .filter_map(|&t| logits.get(t as usize).map(|&l| (t as usize, l)))
+            .collect();
         for (t, l) in logits.iter_mut().enumerate() {
-            let t = t as u32;
-            let allowed = match self.stops.binary_search(&t).is_ok() || t == self.eos {
-                true => may_end,
-                false => (t as usize) < mask.len() && mask.is_allowed(t),
-            };
-            if !allowed {
+            if !(t < mask.len() && mask.is_allowed(t as u32)) {
                 *l = f32::NEG_INFINITY;
             }
+        }
+        for (t, l) in ends {
+            logits[t] = if may_end { l } else { f32::NEG_INFINITY };
         }
         Ok(())
     }

@@ -194,13 +194,19 @@ pub fn parse_generation<T: serde::de::DeserializeOwned>(
 /// A seed for a request that gives none: different for every request, and
 /// within `int64` (the API's type), so sending it back reproduces the text.
 fn fresh_seed() -> u64 {
+    random_u64() & i64::MAX as u64
+}
+
+/// 64 random bits, different on every call (std's per-process hash keys,
+/// which each new `RandomState` steps, mixed with the time).
+pub(crate) fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
         (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
             .map_or(0, |d| d.as_nanos()),
     );
-    h.finish() & i64::MAX as u64
+    h.finish()
 }
 
 /// What one generation runs with, checked.

@@ -59,7 +59,7 @@ impl StopScanner {
 
 /// Bytes of the longest suffix of `text` (on a character boundary) that is
 /// a proper prefix of `stop`.
-fn longest_tail_prefix(text: &str, stop: &str) -> usize {
+pub(crate) fn longest_tail_prefix(text: &str, stop: &str) -> usize {
     let most = text.len().min(stop.len().saturating_sub(1));
     (1..=most)
         .rev()

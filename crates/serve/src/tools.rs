@@ -217,13 +217,7 @@ impl Calls {
             return out;
         }
         // Keep back the longest tail that could still become the tag.
-        let keep = (1..OPEN.len().min(self.pending.len() + 1))
-            .rev()
-            .find(|&n| {
-                let cut = self.pending.len() - n;
-                self.pending.is_char_boundary(cut) && OPEN.starts_with(&self.pending[cut..])
-            })
-            .unwrap_or(0);
+        let keep = crate::stops::longest_tail_prefix(&self.pending, OPEN);
         let out = self.pending[..self.pending.len() - keep].to_string();
         self.pending.drain(..self.pending.len() - keep);
         self.spoke |= !out.is_empty();
@@ -298,12 +292,8 @@ fn call(v: &Value) -> Option<Call> {
 
 /// `call_` and 24 hex digits, different for every call.
 fn call_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u8(0);
-    let a = h.finish();
-    h.write_u8(1);
-    format!("call_{a:016x}{:08x}", h.finish() as u32)
+    let (a, b) = (crate::api::random_u64(), crate::api::random_u64());
+    format!("call_{a:016x}{:08x}", b as u32)
 }
 
 #[cfg(test)]

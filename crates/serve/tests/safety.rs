@@ -23,11 +23,6 @@ fn plain() -> RunConfig {
     }
 }
 
-fn model_id(addr: std::net::SocketAddr) -> String {
-    let models = http(addr, "GET", "/v1/models", &[], "").json();
-    models["data"][0]["id"].as_str().unwrap().to_string()
-}
-
 fn tokens(addr: std::net::SocketAddr, messages: &Value) -> Vec<u64> {
     let r = post(addr, "/tokenize", &json!({"messages": messages}));
     assert_eq!(r.status, 200, "{}", r.body);

@@ -191,10 +191,7 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     };
     let server = serve(&path, plain(), options);
     let addr = server.addr();
-    let id = http(addr, "GET", "/v1/models", &[], "").json()["data"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = model_id(addr);
     let ok = chat(&id, "hi", json!({"max_tokens": 2}));
     let with = |k: &str, v: Value| {
         let mut b = ok.clone();
@@ -405,10 +402,7 @@ fn a_full_queue_is_429_and_a_client_that_leaves_stops_its_generation() {
     let gate = Gate::allowing(0);
     let server = serve_paced(&path, plain(), options, &gate);
     let addr = server.addr();
-    let model = http(addr, "GET", "/v1/models", &[], "").json()["data"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let model = model_id(addr);
     let id = model.clone();
     let long = chat(&id, "go", json!({"max_tokens": 400, "stream": true}));
     let mut first = Events::open(addr, "/v1/chat/completions", &long);

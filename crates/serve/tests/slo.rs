@@ -69,10 +69,7 @@ fn body(model: &str, slo: Value) -> Value {
 fn objectives_are_served_reported_or_refused() {
     let (server, dir) = elastic_server("served");
     let addr = server.addr();
-    let id = http(addr, "GET", "/v1/models", &[], "").json()["data"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = model_id(addr);
 
     let r = post(
         addr,
@@ -146,10 +143,7 @@ fn a_server_without_levels_refuses_objectives() {
     };
     let server = serve(&path, config, ServeOptions::default());
     let addr = server.addr();
-    let id = http(addr, "GET", "/v1/models", &[], "").json()["data"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = model_id(addr);
     let r = post(
         addr,
         "/v1/chat/completions",

@@ -78,10 +78,7 @@ fn json_schema_answers_validate_and_speculation_changes_nothing() {
                 ServeOptions::default(),
             );
             let addr = server.addr();
-            let id = http(addr, "GET", "/v1/models", &[], "").json()["data"][0]["id"]
-                .as_str()
-                .unwrap()
-                .to_string();
+            let id = model_id(addr);
             let answers = (cases.iter().enumerate())
                 .map(|(i, case)| {
                     let format = json!({"type": "json_schema", "json_schema": {
@@ -150,10 +147,7 @@ fn json_schema_answers_validate_and_speculation_changes_nothing() {
         ServeOptions::default(),
     );
     let addr = server.addr();
-    let id = http(addr, "GET", "/v1/models", &[], "").json()["data"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = model_id(addr);
 
     // json_object: any object (which need not end: a small model may go
     // on until the token limit; one that stops has closed it).

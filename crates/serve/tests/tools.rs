@@ -81,10 +81,7 @@ fn a_named_tool_choice_is_answered_with_a_call_and_the_conversation_goes_on() {
     };
     let server = serve(&path, config, ServeOptions::default());
     let addr = server.addr();
-    let id = http(addr, "GET", "/v1/models", &[], "").json()["data"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = model_id(addr);
 
     // Bad tool requests.
     let other = json!({"type": "function", "function": {"name": "launch"}});

@@ -105,9 +105,8 @@ impl Tokenizer {
         if content.is_empty() {
             return None;
         }
-        (self.names.iter().zip(&self.kinds))
-            .filter(|(_, k)| k.is_matched_in_text())
-            .map(|(t, _)| t)
+        (self.matched.iter())
+            .filter_map(|&id| self.names.get(id))
             .find(|t| !t.is_empty() && content.contains(t))
     }
 }

@@ -143,6 +143,9 @@ pub struct Tokenizer {
     pad: Option<u32>,
     stop: Vec<u32>,
     chat: ChatFormat,
+    /// Ids of the tokens matched as a whole when their text appears
+    /// (control, user-defined and unknown tokens).
+    matched: Vec<u32>,
     /// `inner` with special-token matching off, made on first use
     /// ([`Tokenizer::encode_chat`]).
     plain: std::sync::OnceLock<tokenizers::Tokenizer>,

@@ -130,11 +130,14 @@ impl Tokenizer {
         let bpe = build_bpe(&names, &raw_merges, config.ignore_merges)?;
         let mut inner = tokenizers::Tokenizer::new(bpe);
         inner.with_pre_tokenizer(Some(config.build()?));
-        let specials: Vec<AddedToken> = names
-            .iter()
-            .zip(&kinds)
-            .filter(|(_, k)| k.is_matched_in_text())
-            .map(|(t, _)| AddedToken::from(t, true))
+        // Tokens matched as a whole in text: given to `tokenizers`, and
+        // kept for `encode_chat`, which looks for their text in messages.
+        let matched: Vec<u32> = (0..n as u32)
+            .filter(|&id| kinds[id as usize].is_matched_in_text())
+            .collect();
+        let specials: Vec<AddedToken> = (matched.iter())
+            .filter_map(|&id| names.get(id))
+            .map(|t| AddedToken::from(t, true))
             .collect();
         inner
             .add_special_tokens(specials)
@@ -223,6 +226,7 @@ impl Tokenizer {
             pad,
             stop,
             chat,
+            matched,
             plain: std::sync::OnceLock::new(),
         })
     }

@@ -13,7 +13,8 @@
 //! `<tool_call>{"name": …, "arguments": {…}}</tool_call>`, which the server
 //! parses back.
 
-use minijinja::value::Value;
+use minijinja::context;
+use minijinja::value::{Serde, Value};
 
 use crate::template::python_json;
 use crate::{ChatMessage, Result, Role, Tokenizer};
@@ -43,21 +44,22 @@ impl Tokenizer {
     }
 }
 
-/// A message as a template sees it.
+/// A message as a template sees it: `role` and `content`, and an
+/// assistant's `tool_calls` when it has any.
 pub(crate) fn message_value(m: &ChatMessage) -> Value {
-    let mut v = serde_json::json!({"role": m.role.as_str(), "content": m.content});
-    if !m.tool_calls.is_empty() {
-        let calls: Vec<serde_json::Value> = (m.tool_calls.iter())
-            .map(|c| {
-                serde_json::json!({
-                    "type": "function",
-                    "function": {"name": c.name, "arguments": arguments(c)},
-                })
-            })
-            .collect();
-        v["tool_calls"] = calls.into();
+    let plain = context! { role => m.role.as_str(), content => m.content.as_str() };
+    if m.tool_calls.is_empty() {
+        return plain;
     }
-    Value::from(minijinja::value::Serde(&v))
+    let calls: Vec<serde_json::Value> = (m.tool_calls.iter())
+        .map(|c| {
+            serde_json::json!({
+                "type": "function",
+                "function": {"name": c.name, "arguments": arguments(c)},
+            })
+        })
+        .collect();
+    context! { tool_calls => Value::from(Serde(calls)), ..plain }
 }
 
 /// A call's arguments as JSON (its text when that is not JSON).

@@ -85,6 +85,12 @@ impl Events {
     }
 }
 
+/// The id of the one model the server at `addr` serves.
+pub fn model_id(addr: SocketAddr) -> String {
+    let models = http(addr, "GET", "/v1/models", &[], "").json();
+    models["data"][0]["id"].as_str().unwrap().to_string()
+}
+
 /// A metric's value from `/metrics`.
 pub fn metric(addr: SocketAddr, name: &str) -> f64 {
     arbor_serve::client::metric(addr, name).unwrap_or_else(|| panic!("no metric {name}"))
