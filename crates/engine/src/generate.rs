@@ -47,6 +47,8 @@ pub struct Generation {
     pub started: std::time::Instant,
     /// What the decoding loop and the layer streamer did when.
     pub trace: Trace,
+    /// Each generated token's score, when the control asked for them.
+    pub logprobs: Vec<arbor_sampling::Scored>,
 }
 
 /// Streamed text. A consumer shows the confirmed text and after it the
@@ -223,5 +225,6 @@ pub fn generate(
         stream,
         started: decoded.started,
         trace: Trace::new(&decoded.trace, &weights),
+        logprobs: decoded.logprobs,
     })
 }

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 pub use arbor_model::{Config, LanguageModel, Logits, Mask};
 pub use arbor_paging::{format_bytes, parse_bytes};
 pub use arbor_pipeline::{Mode as StreamMode, Span, SpanKind, StreamStats};
-pub use arbor_sampling::{Constraint, SamplingParams, argmax};
+pub use arbor_sampling::{Both, Constraint, SamplingParams, Scored, ShapeError, Shaping, argmax};
 pub use arbor_speculative::{
     Control, Decoding, LatencyProfile, PROFILE_SIZES, SpecError, Strategy, Streaming, TreeConfig,
     Typical, Verification,

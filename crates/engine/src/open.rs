@@ -528,19 +528,24 @@ impl Run {
         cancel: Option<&std::sync::atomic::AtomicBool>,
         on: &mut dyn FnMut(TextEvent<'_>),
     ) -> Result<Generation> {
-        self.generate_constrained(prompt, options, cancel, None, on)
+        let control = crate::Control {
+            cancel,
+            ..Default::default()
+        };
+        self.generate_controlled(prompt, options, control, on)
     }
 
-    /// [`Run::generate_with`] under a rule on what may be generated (a
-    /// grammar): every token the target chooses is chosen among what the
-    /// rule allows, with any strategy, so the output equals the constrained
-    /// target-only output.
-    pub fn generate_constrained(
+    /// [`Run::generate_with`] under a [`Control`](crate::Control): a
+    /// cancel flag, a rule on what may be generated (a grammar, penalties:
+    /// every token the target chooses is chosen under it, with any
+    /// strategy, so the output equals the constrained target-only output)
+    /// and token scores. Its `reuse` is the run's to set (from the prompt
+    /// cache): the caller's is ignored.
+    pub fn generate_controlled(
         &mut self,
         prompt: &[u32],
         options: &GenerateOptions,
-        cancel: Option<&std::sync::atomic::AtomicBool>,
-        constraint: Option<&dyn arbor_sampling::Constraint>,
+        control: crate::Control<'_>,
         on: &mut dyn FnMut(TextEvent<'_>),
     ) -> Result<Generation> {
         self.check_budget_allows(&options.strategy)?;
@@ -558,9 +563,8 @@ impl Run {
             }
         }
         let control = crate::Control {
-            cancel,
             reuse: self.cached_prefix(prompt),
-            constraint,
+            ..control
         };
         // Until it succeeds, the cache holds nothing known.
         self.forget_cached();

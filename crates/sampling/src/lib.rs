@@ -5,6 +5,10 @@
 //! temperature-scaled distribution, then one draw from a seeded generator,
 //! so a seed reproduces a run exactly.
 
+mod shape;
+
+pub use shape::{Both, Scored, ShapeError, Shaping};
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SamplingError {
     #[error("temperature must be a finite number >= 0, got {0}")]
@@ -17,7 +21,8 @@ pub enum SamplingError {
     Empty,
 }
 
-/// A rule on which tokens may come next (a grammar, a JSON schema), applied
+/// A rule on which tokens may come next (a grammar, a JSON schema) or on
+/// how likely they are (penalties, biases: [`Shaping`]), applied
 /// to the target's logits at every position a token is chosen from, so a
 /// constrained speculative decode gives exactly the constrained one-token
 /// decode's output. Methods take `&self` (implementations lock what they
@@ -25,8 +30,8 @@ pub enum SamplingError {
 pub trait Constraint: Sync {
     /// Sets to −∞ the logits of tokens that may not follow the committed
     /// tokens and then `path` (tokens not yet committed: a draft tree's
-    /// path to the row). A `path` the rule does not allow leaves the row
-    /// as it is (no verdict can reach it).
+    /// path to the row), or shifts them. A `path` the rule does not allow
+    /// leaves the row as it is (no verdict can reach it).
     fn mask(&self, path: &[u32], logits: &mut [f32]) -> Result<(), String>;
 
     /// `tokens` were committed (never a stop token).

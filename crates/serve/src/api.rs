@@ -129,6 +129,8 @@ pub struct Common {
     pub n: Option<i64>,
     #[serde(default)]
     pub arbor: Option<ArborOptions>,
+    #[serde(flatten)]
+    pub scoring: crate::scoring::ScoringFields,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -221,11 +223,16 @@ pub struct Settings {
     pub strategy: Option<String>,
     pub provisional: bool,
     pub slo: Option<(Slo, OnMiss)>,
+    /// Alternatives listed with each token's score (`None`: no scores).
+    pub logprobs: Option<usize>,
+    /// Penalties and biases.
+    pub shape: crate::scoring::Shape,
 }
 
 impl Common {
-    /// Checks every field arbor honours.
-    pub fn settings(&self) -> Result<Settings, ApiError> {
+    /// Checks every field arbor honours (`logprobs` differs by endpoint).
+    pub fn settings(&self, endpoint: crate::fields::Endpoint) -> Result<Settings, ApiError> {
+        let (logprobs, shape) = self.scoring.check(endpoint)?;
         let max = match (self.max_completion_tokens, self.max_tokens) {
             (Some(n), _) => Some(("max_completion_tokens", n)),
             (None, Some(n)) => Some(("max_tokens", n)),
@@ -321,6 +328,8 @@ impl Common {
             strategy: arbor.strategy,
             provisional: arbor.provisional.unwrap_or(false),
             slo,
+            logprobs,
+            shape,
         })
     }
 }
@@ -411,7 +420,7 @@ mod tests {
     use super::*;
 
     fn common(json: &str) -> Result<Settings, ApiError> {
-        parse::<Common>(json.as_bytes())?.settings()
+        parse::<Common>(json.as_bytes())?.settings(crate::fields::Endpoint::Chat)
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Which request fields arbor serves, field by field. A field it honours is
 //! parsed and checked ([`crate::api`]); a field that does not change what is
 //! generated (`user`, `metadata`…) is accepted; a field of OpenAI's API
-//! that arbor does not serve yet (`logprobs`, penalties…, and tools or
+//! that arbor does not serve (`echo`, `best_of`, audio…, and tools or
 //! `response_format` on `/v1/completions`) is a 400 naming it unless it
 //! holds its neutral value (what a client sends when it does not use the
 //! feature); any other field is a 400 naming it. Nothing a client asks for
@@ -32,6 +32,11 @@ const HONOURED: &[&str] = &[
     "stream",
     "stream_options",
     "n",
+    "logprobs",
+    "top_logprobs",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
     "arbor",
 ];
 
@@ -54,7 +59,6 @@ fn neutral(field: &str, v: &Value) -> Option<bool> {
         Value::String(s) => s.is_empty(),
         _ => false,
     };
-    let zero = |v: &Value| v.is_null() || v.as_f64() == Some(0.0);
     Some(match field {
         "tools" | "functions" => empty(v),
         // Without tools, "auto" cannot call one either.
@@ -62,11 +66,9 @@ fn neutral(field: &str, v: &Value) -> Option<bool> {
             v.is_null() || matches!(v.as_str(), Some("none" | "auto"))
         }
         "response_format" => v.is_null() || v["type"] == "text",
-        "logprobs" | "echo" => v.is_null() || v == &Value::Bool(false),
-        // Completions' `logprobs` is a count; chat's a bool.
-        "top_logprobs" => zero(v),
-        "presence_penalty" | "frequency_penalty" | "repetition_penalty" => zero(v),
-        "logit_bias" | "suffix" => empty(v),
+        "echo" => v.is_null() || v == &Value::Bool(false),
+        "repetition_penalty" => v.is_null() || v.as_f64() == Some(1.0),
+        "suffix" => empty(v),
         "best_of" => v.is_null() || v.as_f64() == Some(1.0),
         "modalities" | "audio" | "prediction" | "web_search_options" | "reasoning_effort" => {
             v.is_null()
@@ -89,16 +91,12 @@ pub fn check(body: &Value, endpoint: Endpoint) -> Result<(), ApiError> {
         if own.contains(&name_) || HONOURED.contains(&name_) || INERT.contains(&name_) {
             continue;
         }
-        let completion_logprobs = endpoint == Endpoint::Completion && name == "logprobs";
-        let fine = match completion_logprobs {
-            true => v.is_null() || v.as_f64() == Some(0.0),
-            false => neutral(name, v).ok_or_else(|| {
-                ApiError::invalid_param(
-                    name,
-                    format!("unknown field `{name}`: arbor does not serve it"),
-                )
-            })?,
-        };
+        let fine = neutral(name, v).ok_or_else(|| {
+            ApiError::invalid_param(
+                name,
+                format!("unknown field `{name}`: arbor does not serve it"),
+            )
+        })?;
         if !fine {
             return Err(ApiError::invalid_param(
                 name,
@@ -121,9 +119,8 @@ fn why(field: &str) -> &'static str {
     match field {
         "tools" | "tool_choice" | "functions" | "function_call" => "no tool calling",
         "response_format" => "no structured output; only `{\"type\": \"text\"}`",
-        "logprobs" | "top_logprobs" => "no log-probabilities in responses",
-        "presence_penalty" | "frequency_penalty" | "repetition_penalty" | "logit_bias" => {
-            "no penalties or logit biases"
+        "repetition_penalty" => {
+            "OpenAI's `presence_penalty` and `frequency_penalty` are served instead"
         }
         "echo" | "suffix" | "best_of" => "completions are plain continuations",
         _ => "text in, text out only",
@@ -171,11 +168,9 @@ mod tests {
             param(b, Endpoint::Chat)
         };
         for (k, v) in [
-            ("logprobs", json!(true)),
-            ("top_logprobs", json!(3)),
-            ("presence_penalty", json!(0.5)),
-            ("frequency_penalty", json!(-1)),
-            ("logit_bias", json!({"42": 5})),
+            ("repetition_penalty", json!(1.1)),
+            ("best_of", json!(2)),
+            ("audio", json!({"voice": "x"})),
             ("frobnicate", json!(1)),
         ] {
             assert_eq!(chat(k, v).as_deref(), Some(k));
@@ -184,9 +179,10 @@ mod tests {
             ("tools", json!([])),
             ("tool_choice", json!("none")),
             ("response_format", json!({"type": "text"})),
-            ("logprobs", json!(false)),
-            ("presence_penalty", json!(0)),
-            ("logit_bias", json!({})),
+            ("logprobs", json!(true)),
+            ("top_logprobs", json!(3)),
+            ("presence_penalty", json!(0.5)),
+            ("logit_bias", json!({"42": 5})),
             ("user", json!("u-1")),
             ("top_k", json!(40)),
         ] {
@@ -199,8 +195,8 @@ mod tests {
         );
         let c = json!({"model": "m", "prompt": "x", "tools": [{}]});
         assert_eq!(param(c, Endpoint::Completion).as_deref(), Some("tools"));
-        let c = json!({"model": "m", "prompt": "x", "logprobs": 2});
-        assert_eq!(param(c, Endpoint::Completion).as_deref(), Some("logprobs"));
+        let c = json!({"model": "m", "prompt": "x", "echo": true});
+        assert_eq!(param(c, Endpoint::Completion).as_deref(), Some("echo"));
         let c = json!({"model": "m", "prompt": "x", "messages": []});
         assert_eq!(param(c, Endpoint::Completion).as_deref(), Some("messages"));
     }

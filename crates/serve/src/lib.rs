@@ -22,6 +22,7 @@ pub mod fields;
 pub mod metrics;
 mod respond;
 mod routes;
+pub mod scoring;
 pub mod status;
 pub mod stops;
 mod structured;

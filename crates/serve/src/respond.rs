@@ -32,6 +32,8 @@ pub(crate) struct Reply {
     /// With tools: what the answer was made to start with (it is read for
     /// calls, [`Calls`]).
     pub tools: Option<String>,
+    /// With `logprobs`: the tokenizer that names the scored tokens.
+    pub scores: Option<std::sync::Arc<arbor_engine::Tokenizer>>,
 }
 
 impl Reply {
@@ -69,6 +71,15 @@ impl Reply {
         v
     }
 
+    /// The `logprobs` of a choice: `null` unless the request asked.
+    fn logprobs(&self, f: &Finish) -> Value {
+        match (&self.scores, &f.scored, self.kind) {
+            (Some(t), Some(s), Kind::Chat) => crate::scoring::chat(t, s),
+            (Some(t), Some(s), Kind::Text) => crate::scoring::completion(t, s, 0),
+            _ => Value::Null,
+        }
+    }
+
     /// The reader of calls for this request's answer, if it has tools.
     fn calls(&self) -> Option<Calls> {
         self.tools.as_deref().map(Calls::new)
@@ -84,7 +95,7 @@ impl Reply {
                 (content, calls)
             }
         };
-        let choice = match self.kind {
+        let mut choice = match self.kind {
             Kind::Chat if !calls.is_empty() => json!({
                 "index": 0,
                 "message": {
@@ -108,6 +119,7 @@ impl Reply {
                 "logprobs": null,
             }),
         };
+        choice["logprobs"] = self.logprobs(f);
         json!({
             "id": self.id,
             "object": self.object(false),
@@ -267,6 +279,15 @@ pub(crate) fn stream(
                             if tx.send(Ok(send(part))).await.is_err() {
                                 return;
                             }
+                        }
+                    }
+                    // Scores go in one chunk of their own before the end
+                    // (a client joins every chunk's `logprobs.content`).
+                    if reply.scores.is_some() {
+                        let mut part = reply.chunk(None, false, None);
+                        part["choices"][0]["logprobs"] = reply.logprobs(&f);
+                        if tx.send(Ok(send(part))).await.is_err() {
+                            return;
                         }
                     }
                     let mut end = reply.chunk(None, false, Some(reason));

@@ -291,7 +291,7 @@ async fn chat(
     authorize(&state, &headers)?;
     let raw = body(&headers, raw)?;
     let request: api::ChatRequest = api::parse_generation(&raw, Endpoint::Chat)?;
-    let settings = request.common.settings()?;
+    let settings = request.common.settings(Endpoint::Chat)?;
     let facts = ready(&state)?;
     check_model(facts, &request.common.model)?;
     let tools = crate::tools::request(request.tools.as_deref(), request.tool_choice.as_ref())?;
@@ -330,7 +330,7 @@ async fn completions(
     authorize(&state, &headers)?;
     let raw = body(&headers, raw)?;
     let request: api::CompletionRequest = api::parse_generation(&raw, Endpoint::Completion)?;
-    let mut settings = request.common.settings()?;
+    let mut settings = request.common.settings(Endpoint::Completion)?;
     let facts = ready(&state)?;
     check_model(facts, &request.common.model)?;
     // OpenAI's default for completions.
@@ -401,6 +401,13 @@ async fn generate(state: Shared, checked: Checked) -> Result<Response, ApiError>
         constraint,
     } = checked;
     let facts = ready(&state)?;
+    let shaping = settings.shape.rule(facts.vocab)?;
+    if settings.slo.is_some() && (shaping.is_some() || settings.logprobs.is_some()) {
+        return Err(ApiError::invalid_param(
+            "arbor.slo",
+            "latency objectives do not combine with logprobs, penalties or logit_bias yet",
+        ));
+    }
     let room = facts.context.saturating_sub(prompt.len());
     let max_tokens = match settings.max_tokens {
         _ if room == 0 => 0,
@@ -440,6 +447,7 @@ async fn generate(state: Shared, checked: Checked) -> Result<Response, ApiError>
         arrived,
         fault,
         constraint,
+        shaping,
     };
     state.metrics.queued.fetch_add(1, Ordering::Relaxed);
     if let Err(e) = state.jobs.try_send(job) {
@@ -464,6 +472,7 @@ async fn generate(state: Shared, checked: Checked) -> Result<Response, ApiError>
         model: facts.model_id.clone(),
         created: unix_now(),
         tools,
+        scores: settings.logprobs.map(|_| facts.tokenizer.clone()),
     };
     match settings.stream {
         true => Ok(respond::stream(

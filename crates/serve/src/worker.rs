@@ -43,6 +43,8 @@ pub struct Job {
     pub fault: bool,
     /// The rule the answer must follow (structured output, forced calls).
     pub constraint: Option<Arc<arbor_grammar::Grammar>>,
+    /// Penalties and biases on the target's rows.
+    pub shaping: Option<Arc<arbor_engine::Shaping>>,
 }
 
 /// What the worker sends a request's handler.
@@ -76,6 +78,8 @@ pub struct Finish {
     pub masked: Option<(usize, f64)>,
     /// How a request with an objective was served (its `arbor.slo`).
     pub slo: Option<serde_json::Value>,
+    /// The delivered tokens' scores, when the request asked.
+    pub scored: Option<Vec<arbor_engine::Scored>>,
 }
 
 /// Sets the flag when dropped: held by a request's handler (and its
@@ -225,6 +229,7 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
     let provisional = job.settings.provisional;
     let cached_tokens = run.cached_prefix(&job.prompt);
     let mut first: Option<Instant> = None;
+    let mut sent_bytes = 0;
     let mut on = |event: TextEvent<'_>| {
         let sent = match event {
             TextEvent::Confirmed(text) => {
@@ -239,6 +244,7 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
                 if stops.stopped() {
                     job.cancel.store(true, Ordering::Relaxed);
                 }
+                sent_bytes += text.len();
                 text.is_empty() || job.out.send(Out::Text(text)).is_ok()
             }
             TextEvent::Provisional(text) if provisional => {
@@ -258,17 +264,22 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
             job.cancel.store(true, Ordering::Relaxed);
         }
     };
-    let constraint = (job.constraint.as_deref()).map(|g| g as &dyn arbor_engine::Constraint);
+    let grammar = (job.constraint.as_deref()).map(|g| g as &dyn arbor_engine::Constraint);
+    let shaping = (job.shaping.as_deref()).map(|s| s as &dyn arbor_engine::Constraint);
+    let both = grammar.zip(shaping).map(|(g, s)| arbor_engine::Both(s, g));
+    let control = arbor_engine::Control {
+        cancel: Some(&job.cancel),
+        constraint: match &both {
+            Some(b) => Some(b),
+            None => grammar.or(shaping),
+        },
+        logprobs: job.settings.logprobs,
+        ..Default::default()
+    };
     let result = match (&job.settings.slo, slo) {
-        (None, _) => (run.generate_constrained(
-            &job.prompt,
-            &options,
-            Some(&job.cancel),
-            constraint,
-            &mut on,
-        ))
-        .map(|g| (g, None))
-        .map_err(|e| ApiError::server(e.to_string())),
+        (None, _) => (run.generate_controlled(&job.prompt, &options, control, &mut on))
+            .map(|g| (g, None))
+            .map_err(|e| ApiError::server(e.to_string())),
         (Some(_), None) => Err(ApiError::invalid_param(
             "arbor.slo",
             "this server's model is not elastic: latency objectives choose among an elastic \
@@ -341,8 +352,16 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
     }
     let rest = stops.finish();
     if !rest.is_empty() && !stops.stopped() {
+        sent_bytes += rest.len();
         let _ = job.out.send(Out::Text(rest));
     }
+    let scored = job.settings.logprobs.map(|_| {
+        let mut scored = g.logprobs.clone();
+        if stops.stopped() {
+            crate::scoring::delivered(run.engine().tokenizer(), &mut scored, sent_bytes);
+        }
+        scored
+    });
     let reason = match (stops.stopped(), g.stats.stop) {
         (true, _) | (_, StopReason::StopToken) => "stop",
         _ => "length",
@@ -358,6 +377,7 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
         seed: job.settings.sampling.seed,
         masked: job.constraint.as_ref().map(|g| g.spent()),
         slo: report.as_ref().map(slo_summary),
+        scored,
     }));
 }
 

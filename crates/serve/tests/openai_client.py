@@ -108,6 +108,35 @@ class OpenAIClient(unittest.TestCase):
             drafted = self.chat(max_tokens=24, extra_body={"arbor": {"strategy": strategy}})
             self.assertEqual(drafted.choices[0].message.content, plain, strategy)
 
+    def test_logprobs_and_penalties(self):
+        r = self.chat(logprobs=True, top_logprobs=3)
+        content = r.choices[0].logprobs.content
+        self.assertEqual(len(content), r.usage.completion_tokens)
+        for e in content:
+            self.assertEqual(len(e.top_logprobs), 3)
+            self.assertLessEqual(e.logprob, 0.0)
+            # Greedy: the chosen token is the most probable one.
+            self.assertEqual(e.token, e.top_logprobs[0].token)
+        self.assertEqual(b"".join(bytes(e.bytes) for e in content).decode("utf-8", "replace"),
+                         r.choices[0].message.content)
+        # A bias steers the answer; penalties with it give the same answer
+        # whatever the strategy.
+        ask = urllib.request.Request(
+            f"http://{MAIN}/tokenize", data=json.dumps({"content": " cat"}).encode(),
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+        cat = json.loads(urllib.request.urlopen(ask).read())["tokens"][-1]
+        steered = self.chat(max_tokens=6, logit_bias={str(cat): 100})
+        text = steered.choices[0].message.content
+        self.assertEqual(text, text[: len(text) // 6] * 6)
+        self.assertTrue(text)
+        shaped = dict(max_tokens=24, frequency_penalty=1.5, presence_penalty=1, logit_bias={str(cat): 8})
+        tired = self.chat(**shaped).choices[0].message.content
+        for strategy in ["chain", "tree"]:
+            drafted = self.chat(**shaped, extra_body={"arbor": {"strategy": strategy}})
+            self.assertEqual(drafted.choices[0].message.content, tired, strategy)
+        with self.assertRaises(openai.BadRequestError):
+            self.chat(logit_bias={"not-a-token": 5})
+
     def test_errors(self):
         with self.assertRaises(openai.BadRequestError):
             self.chat(max_tokens=0)
@@ -216,8 +245,9 @@ class ToolsAndStructuredOutput(unittest.TestCase):
         self.assertTrue(0 <= v["legs"] <= 8)
         with self.assertRaises(openai.BadRequestError) as e:
             self.c.chat.completions.create(
-                model=self.model, messages=WEATHER_QUESTION, max_tokens=4, logprobs=True)
-        self.assertEqual(e.exception.body["param"], "logprobs")
+                model=self.model, messages=WEATHER_QUESTION, max_tokens=4,
+                extra_body={"repetition_penalty": 1.2})
+        self.assertEqual(e.exception.body["param"], "repetition_penalty")
 
 
 class FullQueue(unittest.TestCase):

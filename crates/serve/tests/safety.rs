@@ -114,27 +114,47 @@ fn unserved_fields_and_non_json_bodies_are_refused_by_name() {
     };
     let call = json!([{"role": "assistant", "content": null, "function_call": {"name": "f"}}]);
     let cases: Vec<(&str, Value, &str)> = vec![
-        ("logprobs", with("logprobs", json!(true)), "logprobs"),
         (
+            "logprobs as a count",
+            with("logprobs", json!(2)),
+            "logprobs",
+        ),
+        (
+            "top_logprobs 21",
+            with("top_logprobs", json!(21)),
             "top_logprobs",
-            with("top_logprobs", json!(2)),
-            "top_logprobs",
         ),
         (
-            "presence_penalty",
-            with("presence_penalty", json!(0.5)),
+            "presence_penalty 3",
+            with("presence_penalty", json!(3)),
             "presence_penalty",
         ),
         (
-            "frequency_penalty",
-            with("frequency_penalty", json!(1)),
+            "frequency_penalty -2.5",
+            with("frequency_penalty", json!(-2.5)),
             "frequency_penalty",
         ),
         (
-            "logit_bias",
-            with("logit_bias", json!({"65": 10})),
+            "logit_bias on no token",
+            with("logit_bias", json!({"word": 10})),
             "logit_bias",
         ),
+        (
+            "logit_bias past the vocabulary",
+            with("logit_bias", json!({"99999": 10})),
+            "logit_bias",
+        ),
+        (
+            "logit_bias 101",
+            with("logit_bias", json!({"65": 101})),
+            "logit_bias",
+        ),
+        (
+            "repetition_penalty",
+            with("repetition_penalty", json!(1.1)),
+            "repetition_penalty",
+        ),
+        ("echo", with("echo", json!(true)), "echo"),
         (
             "an unknown field",
             with("frobnicate", json!(1)),

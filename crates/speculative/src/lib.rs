@@ -403,6 +403,8 @@ pub struct Decoded {
     /// What the loop did when: prefill, draft growth, verification passes,
     /// provisional draft steps, plain target steps.
     pub trace: Vec<PhaseSpan>,
+    /// One score per generated token when [`Control::logprobs`] asked.
+    pub logprobs: Vec<arbor_sampling::Scored>,
 }
 
 /// What the decoding loop streams to its caller.

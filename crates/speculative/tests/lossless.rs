@@ -14,8 +14,8 @@ use std::sync::mpsc::Sender;
 use arbor_model::{Config, Decoder, LanguageModel, Logits, Mask, Result, Row, WeightWait};
 use arbor_sampling::SamplingParams;
 use arbor_speculative::{
-    DecodeOptions, Decoding, DraftPrompts, Event, GrowConfig, LatencyProfile, Phase, PromptTokens,
-    StopReason, Strategy, TreeConfig, Verification, decode,
+    Control, DecodeOptions, Decoding, DraftPrompts, Event, GrowConfig, LatencyProfile, Phase,
+    PromptTokens, StopReason, Strategy, TreeConfig, Verification, decode, decode_with,
 };
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
@@ -216,6 +216,89 @@ proptest! {
         prop_assert_eq!(&streamed, &spec.tokens);
         prop_assert!(spec.stats.accepted_draft_tokens <= spec.stats.draft_tokens);
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Penalties and biases shape every row a token is chosen from, tree
+    /// rows included (with their path's tokens counted): speculation under
+    /// them equals one-token decoding under them, and the scores of the
+    /// chosen tokens are the same, read from tree rows or single rows.
+    #[test]
+    fn shaped_speculation_equals_shaped_target_only_decoding_with_the_same_scores(
+        prompt in prop::collection::vec(0u32..300, 1..16),
+        max_tokens in 1usize..32,
+        strategy in strategies(),
+        kind in prop_oneof![Just(DraftKind::Perfect), Just(DraftKind::Poor)],
+        presence in -2.0f32..2.0,
+        frequency in -2.0f32..2.0,
+        bias in prop::collection::vec((0u32..300, -100.0f32..100.0), 0..4),
+    ) {
+        let o = |s: Strategy| opts(s, max_tokens, vec![]);
+        let shaped = || arbor_sampling::Shaping::new(presence, frequency, &bias, 300).unwrap();
+        let (a, b) = (shaped(), shaped());
+        let control = |c| Control { constraint: Some(c), logprobs: Some(3), ..Control::default() };
+        let mut t = target(300);
+        let plain = decode_with(t.as_mut(), None, &prompt, &o(Strategy::default()), control(&a), &mut |_| {}).unwrap();
+        let mut d = draft(kind, 300);
+        let spec = decode_with(t.as_mut(), Some(d.as_mut()), &prompt, &o(strategy.clone()), control(&b), &mut |_| {}).unwrap();
+        prop_assert_eq!(&spec.tokens, &plain.tokens, "{:?}", strategy);
+        prop_assert_eq!(spec.logprobs.len(), spec.tokens.len());
+        for (s, p) in spec.logprobs.iter().zip(&plain.logprobs) {
+            prop_assert_eq!(s.token, p.token);
+            prop_assert!((s.logprob - p.logprob).abs() < 1e-3, "{:?} vs {:?}", s, p);
+            prop_assert!(s.logprob <= 0.0 && s.top.len() == 3);
+            prop_assert!(s.top[0].1 >= s.top[1].1 && s.top[1].1 >= s.top[2].1);
+        }
+    }
+}
+
+#[test]
+fn biases_steer_and_scores_follow_the_choice() {
+    let prompt = [1, 2, 3];
+    let mut t = target(300);
+    let o = opts(Strategy::default(), 12, vec![]);
+    let plain = decode(t.as_mut(), None, &prompt, &o, &mut |_| {}).unwrap();
+    // Token 5 pushed far above every other: it is chosen every time, with
+    // a probability of almost 1.
+    let up = arbor_sampling::Shaping::new(0.0, 0.0, &[(5, 100.0)], 300).unwrap();
+    let control = Control {
+        constraint: Some(&up),
+        logprobs: Some(2),
+        ..Control::default()
+    };
+    let steered = decode_with(t.as_mut(), None, &prompt, &o, control, &mut |_| {}).unwrap();
+    assert_ne!(steered.tokens, plain.tokens);
+    assert!(
+        steered.tokens.iter().all(|&t| t == 5),
+        "{:?}",
+        steered.tokens
+    );
+    for s in &steered.logprobs {
+        assert_eq!((s.token, s.top[0].0), (5, 5));
+        assert!(s.logprob > -1e-3, "{s:?}");
+    }
+    // Just enough bias for 5 to win the first row, and penalties on top:
+    // each 5 costs more, until another token wins.
+    let all = Control {
+        logprobs: Some(300),
+        ..Control::default()
+    };
+    let scored = decode_with(t.as_mut(), None, &prompt, &o, all, &mut |_| {}).unwrap();
+    let row = &scored.logprobs[0];
+    let of_5 = row.top.iter().find(|s| s.0 == 5).unwrap().1;
+    let gap = row.top[0].1 - of_5;
+    let tiring = arbor_sampling::Shaping::new(2.0, 2.0, &[(5, gap + 1.0)], 300).unwrap();
+    let control = Control {
+        constraint: Some(&tiring),
+        ..Control::default()
+    };
+    let tired = decode_with(t.as_mut(), None, &prompt, &o, control, &mut |_| {}).unwrap();
+    let fives = tired.tokens.iter().filter(|&&t| t == 5).count();
+    assert_eq!(tired.tokens[0], 5);
+    assert!(fives < tired.tokens.len(), "{:?}", tired.tokens);
+    assert!(tired.logprobs.is_empty(), "no scores unless asked");
 }
 
 #[test]

@@ -81,6 +81,7 @@ async fn stand_in_worker(mut jobs: mpsc::Receiver<Job>) {
             seed: 0,
             masked: None,
             slo: None,
+            scored: None,
         }));
     }
 }

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use arbor_model::LanguageModel;
-use arbor_sampling::{Constraint, Rng, Sampler};
+use arbor_sampling::{Constraint, Rng, Sampler, Scored};
 
 pub(crate) use draft::{Fed, top_logits, top_probs};
 use provisional::Seed;
@@ -57,6 +57,9 @@ pub struct Control<'a> {
     /// A rule on which tokens may come next, applied to every target row a
     /// token is chosen from (see [`Constraint`]).
     pub constraint: Option<&'a dyn Constraint>,
+    /// Score every generated token ([`Decoded::logprobs`]) with this many
+    /// of the most probable alternatives.
+    pub logprobs: Option<usize>,
 }
 
 impl std::fmt::Debug for Control<'_> {
@@ -65,6 +68,7 @@ impl std::fmt::Debug for Control<'_> {
             .field("cancel", &self.cancel)
             .field("reuse", &self.reuse)
             .field("constraint", &self.constraint.is_some())
+            .field("logprobs", &self.logprobs)
             .finish()
     }
 }
@@ -82,6 +86,7 @@ pub fn decode_with(
         cancel,
         reuse,
         constraint,
+        logprobs,
     } = control;
     opts.strategy.decoding.validate()?;
     let sampler = Sampler::new(opts.sampling)?;
@@ -141,6 +146,9 @@ pub fn decode_with(
         cancel,
         constraint,
         constraint_error: None,
+        logprobs,
+        scored: Vec::new(),
+        pending: Vec::new(),
     };
     run.run(reuse, on)?;
     if let Some(e) = run.constraint_error.take() {
@@ -156,6 +164,7 @@ pub fn decode_with(
         stats,
         started: run.started,
         trace: run.trace,
+        logprobs: run.scored,
     })
 }
 
@@ -194,6 +203,13 @@ pub(crate) struct Run<'t, 'd> {
     pub(crate) constraint: Option<&'t dyn Constraint>,
     /// The constraint failed on committed tokens: decoding stopped there.
     pub(crate) constraint_error: Option<String>,
+    /// Alternatives to list with each generated token's score (`None`:
+    /// tokens are not scored).
+    pub(crate) logprobs: Option<usize>,
+    /// One score per generated token.
+    pub(crate) scored: Vec<Scored>,
+    /// Scores of the tokens the next [`Run::commit`] gets, in order.
+    pub(crate) pending: Vec<Scored>,
 }
 
 impl Run<'_, '_> {
@@ -232,6 +248,7 @@ impl Run<'_, '_> {
         }
         self.constrain(&[], &mut logits)?;
         let first = self.sampler.sample(&logits)?;
+        self.score(&logits, first);
         self.commit(&[first], on);
         if let Some(d) = self.draft.as_deref_mut() {
             d.truncate_cache(0)?;
@@ -315,6 +332,11 @@ impl Run<'_, '_> {
                 break;
             }
         }
+        let scores = std::mem::take(&mut self.pending);
+        if self.logprobs.is_some() {
+            let n = self.seq.len() - start;
+            self.scored.extend(scores.into_iter().take(n));
+        }
         if self.seq.len() > start {
             let new = &self.seq[start..];
             if let Some(c) = self.constraint
@@ -349,6 +371,14 @@ impl Run<'_, '_> {
         }
     }
 
+    /// Scores `token`, chosen from `logits`, for the next commit (no-op
+    /// unless the caller asked for scores).
+    pub(crate) fn score(&mut self, logits: &[f32], token: u32) {
+        if let Some(top) = self.logprobs {
+            self.pending.push(Scored::new(logits, token, top));
+        }
+    }
+
     /// The last committed token: the root of the next round's draft.
     pub(crate) fn root(&self) -> u32 {
         *self.seq.last().expect("the sequence holds the prompt")
@@ -368,6 +398,7 @@ impl Run<'_, '_> {
         self.stats.target_steps += 1;
         self.constrain(&[], &mut logits)?;
         let next = self.sampler.sample(&logits)?;
+        self.score(&logits, next);
         self.commit(&[next], on);
         Ok(())
     }

@@ -102,6 +102,17 @@ impl Run<'_, '_> {
             }
             Verification::Exact => verify::greedy(tree, &logits.data, vocab),
         };
+        if self.logprobs.is_some() {
+            // Each committed token was chosen from its parent's row.
+            let mut row = 0;
+            for &a in &verdict.accepted {
+                let data = &logits.data[row * vocab..(row + 1) * vocab];
+                self.score(data, tree.node(a).token);
+                row = a;
+            }
+            let data = &logits.data[row * vocab..(row + 1) * vocab];
+            self.score(data, verdict.next);
+        }
         let prefix = self.seq.len() - 1;
         let keep: Vec<usize> = (0..=prefix)
             .chain(verdict.accepted.iter().map(|&i| prefix + i))
