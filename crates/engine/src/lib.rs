@@ -31,7 +31,7 @@ pub use arbor_speculative::{
     Control, Decoding, LatencyProfile, PROFILE_SIZES, SpecError, Strategy, Streaming, TreeConfig,
     Typical, Verification,
 };
-pub use arbor_tokenizer::{ChatMessage, Role, Tokenizer, ToolCall};
+pub use arbor_tokenizer::{ChatMessage, Infill, Role, Tokenizer, TokenizerError, ToolCall};
 pub use backends::BackendKind;
 pub use config::{DEFAULT_DRAFT, DEFAULT_TARGET, RunConfig, Sampling, Tuning};
 pub use drafts::DraftSource;

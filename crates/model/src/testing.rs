@@ -206,14 +206,36 @@ pub fn add_byte_tokenizer(w: &mut GgufWriter, eos: Option<u32>) {
     add_padded_byte_tokenizer(w, eos, 256 + BYTE_SPECIALS.len());
 }
 
+/// Qwen2.5-Coder's fill-in-the-middle tokens, as a byte vocabulary with
+/// [`add_fim_byte_tokenizer`] has them after [`BYTE_SPECIALS`].
+pub const BYTE_FIM: [&str; 6] = [
+    "<|fim_prefix|>",
+    "<|fim_suffix|>",
+    "<|fim_middle|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+];
+
+/// [`add_byte_tokenizer`] with [`BYTE_FIM`] after the chat tokens (a
+/// model's `vocab` must be 265): a code model's vocabulary in miniature.
+pub fn add_fim_byte_tokenizer(w: &mut GgufWriter, eos: Option<u32>) {
+    let names: Vec<&str> = BYTE_SPECIALS.iter().chain(&BYTE_FIM).copied().collect();
+    byte_tokenizer(w, eos, &names, 256 + names.len());
+}
+
 /// [`add_byte_tokenizer`] for a model of `vocab` rows: the tokens after the
 /// byte vocabulary are unused control tokens `<|unused_N|>`.
 pub fn add_padded_byte_tokenizer(w: &mut GgufWriter, eos: Option<u32>, vocab: usize) {
+    byte_tokenizer(w, eos, &BYTE_SPECIALS, vocab);
+}
+
+fn byte_tokenizer(w: &mut GgufWriter, eos: Option<u32>, specials: &[&str], vocab: usize) {
     let mut tokens: Vec<Value> = byte_chars()
         .into_iter()
         .map(|c| Value::String(c.to_string()))
         .collect();
-    tokens.extend(BYTE_SPECIALS.iter().map(|s| Value::String(s.to_string())));
+    tokens.extend(specials.iter().map(|s| Value::String(s.to_string())));
     let first = tokens.len();
     tokens.extend((first..vocab).map(|i| Value::String(format!("<|unused_{i}|>"))));
     let types = (0..tokens.len())

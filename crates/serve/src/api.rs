@@ -157,6 +157,9 @@ pub enum Prompt {
 #[derive(Debug, Clone, Deserialize)]
 pub struct CompletionRequest {
     pub prompt: Prompt,
+    /// Text after the answer: the answer fills the middle.
+    #[serde(default)]
+    pub suffix: Option<String>,
     #[serde(flatten)]
     pub common: Common,
 }

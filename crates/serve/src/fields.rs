@@ -84,7 +84,7 @@ pub fn check(body: &Value, endpoint: Endpoint) -> Result<(), ApiError> {
     };
     let own: &[&str] = match endpoint {
         Endpoint::Chat => &["messages", "tools", "tool_choice", "response_format"],
-        Endpoint::Completion => &["prompt"],
+        Endpoint::Completion => &["prompt", "suffix"],
     };
     for (name, v) in fields {
         let name_ = name.as_str();
@@ -122,7 +122,8 @@ fn why(field: &str) -> &'static str {
         "repetition_penalty" => {
             "OpenAI's `presence_penalty` and `frequency_penalty` are served instead"
         }
-        "echo" | "suffix" | "best_of" => "completions are plain continuations",
+        "suffix" => "a suffix (fill-in-the-middle) belongs to /v1/completions and /infill",
+        "echo" | "best_of" => "one continuation per request, without its prompt",
         _ => "text in, text out only",
     }
 }

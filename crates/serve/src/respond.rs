@@ -21,6 +21,8 @@ use crate::worker::{CancelOnDrop, Finish, Out};
 pub(crate) enum Kind {
     Chat,
     Text,
+    /// llama-server's `/infill`: `content` and `stop`, no `choices`.
+    Infill,
 }
 
 /// What every response body of one request repeats.
@@ -41,7 +43,7 @@ impl Reply {
         match (self.kind, chunk) {
             (Kind::Chat, false) => "chat.completion",
             (Kind::Chat, true) => "chat.completion.chunk",
-            (Kind::Text, _) => "text_completion",
+            (Kind::Text | Kind::Infill, _) => "text_completion",
         }
     }
 
@@ -75,7 +77,7 @@ impl Reply {
     fn logprobs(&self, f: &Finish) -> Value {
         match (&self.scores, &f.scored, self.kind) {
             (Some(t), Some(s), Kind::Chat) => crate::scoring::chat(t, s),
-            (Some(t), Some(s), Kind::Text) => crate::scoring::completion(t, s, 0),
+            (Some(t), Some(s), Kind::Text | Kind::Infill) => crate::scoring::completion(t, s, 0),
             _ => Value::Null,
         }
     }
@@ -95,6 +97,9 @@ impl Reply {
                 (content, calls)
             }
         };
+        if self.kind == Kind::Infill {
+            return self.infill_end(Some(text), f);
+        }
         let mut choice = match self.kind {
             Kind::Chat if !calls.is_empty() => json!({
                 "index": 0,
@@ -112,7 +117,7 @@ impl Reply {
                 "finish_reason": f.reason,
                 "logprobs": null,
             }),
-            Kind::Text => json!({
+            Kind::Text | Kind::Infill => json!({
                 "index": 0,
                 "text": text,
                 "finish_reason": f.reason,
@@ -131,10 +136,29 @@ impl Reply {
         })
     }
 
+    /// An infill's whole answer, or (without text) its last event.
+    fn infill_end(&self, text: Option<String>, f: &Finish) -> Value {
+        let mut v = json!({
+            "content": text.unwrap_or_default(),
+            "stop": true,
+            "model": self.model,
+            "tokens_predicted": f.completion_tokens,
+            "tokens_evaluated": f.prompt_tokens,
+            "tokens_cached": f.cached_tokens,
+            "stop_type": if f.reason == "length" { "limit" } else { "eos" },
+            "arbor": Self::arbor(f),
+        });
+        if self.scores.is_some() {
+            v["logprobs"] = self.logprobs(f);
+        }
+        v
+    }
+
     /// A chunk with one choice: `delta` text (and the role first, for
     /// chat), or the finish reason.
     fn chunk(&self, text: Option<&str>, first: bool, finish: Option<&str>) -> Value {
         let choice = match self.kind {
+            Kind::Infill => return json!({"content": text.unwrap_or(""), "stop": false}),
             Kind::Chat => {
                 let mut delta = serde_json::Map::new();
                 if first {
@@ -262,6 +286,11 @@ pub(crate) fn stream(
                     let mut v = reply.frame(vec![]);
                     v["arbor"] = json!({"rollback": n});
                     (send(v), false)
+                }
+                Out::Done(f) if reply.kind == Kind::Infill => {
+                    // llama-server's streams end with `stop: true`, no [DONE].
+                    let _ = tx.send(Ok(send(reply.infill_end(None, &f)))).await;
+                    return;
                 }
                 Out::Done(f) => {
                     let mut reason = f.reason;

@@ -77,6 +77,7 @@ pub(crate) fn router(
         .route("/tokenize", post(tokenize))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
+        .route("/infill", post(infill::infill))
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(DefaultBodyLimit::max(options.body_limit))
         .with_state(Arc::new(state));
@@ -317,6 +318,7 @@ async fn chat(
         arrived,
         tools: tools.prefix,
         constraint,
+        stop_tokens: None,
     };
     generate(state.clone(), checked).await
 }
@@ -335,7 +337,15 @@ async fn completions(
     check_model(facts, &request.common.model)?;
     // OpenAI's default for completions.
     settings.max_tokens = settings.max_tokens.or(Some(16));
-    let prompt = encode(facts, &api::one_prompt(&request.prompt)?)?;
+    let text = api::one_prompt(&request.prompt)?;
+    // With a suffix the answer goes between the two: fill-in-the-middle.
+    let (prompt, stop_tokens) = match request.suffix.as_deref().filter(|s| !s.is_empty()) {
+        None => (encode(facts, &text)?, None),
+        Some(suffix) => {
+            let (ids, stops) = infill::encode(facts, &text, suffix, None, &[], "")?;
+            (ids, Some(stops))
+        }
+    };
     // A raw prompt keeps its first and last token at every prompt level.
     let protected = settings
         .slo
@@ -349,6 +359,7 @@ async fn completions(
         arrived,
         tools: None,
         constraint: None,
+        stop_tokens,
     };
     generate(state.clone(), checked).await
 }
@@ -386,6 +397,8 @@ struct Checked {
     tools: Option<String>,
     /// The rule the answer must follow.
     constraint: Option<Arc<arbor_grammar::Grammar>>,
+    /// Tokens that end the answer instead of the model's end tokens.
+    stop_tokens: Option<Vec<u32>>,
 }
 
 /// Queues a checked request and answers it.
@@ -399,6 +412,7 @@ async fn generate(state: Shared, checked: Checked) -> Result<Response, ApiError>
         fault,
         tools,
         constraint,
+        stop_tokens,
     } = checked;
     let facts = ready(&state)?;
     let shaping = settings.shape.rule(facts.vocab)?;
@@ -448,6 +462,7 @@ async fn generate(state: Shared, checked: Checked) -> Result<Response, ApiError>
         fault,
         constraint,
         shaping,
+        stop_tokens,
     };
     state.metrics.queued.fetch_add(1, Ordering::Relaxed);
     if let Err(e) = state.jobs.try_send(job) {
@@ -464,6 +479,7 @@ async fn generate(state: Shared, checked: Checked) -> Result<Response, ApiError>
     let prefix = match kind {
         Kind::Chat => "chatcmpl",
         Kind::Text => "cmpl",
+        Kind::Infill => "infill",
     };
     let n = state.ids.fetch_add(1, Ordering::Relaxed);
     let reply = Reply {
@@ -486,6 +502,8 @@ async fn generate(state: Shared, checked: Checked) -> Result<Response, ApiError>
         false => respond::whole(reply, rx, guard, deadline, timeout).await,
     }
 }
+
+mod infill;
 
 #[cfg(test)]
 mod fuzz;

@@ -45,6 +45,9 @@ pub struct Job {
     pub constraint: Option<Arc<arbor_grammar::Grammar>>,
     /// Penalties and biases on the target's rows.
     pub shaping: Option<Arc<arbor_engine::Shaping>>,
+    /// Tokens that end this answer instead of the model's end tokens (a
+    /// fill-in-the-middle ends at FIM tokens too).
+    pub stop_tokens: Option<Vec<u32>>,
 }
 
 /// What the worker sends a request's handler.
@@ -224,6 +227,9 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
     let mut options = run.options().clone();
     options.max_tokens = job.max_tokens;
     options.sampling = job.settings.sampling;
+    if let Some(stops) = &job.stop_tokens {
+        options.stop_tokens = Some(stops.clone());
+    }
     let mut stops = StopScanner::new(job.settings.stop.clone());
     let (mut timed_out, mut gone) = (false, false);
     let provisional = job.settings.provisional;

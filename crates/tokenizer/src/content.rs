@@ -75,11 +75,7 @@ impl Tokenizer {
         if rebuilt != text {
             return Err(refuse());
         }
-        let plain = self.plain.get_or_init(|| {
-            let mut t = self.inner.clone();
-            t.set_encode_special_tokens(true);
-            t
-        });
+        let plain = self.plain();
         let mut ids = Vec::new();
         if self.add_bos
             && let Some(bos) = self.bos
@@ -98,6 +94,27 @@ impl Tokenizer {
             ids.extend_from_slice(enc.get_ids());
         }
         Ok(ids)
+    }
+
+    /// Token ids for `text` read as the characters it is: special-token
+    /// text becomes ordinary tokens, and no BOS is added (a piece of a
+    /// prompt the caller assembles).
+    pub fn encode_text(&self, text: &str) -> Result<Vec<u32>> {
+        if text.is_empty() {
+            return Ok(Vec::new());
+        }
+        let enc = (self.plain().encode_fast(text, false)).map_err(TokenizerError::Backend)?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// The backend tokenizer with special-token matching off (made on
+    /// first use).
+    fn plain(&self) -> &tokenizers::Tokenizer {
+        self.plain.get_or_init(|| {
+            let mut t = self.inner.clone();
+            t.set_encode_special_tokens(true);
+            t
+        })
     }
 
     /// The first special token whose text `content` holds.

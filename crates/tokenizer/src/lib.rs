@@ -23,6 +23,7 @@ mod bpe;
 mod bytelevel;
 mod chat;
 mod content;
+mod fim;
 mod metadata;
 mod packed;
 mod pretokenize;
@@ -33,6 +34,7 @@ pub mod tools;
 use arbor_gguf::GgufError;
 
 pub use chat::{ChatMessage, Role};
+pub use fim::{FimTokens, Infill};
 pub use stream::StreamDecoder;
 pub use tools::ToolCall;
 
@@ -69,6 +71,12 @@ pub enum TokenizerError {
          template rewrites message text, so it cannot be kept as plain text"
     )]
     SpecialTextInContent { message: usize, token: String },
+    /// Fill-in-the-middle needs a code model's FIM tokens.
+    #[error(
+        "this model has no fill-in-the-middle tokens (<|fim_prefix|>, <|fim_suffix|>, \
+         <|fim_middle|> or <fim_prefix>…): serve a code model trained for infilling"
+    )]
+    NoInfillTokens,
     #[error("tokenizer backend: {0}")]
     Backend(#[source] tokenizers::Error),
 }

@@ -220,3 +220,92 @@ fn draft_and_target_vocabularies() {
     let s = "fn main() { println!(\"hi\"); }";
     assert_eq!(small.encode(s).unwrap(), big.encode(s).unwrap());
 }
+
+/// Qwen2.5-Coder's FIM tokens are found (SmolLM2 has none: a typed
+/// error); an infill prompt is the prefix, suffix and middle tokens around
+/// the code encoded as text (special-token text in the code stays text),
+/// other files behind file separators.
+#[test]
+fn infill_prompts() {
+    use arbor_tokenizer::{Infill, TokenizerError};
+    if let Some(t) = load("smollm2-135m") {
+        assert_eq!(t.fim_tokens(), None);
+        let e = t.encode_infill(&Infill::default()).unwrap_err();
+        assert!(matches!(e, TokenizerError::NoInfillTokens), "{e}");
+    }
+    for (name, names) in [
+        (
+            "qwen2.5-coder-0.5b",
+            [
+                "<|fim_prefix|>",
+                "<|fim_suffix|>",
+                "<|fim_middle|>",
+                "<|file_sep|>",
+            ],
+        ),
+        (
+            "qwen2.5-coder-1.5b",
+            [
+                "<|fim_prefix|>",
+                "<|fim_suffix|>",
+                "<|fim_middle|>",
+                "<|file_sep|>",
+            ],
+        ),
+    ] {
+        let Some(t) = load(name) else { continue };
+        let fim = t.fim_tokens().expect("a code vocabulary has FIM tokens");
+        let id = |s: &str| t.token_id(s).unwrap();
+        assert_eq!(
+            [fim.prefix, fim.suffix, fim.middle, fim.file_sep.unwrap()],
+            names.map(id)
+        );
+        let (pre, suf) = ("fn add(a: i32, b: i32) -> i32 {\n", "\n}\n");
+        let ids = t
+            .encode_infill(&Infill {
+                prefix: pre,
+                suffix: suf,
+                ..Infill::default()
+            })
+            .unwrap();
+        let text = |s: &str| t.encode_text(s).unwrap();
+        let want = [
+            vec![fim.prefix],
+            text(pre),
+            vec![fim.suffix],
+            text(suf),
+            vec![fim.middle],
+        ]
+        .concat();
+        assert_eq!(ids, want, "{name}");
+        // A prefix that writes the middle token is text, not a middle.
+        let sneaky = format!("// {}\n", names[2]);
+        let ids = t
+            .encode_infill(&Infill {
+                prefix: &sneaky,
+                ..Infill::default()
+            })
+            .unwrap();
+        assert_eq!(ids.iter().filter(|&&i| i == fim.middle).count(), 1);
+        let extra = [(
+            "util.rs".to_string(),
+            "pub fn one() -> i32 { 1 }".to_string(),
+        )];
+        let ids = t
+            .encode_infill(&Infill {
+                prefix: pre,
+                suffix: suf,
+                filename: Some("main.rs"),
+                extra: &extra,
+                ..Infill::default()
+            })
+            .unwrap();
+        assert_eq!(
+            ids.iter().filter(|&&i| i == fim.file_sep.unwrap()).count(),
+            2
+        );
+        assert!(t.decode(&ids).unwrap().contains("util.rs\npub fn one()"));
+        let stops = t.infill_stop_ids();
+        assert!(stops.contains(&fim.file_sep.unwrap()) && stops.contains(&fim.prefix));
+    }
+}
