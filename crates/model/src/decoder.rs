@@ -64,9 +64,12 @@ pub struct Decoder<B: Backend> {
     /// Head rows passes multiply: all of them, or (a head in frequency
     /// order, see [`crate::Elastic::vocab`]) its first ones.
     pub(crate) head_keep: usize,
-    /// One cache per layer that runs (every block but the skipped ones),
-    /// in layer order.
-    pub(crate) cache: Vec<B::Kv>,
+    /// Per sequence (slot), one cache per layer that runs (every block
+    /// but the skipped ones), in layer order; one slot unless
+    /// [`LanguageModel::set_slots`] asked for more.
+    pub(crate) slots: Vec<Vec<B::Kv>>,
+    /// The slot the one-sequence methods work on.
+    pub(crate) slot: usize,
     pub(crate) resident_bytes: u64,
     /// Whether passes keep their final hidden states in `kept`.
     pub(crate) keep_last: bool,
@@ -216,7 +219,8 @@ impl<B: Backend> Decoder<B> {
             output,
             head_rows: layout.head_rows(),
             head_keep: layout.head_rows(),
-            cache,
+            slots: vec![cache],
+            slot: 0,
             resident_bytes,
             keep_last: false,
             kept: None,
@@ -324,12 +328,20 @@ impl<B: Backend> Decoder<B> {
             )));
         }
         check_pass(n, self.cache_len(), positions, mask, &[])?;
-        self.layers(x, positions, mask)
+        let one = [self.segment(0..n, mask)];
+        self.layers(x, positions, &one)
     }
 
-    fn layers(&mut self, mut x: B::Tensor, positions: &[u32], mask: &Mask) -> Result<B::Tensor> {
+    /// The pass through every layer of input rows `x`, made of `segments`
+    /// (consecutive row ranges, each attending over its own slot's cache).
+    pub(crate) fn layers(
+        &mut self,
+        mut x: B::Tensor,
+        positions: &[u32],
+        segments: &[crate::slots::Segment<'_>],
+    ) -> Result<B::Tensor> {
         let (b, c) = (&self.backend, &self.config);
-        let mut caches = self.cache.iter_mut();
+        let mut layer = 0;
         let probes = self.probes.as_deref();
         // `t` times the probe that `pick` chooses, when probing.
         let probe = |t: B::Tensor, i: usize, pick: fn(&crate::Probes<B::Tensor>) -> &B::Tensor| {
@@ -377,9 +389,8 @@ impl<B: Backend> Decoder<B> {
                     prefix.as_ref()
                 }
             };
-            let kv = caches
-                .next()
-                .ok_or_else(|| ModelError::Invalid(format!("layer {i} has no KV cache")))?;
+            let cache = layer;
+            layer += 1;
             // Attention
             let h = b.rms_norm(&x, &block.attn_norm, c.rms_eps)?;
             let a = &block.attn;
@@ -403,8 +414,9 @@ impl<B: Backend> Decoder<B> {
             let (k, v) = (biased(b, k, &a.k_bias)?, biased(b, v, &a.v_bias)?);
             let q = b.rope(&q, positions, &c.rope)?;
             let k = b.rope(&k, positions, &c.rope)?;
-            b.kv_append(kv, &k, &v)?;
-            let att = probe(b.attention(&q, kv, mask, &heads)?, i, |p| &p.attn)?;
+            let att =
+                crate::slots::attend(b, &mut self.slots, cache, segments, [&q, &k, &v], &heads)?;
+            let att = probe(att, i, |p| &p.attn)?;
             let o = part(b, &att, &a.o, d, q_cols)?;
             x = b.add(&x, &side(b, o, &att, pair(i, Proj::O), None, None)?)?;
             // MLP
@@ -478,7 +490,7 @@ impl<B: Backend> Decoder<B> {
     /// Logits of [`Decoder::head`] on the host, one row per token of the
     /// vocabulary: a head in frequency order is put back in token order,
     /// the tokens past its kept rows `-inf`.
-    fn host_logits(&self, logits: B::Tensor, rows: usize) -> Result<Logits> {
+    pub(crate) fn host_logits(&self, logits: B::Tensor, rows: usize) -> Result<Logits> {
         let data = self.backend.take_vec(logits)?;
         let Some(order) = self.head_order() else {
             return Ok(Logits {
@@ -549,7 +561,8 @@ impl<B: Backend> Decoder<B> {
         logit_rows: &[usize],
     ) -> Result<Logits> {
         self.kept = None;
-        let x = self.layers(x, positions, mask)?;
+        let one = [self.segment(0..positions.len(), mask)];
+        let x = self.layers(x, positions, &one)?;
         let logits = self.head(&x, logit_rows)?;
         if self.keep_last {
             self.kept = Some(x);
@@ -559,7 +572,7 @@ impl<B: Backend> Decoder<B> {
 
     /// Every row is a token of the vocabulary or a vector of the model's
     /// width.
-    fn check_rows(&self, input: &[Row<'_>]) -> Result<()> {
+    pub(crate) fn check_rows(&self, input: &[Row<'_>]) -> Result<()> {
         check_tokens(input.iter().filter_map(Row::token), self.config.vocab_size)?;
         let d = self.config.hidden;
         match input.iter().find_map(|r| match r {
@@ -619,21 +632,37 @@ impl<B: Backend> LanguageModel for Decoder<B> {
     }
 
     fn cache_len(&self) -> usize {
-        self.cache.first().map_or(0, |kv| self.backend.kv_len(kv))
+        self.slot_len(self.slot)
     }
 
     fn truncate_cache(&mut self, len: usize) -> Result<()> {
-        for kv in &mut self.cache {
+        for kv in &mut self.slots[self.slot] {
             self.backend.kv_truncate(kv, len)?;
         }
         Ok(())
     }
 
     fn keep_cache(&mut self, positions: &[usize]) -> Result<()> {
-        for kv in &mut self.cache {
+        for kv in &mut self.slots[self.slot] {
             self.backend.kv_keep(kv, positions)?;
         }
         Ok(())
+    }
+
+    fn set_slots(&mut self, n: usize) -> Result<()> {
+        Decoder::set_slots(self, n)
+    }
+
+    fn select_slot(&mut self, slot: usize) -> Result<()> {
+        Decoder::select_slot(self, slot)
+    }
+
+    fn forward_slots(&mut self, passes: &[crate::SlotPass<'_>]) -> Result<Vec<Logits>> {
+        Decoder::forward_slots(self, passes)
+    }
+
+    fn fork(&self) -> Result<Box<dyn LanguageModel>> {
+        Ok(Box::new(Decoder::fork(self)?))
     }
 
     fn config(&self) -> &Config {

@@ -18,6 +18,7 @@ pub mod layout;
 pub mod lora;
 mod probes;
 mod self_draft;
+mod slots;
 pub mod split;
 pub mod testing;
 pub mod weights;
@@ -126,6 +127,18 @@ impl Row<'_> {
     }
 }
 
+/// One sequence's part of a pass over several ([`LanguageModel::forward_slots`]):
+/// its rows, their positions and mask over that slot's cache, and which of
+/// its rows to return logits for (indices into `rows`).
+#[derive(Debug, Clone, Copy)]
+pub struct SlotPass<'a> {
+    pub slot: usize,
+    pub rows: &'a [Row<'a>],
+    pub positions: &'a [u32],
+    pub mask: &'a Mask,
+    pub logit_rows: &'a [usize],
+}
+
 /// What the engine needs from a model, whatever its backend.
 pub trait LanguageModel: Send {
     /// Runs `tokens` (at `positions`, attending as `mask` allows over the
@@ -218,6 +231,50 @@ pub trait LanguageModel: Send {
     fn set_head_share(&mut self, share: f64) -> Result<Option<usize>> {
         let _ = share;
         Ok(None)
+    }
+
+    /// Keeps caches for `n` sequences (slots) from now on: slot 0 is the
+    /// cache the model had, new slots start empty, slots past `n` are
+    /// dropped. Models that keep one sequence refuse more.
+    fn set_slots(&mut self, n: usize) -> Result<()> {
+        match n {
+            1 => Ok(()),
+            _ => Err(ModelError::Input(format!(
+                "{n} sequences asked of a model that keeps one cache"
+            ))),
+        }
+    }
+
+    /// Makes the one-sequence methods (`forward`, the cache methods) work
+    /// on slot `slot`'s cache.
+    fn select_slot(&mut self, slot: usize) -> Result<()> {
+        match slot {
+            0 => Ok(()),
+            _ => Err(ModelError::Input(format!(
+                "slot {slot} of a model that keeps one cache"
+            ))),
+        }
+    }
+
+    /// One pass over several sequences' rows, each attending over its own
+    /// slot's cache; a row's logits do not depend on the other sequences.
+    /// A model that batches them reads each weight once for all (the
+    /// default runs one pass per sequence). The selected slot is left as
+    /// it was.
+    fn forward_slots(&mut self, passes: &[SlotPass<'_>]) -> Result<Vec<Logits>> {
+        let mut out = Vec::with_capacity(passes.len());
+        for p in passes {
+            self.select_slot(p.slot)?;
+            out.push(self.forward_rows(p.rows, p.positions, p.mask, p.logit_rows)?);
+        }
+        self.select_slot(0)?;
+        Ok(out)
+    }
+
+    /// A model sharing this one's weights with an empty cache of its own
+    /// (a draft for one more sequence); models that cannot refuse.
+    fn fork(&self) -> Result<Box<dyn LanguageModel>> {
+        Err(ModelError::Input("this model cannot be shared".into()))
     }
 
     /// This model without the layers `keep` marks `false` (the residual

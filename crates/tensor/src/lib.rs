@@ -348,6 +348,26 @@ pub trait Backend: Clone + Send + Sync + 'static {
         self.tensor(&joined, n, ca + cb)
     }
 
+    /// The rows of `parts` one after another (columns must agree): the
+    /// attention outputs of several sequences in one pass.
+    fn concat_rows(&self, parts: &[Self::Tensor]) -> Result<Self::Tensor> {
+        let cols = parts.first().map_or(0, |p| self.shape(p).1);
+        let mut data = Vec::new();
+        let mut rows = 0;
+        for p in parts {
+            let (n, c) = self.shape(p);
+            if c != cols {
+                return Err(Error::Shape {
+                    op: "concat_rows",
+                    detail: format!("[{n}, {c}] under rows of {cols} columns"),
+                });
+            }
+            data.extend(self.to_vec(p)?);
+            rows += n;
+        }
+        self.tensor(&data, rows, cols)
+    }
+
     /// An empty KV cache for one layer.
     fn kv_new(&self, heads: &Heads) -> Result<Self::Kv>;
     /// Number of cached positions.
