@@ -29,6 +29,9 @@ fn load(ty: GgmlType, tag: &str) -> Decoder<CandleBackend> {
 /// Prompt, then passes of (tokens, parents within the pass) per sequence.
 type Script = (Vec<u32>, Vec<(Vec<u32>, Vec<Option<usize>>)>);
 
+/// One pass of one sequence: tokens, positions, mask, logit rows.
+type Step = (Vec<u32>, Vec<u32>, Mask, Vec<usize>);
+
 fn scripts() -> Vec<Script> {
     vec![
         (
@@ -86,7 +89,7 @@ fn sequences_batched_together_get_their_own_logits() {
         let mut d = load(ty, &format!("slots-together-{i}"));
         d.set_slots(3).unwrap();
         let scripts = scripts();
-        let mut steps: Vec<Vec<(Vec<u32>, Vec<u32>, Mask, Vec<usize>)>> = vec![];
+        let mut steps: Vec<Vec<Step>> = vec![];
         for (prompt, passes) in &scripts {
             let n = prompt.len();
             let mut s = vec![(
