@@ -82,6 +82,27 @@ pub struct ServeArgs {
     /// The model id clients name [default: the model file's stem].
     #[arg(long)]
     name: Option<String>,
+    /// Requests served at once; their target passes are batched (a
+    /// streamed layer is read once for all). Under a memory budget the
+    /// context is planned for every slot [default: 4 under a memory
+    /// budget, else 1].
+    #[arg(long)]
+    slots: Option<usize>,
+}
+
+/// Slots by default: under a budget a pass reads streamed weights, and
+/// several requests share that read.
+pub fn default_slots(slots: Option<usize>, budget: bool) -> usize {
+    slots.unwrap_or(if budget { 4 } else { 1 }).max(1)
+}
+
+/// The config planned for `slots` requests at once: under a budget, the
+/// context of every slot.
+pub fn for_slots(mut config: RunConfig, slots: usize) -> RunConfig {
+    if slots > 1 && config.memory_budget.is_some() {
+        config.context = Some(config.planned_context() * slots);
+    }
+    config
 }
 
 /// The key from --api-key-file, ARBOR_API_KEY or --api-key (one of them).
@@ -134,7 +155,10 @@ pub fn run(args: &ServeArgs, device: RunConfig) -> Result<()> {
         context: args.context,
         ..RunConfig::default()
     });
+    let slots = default_slots(args.slots, config.memory_budget.is_some());
+    let config = for_slots(config, slots);
     let options = ServeOptions {
+        slots,
         host: args.host.clone(),
         port: args.port,
         api_key: api_key(args)?,

@@ -198,6 +198,17 @@ impl LanguageModel for PromptLookup {
         self.tokens.len()
     }
 
+    fn fork(&self) -> Result<Box<dyn LanguageModel>> {
+        Ok(Box::new(PromptLookup {
+            config: self.config.clone(),
+            min: self.min,
+            max: self.max,
+            tokens: Vec::new(),
+            positions: Vec::new(),
+            index: NgramIndex::default(),
+        }))
+    }
+
     fn truncate_cache(&mut self, len: usize) -> Result<()> {
         if len < self.index.len() {
             self.index.truncate(&self.tokens, len);

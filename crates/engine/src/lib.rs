@@ -19,6 +19,7 @@ mod perplexity;
 pub mod ppd;
 pub mod profiles;
 pub mod slo;
+pub mod slots;
 mod trace;
 
 use std::path::{Path, PathBuf};

@@ -23,6 +23,7 @@ pub mod metrics;
 mod respond;
 mod routes;
 pub mod scoring;
+pub mod slots;
 pub mod status;
 pub mod stops;
 mod structured;
@@ -76,6 +77,9 @@ pub struct ServeOptions {
     /// generation panic at its first token.
     #[doc(hidden)]
     pub fault_trigger: Option<String>,
+    /// Requests served at once, their target passes batched (see
+    /// [`slots`]); 1 serves one at a time.
+    pub slots: usize,
 }
 
 impl Default for ServeOptions {
@@ -93,6 +97,7 @@ impl Default for ServeOptions {
             slo: None,
             clock: Clock::default(),
             fault_trigger: None,
+            slots: 1,
         }
     }
 }
@@ -339,7 +344,10 @@ fn launch(
         let (options, status) = (options.clone(), status.clone());
         std::thread::Builder::new()
             .name("arbor-serve-worker".into())
-            .spawn(move || worker::run_worker(load, queue, metrics, status, options))?
+            .spawn(move || match options.slots {
+                0 | 1 => worker::run_worker(load, queue, metrics, status, options),
+                n => slots::run_slots(load, queue, metrics, status, options, n),
+            })?
     };
     let thread = std::thread::Builder::new()
         .name("arbor-serve".into())

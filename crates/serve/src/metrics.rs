@@ -14,8 +14,11 @@ pub struct Metrics {
     pub cancelled: AtomicU64,
     /// Requests waiting for the engine.
     pub queued: AtomicUsize,
-    /// 1 while a generation runs.
+    /// Generations running (0 or 1, or up to the slots).
     pub busy: AtomicUsize,
+    /// With slots: target passes run, and the requests they carried.
+    pub batched_passes: AtomicU64,
+    pub batched_sequences: AtomicU64,
     pub prompt_tokens: AtomicU64,
     pub generated_tokens: AtomicU64,
     /// Target passes after the prefill (verifications and plain steps).
@@ -157,7 +160,7 @@ impl Metrics {
         metric(
             "busy",
             "gauge",
-            "1 while a generation runs.",
+            "Generations running (with --slots, up to the slots).",
             self.busy.load(Ordering::Relaxed).to_string(),
         );
         metric(
@@ -201,6 +204,18 @@ impl Metrics {
             "counter",
             "Weight bytes streamed from disk.",
             get(&self.streamed_bytes).to_string(),
+        );
+        metric(
+            "batched_passes_total",
+            "counter",
+            "With slots: target passes over the running requests.",
+            get(&self.batched_passes).to_string(),
+        );
+        metric(
+            "batched_sequences_total",
+            "counter",
+            "With slots: requests those passes carried (over passes: requests per pass).",
+            get(&self.batched_sequences).to_string(),
         );
         metric(
             "worker_panics_total",

@@ -145,7 +145,7 @@ async fn health(Axum(state): Axum<Shared>) -> Response {
     let mut body = json!({
         "status": phase.name(),
         "queue": m.queued.load(Ordering::Relaxed),
-        "busy": m.busy.load(Ordering::Relaxed) == 1,
+        "busy": m.busy.load(Ordering::Relaxed) > 0,
     });
     if let Phase::Failed(why) = &phase {
         body["error"] = why.as_str().into();

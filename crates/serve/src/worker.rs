@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use arbor_engine::slo::{SloError, SloPrompt, SloReport, SloTables, protected_mask};
-use arbor_engine::{EngineError, Run, StopReason, TextEvent};
+use arbor_engine::{EngineError, GenerateOptions, Run, StopReason, TextEvent};
 use tokio::sync::mpsc;
 
 use crate::api::Settings;
@@ -121,7 +121,10 @@ pub(crate) fn run_worker(
         let out = job.out.clone();
         metrics.busy.store(1, Ordering::Relaxed);
         let slo = s.slo.as_ref().or(options.slo.as_ref());
-        let result = catch_unwind(AssertUnwindSafe(|| serve(&mut s.run, job, &metrics, slo)));
+        let tokenizer = status.facts().map(|f| f.tokenizer.clone());
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            serve(&mut s.run, job, &metrics, slo, tokenizer.as_deref())
+        }));
         metrics.busy.store(0, Ordering::Relaxed);
         if let Err(panic) = result {
             let what = panic_message(&panic);
@@ -143,7 +146,7 @@ pub(crate) fn run_worker(
 
 /// Runs the loader (a panic in it counts as a failure), publishes what the
 /// handlers need on the first success, and sets the phase.
-fn open(load: &mut Loader, status: &Status, options: &ServeOptions) -> Option<Served> {
+pub(crate) fn open(load: &mut Loader, status: &Status, options: &ServeOptions) -> Option<Served> {
     let loaded = match catch_unwind(AssertUnwindSafe(&mut *load)) {
         Ok(r) => r,
         Err(panic) => Err(format!("loading panicked: {}", panic_message(&panic))),
@@ -176,7 +179,8 @@ fn facts(run: &Run, options: &ServeOptions) -> Result<Facts, String> {
     let tokenizer = arbor_engine::Tokenizer::from_gguf(file.header()).map_err(|e| e.to_string())?;
     let mut context = engine.model().config().context_length;
     if let Some(m) = engine.memory() {
-        context = context.min(m.context);
+        // The plan's context is shared by the slots.
+        context = context.min(m.context / options.slots.max(1));
     }
     if let Some(d) = engine.draft() {
         context = context.min(d.config().context_length);
@@ -195,13 +199,116 @@ fn facts(run: &Run, options: &ServeOptions) -> Result<Facts, String> {
     })
 }
 
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     (panic.downcast_ref::<&str>().map(|s| s.to_string()))
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic".into())
 }
 
-fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
+/// What a generation gave: the generation, the objective's report, and
+/// the strategy that ran.
+pub(crate) struct Generated {
+    pub g: arbor_engine::Generation,
+    pub report: Option<SloReport>,
+    pub strategy: String,
+}
+
+/// How one request's generation is run: with its options (the server's
+/// with the request's sampling, limit and stop tokens), its control and
+/// the text callback.
+pub(crate) type Generate<'a> = dyn FnOnce(
+        &GenerateOptions,
+        arbor_engine::Control<'_>,
+        &mut dyn FnMut(TextEvent<'_>),
+    ) -> Result<Generated, ApiError>
+    + 'a;
+
+fn serve(
+    run: &mut Run,
+    job: Job,
+    metrics: &Metrics,
+    slo: Option<&SloTables>,
+    tokenizer: Option<&arbor_engine::Tokenizer>,
+) {
+    let base = run.options().clone();
+    let cached = run.cached_prefix(&job.prompt);
+    let settings = job.settings.clone();
+    let prompt = job.prompt.clone();
+    let protected = job.protected.clone();
+    let generate = move |options: &GenerateOptions,
+                         control: arbor_engine::Control<'_>,
+                         on: &mut dyn FnMut(TextEvent<'_>)| {
+        // A request's own strategy, for this request only.
+        let previous = run.strategy().clone();
+        if let Some(name) = &settings.strategy
+            && *name != previous.name()
+            && let Err(e) = run.use_strategy(name, &mut |_| {})
+        {
+            return Err(ApiError::invalid_param(
+                "arbor.strategy",
+                format!("strategy `{name}`: {e}"),
+            ));
+        }
+        let result = match (&settings.slo, slo) {
+            (None, _) => (run.generate_controlled(&prompt, options, control, on))
+                .map(|g| (g, None))
+                .map_err(|e| ApiError::server(e.to_string())),
+            (Some(_), None) => Err(ApiError::invalid_param(
+                "arbor.slo",
+                "this server's model is not elastic: latency objectives choose among an elastic \
+                 model's levels (serve a file from `arbor elastic build`)",
+            )),
+            (Some((objective, on_miss)), Some(tables)) => {
+                let prompt = SloPrompt {
+                    tokens: prompt.clone(),
+                    protected: protected.unwrap_or_else(|| protected_mask(&prompt, &[])),
+                };
+                let level = run.config().level.unwrap_or(1.0);
+                let r = run.generate_slo(
+                    &prompt,
+                    (objective, *on_miss),
+                    tables,
+                    options,
+                    control.cancel,
+                    on,
+                );
+                // The next request runs at the server's own level.
+                let _ = run.set_level(level);
+                r.map(|(g, report)| (g, Some(report))).map_err(|e| match e {
+                    EngineError::Slo(e @ SloError::Unmet { .. }) => ApiError {
+                        code: Some("slo_unmet"),
+                        ..ApiError::invalid_param("arbor.slo", e.to_string())
+                    },
+                    e => ApiError::server(e.to_string()),
+                })
+            }
+        };
+        let strategy = run.strategy().name();
+        if *run.strategy() != previous {
+            // Back to the server's strategy; it was in use before, so this
+            // cannot fail for want of a draft or a plan.
+            let _ = run.set_strategy(previous);
+        }
+        result.map(|(g, report)| Generated {
+            g,
+            report,
+            strategy,
+        })
+    };
+    answer(job, metrics, &base, cached, tokenizer, Box::new(generate));
+}
+
+/// Answers one request: checks it is still wanted, generates (sending
+/// text as it is confirmed, cut at stop sequences), counts it and sends
+/// how it finished.
+pub(crate) fn answer(
+    job: Job,
+    metrics: &Metrics,
+    base: &GenerateOptions,
+    cached_tokens: usize,
+    tokenizer: Option<&arbor_engine::Tokenizer>,
+    generate: Box<Generate<'_>>,
+) {
     let fail = |e: ApiError| {
         metrics.errors.fetch_add(1, Ordering::Relaxed);
         let _ = job.out.send(Out::Failed(e));
@@ -213,18 +320,7 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
     if job.clock.now() >= job.deadline {
         return fail(ApiError::timeout(job.timeout.as_secs_f64()));
     }
-    // A request's own strategy, for this request only.
-    let previous = run.strategy().clone();
-    if let Some(name) = &job.settings.strategy
-        && *name != previous.name()
-        && let Err(e) = run.use_strategy(name, &mut |_| {})
-    {
-        return fail(ApiError::invalid_param(
-            "arbor.strategy",
-            format!("strategy `{name}`: {e}"),
-        ));
-    }
-    let mut options = run.options().clone();
+    let mut options = base.clone();
     options.max_tokens = job.max_tokens;
     options.sampling = job.settings.sampling;
     if let Some(stops) = &job.stop_tokens {
@@ -233,7 +329,6 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
     let mut stops = StopScanner::new(job.settings.stop.clone());
     let (mut timed_out, mut gone) = (false, false);
     let provisional = job.settings.provisional;
-    let cached_tokens = run.cached_prefix(&job.prompt);
     let mut first: Option<Instant> = None;
     let mut sent_bytes = 0;
     let mut on = |event: TextEvent<'_>| {
@@ -282,48 +377,12 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
         logprobs: job.settings.logprobs,
         ..Default::default()
     };
-    let result = match (&job.settings.slo, slo) {
-        (None, _) => (run.generate_controlled(&job.prompt, &options, control, &mut on))
-            .map(|g| (g, None))
-            .map_err(|e| ApiError::server(e.to_string())),
-        (Some(_), None) => Err(ApiError::invalid_param(
-            "arbor.slo",
-            "this server's model is not elastic: latency objectives choose among an elastic \
-             model's levels (serve a file from `arbor elastic build`)",
-        )),
-        (Some((objective, on_miss)), Some(tables)) => {
-            let prompt = SloPrompt {
-                tokens: job.prompt.clone(),
-                protected: (job.protected.clone())
-                    .unwrap_or_else(|| protected_mask(&job.prompt, &[])),
-            };
-            let level = run.config().level.unwrap_or(1.0);
-            let r = run.generate_slo(
-                &prompt,
-                (objective, *on_miss),
-                tables,
-                &options,
-                Some(&job.cancel),
-                &mut on,
-            );
-            // The next request runs at the server's own level.
-            let _ = run.set_level(level);
-            r.map(|(g, report)| (g, Some(report))).map_err(|e| match e {
-                EngineError::Slo(e @ SloError::Unmet { .. }) => ApiError {
-                    code: Some("slo_unmet"),
-                    ..ApiError::invalid_param("arbor.slo", e.to_string())
-                },
-                e => ApiError::server(e.to_string()),
-            })
-        }
-    };
-    let strategy = run.strategy().name();
-    if *run.strategy() != previous {
-        // Back to the server's strategy; it was in use before, so this
-        // cannot fail for want of a draft or a plan.
-        let _ = run.set_strategy(previous);
-    }
-    let (g, report) = match result {
+    let result = generate(&options, control, &mut on);
+    let Generated {
+        g,
+        report,
+        strategy,
+    } = match result {
         Ok(r) => r,
         Err(e) => return fail(e),
     };
@@ -363,8 +422,10 @@ fn serve(run: &mut Run, job: Job, metrics: &Metrics, slo: Option<&SloTables>) {
     }
     let scored = job.settings.logprobs.map(|_| {
         let mut scored = g.logprobs.clone();
-        if stops.stopped() {
-            crate::scoring::delivered(run.engine().tokenizer(), &mut scored, sent_bytes);
+        if stops.stopped()
+            && let Some(t) = tokenizer
+        {
+            crate::scoring::delivered(t, &mut scored, sent_bytes);
         }
         scored
     });

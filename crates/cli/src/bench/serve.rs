@@ -3,7 +3,10 @@
 //! served, errors, time to first token (p50/p99), tokens per second, and
 //! the process's resident memory and threads over time — then, optionally,
 //! K clients that disconnect mid-stream or while queued, after which the
-//! server must still serve with no growth in memory or threads.
+//! server must still serve with no growth in memory or threads. With
+//! `--slots` the server runs that many requests at once (their passes
+//! batched); `--check-alone` then asks each prompt again alone and compares the
+//! greedy texts.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -38,6 +41,13 @@ pub struct BenchServeArgs {
     /// Concurrent streaming clients.
     #[arg(long, default_value_t = 8)]
     clients: usize,
+    /// Requests the server runs at once (see `arbor serve --slots`).
+    #[arg(long, default_value_t = 1)]
+    slots: usize,
+    /// After the clients: each prompt they sent, asked again with nothing
+    /// else running; every text must equal what it got under load.
+    #[arg(long)]
+    check_alone: bool,
     /// How long the clients keep sending requests.
     #[arg(long, default_value_t = 60)]
     seconds: u64,
@@ -64,8 +74,12 @@ pub struct BenchServeArgs {
 
 /// One finished streaming request.
 struct Done {
+    prompt: usize,
     ttft: f64,
+    /// Seconds per token after the first.
+    tpot: Option<f64>,
     tokens: u64,
+    text: String,
 }
 
 /// Streams one chat request; its time to first text and tokens, or why it
@@ -84,6 +98,7 @@ fn one(addr: SocketAddr, model: &str, prompt: &str, max_tokens: usize) -> Result
         return Err(format!("status {status}: {}", events.rest().join(" ")));
     }
     let (mut ttft, mut tokens, mut done) = (None, 0, false);
+    let mut text = String::new();
     while let Some(data) = events.next_data() {
         if data == "[DONE]" {
             done = true;
@@ -93,17 +108,25 @@ fn one(addr: SocketAddr, model: &str, prompt: &str, max_tokens: usize) -> Result
         if v.get("error").is_some() {
             return Err(v["error"]["message"].to_string());
         }
-        if ttft.is_none() && v["choices"][0]["delta"]["content"].is_string() {
-            ttft = Some(start.elapsed().as_secs_f64());
+        if let Some(t) = v["choices"][0]["delta"]["content"].as_str() {
+            text.push_str(t);
+            if ttft.is_none() {
+                ttft = Some(start.elapsed().as_secs_f64());
+            }
         }
         if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
             tokens = n;
         }
     }
+    let total = start.elapsed().as_secs_f64();
+    let ttft = ttft.unwrap_or(total);
     match done {
         true => Ok(Done {
-            ttft: ttft.unwrap_or_else(|| start.elapsed().as_secs_f64()),
+            prompt: 0,
+            ttft,
+            tpot: (tokens > 1).then(|| (total - ttft) / (tokens - 1) as f64),
             tokens,
+            text,
         }),
         false => Err("the stream ended without [DONE]".into()),
     }
@@ -150,6 +173,7 @@ pub fn run(args: &BenchServeArgs, device: &RunConfig) -> Result<()> {
     if texts.is_empty() {
         bail!("no prompts in {}", args.prompts);
     }
+    let slots = args.slots.max(1);
     let config = device.clone().merge(RunConfig {
         target: Some(args.model.clone()),
         draft: args.draft.clone(),
@@ -160,12 +184,15 @@ pub fn run(args: &BenchServeArgs, device: &RunConfig) -> Result<()> {
         max_tokens: Some(args.max_tokens),
         ..RunConfig::default()
     });
+    let config = crate::serve::for_slots(config, slots);
     let run = Engine::open(&config, &mut progress::open_bar_with(false))?;
+    let strategy = run.strategy().name();
     let server = arbor_serve::start(
         run,
         ServeOptions {
             port: 0,
             queue: args.clients + args.kill + 4,
+            slots,
             ..ServeOptions::default()
         },
     )?;
@@ -198,8 +225,9 @@ pub fn run(args: &BenchServeArgs, device: &RunConfig) -> Result<()> {
                 let (mut done, mut errors) = (Vec::new(), Vec::new());
                 let mut i = c;
                 while Instant::now() < deadline {
-                    match one(addr, &model, &texts[i % texts.len()], max) {
-                        Ok(d) => done.push(d),
+                    let prompt = i % texts.len();
+                    match one(addr, &model, &texts[prompt], max) {
+                        Ok(d) => done.push(Done { prompt, ..d }),
                         Err(e) => errors.push(e),
                     }
                     i += 1;
@@ -227,6 +255,16 @@ pub fn run(args: &BenchServeArgs, device: &RunConfig) -> Result<()> {
     }
     let soak_secs = start.elapsed().as_secs_f64();
     sample(&samples, start);
+    let waited = metric(addr, "queue_wait_seconds_sum").unwrap_or(0.0)
+        / metric(addr, "queue_wait_seconds_count")
+            .unwrap_or(1.0)
+            .max(1.0);
+    let per_pass = metric(addr, "batched_sequences_total").unwrap_or(0.0)
+        / metric(addr, "batched_passes_total").unwrap_or(0.0).max(1.0);
+    let verified = match args.check_alone {
+        false => serde_json::Value::Null,
+        true => verify(addr, &model, &texts, args.max_tokens, &done)?,
+    };
 
     let killed: Vec<serde_json::Value> = (0..args.kill_rounds)
         .filter(|_| args.kill > 0)
@@ -248,13 +286,17 @@ pub fn run(args: &BenchServeArgs, device: &RunConfig) -> Result<()> {
 
     let mut ttft: Vec<f64> = done.iter().map(|d| d.ttft).collect();
     ttft.sort_by(f64::total_cmp);
+    let mut tpot: Vec<f64> = done.iter().filter_map(|d| d.tpot).collect();
+    tpot.sort_by(f64::total_cmp);
     let tokens: u64 = done.iter().map(|d| d.tokens).sum();
     let samples = samples.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let rss: Vec<f64> = samples.iter().map(|s| s.1).collect();
     let row = json!({
         "model": args.model,
-        "strategy": args.strategy,
+        "strategy": strategy,
+        "memory_budget": args.memory_budget,
         "clients": args.clients,
+        "slots": slots,
         "seconds": soak_secs,
         "max_tokens": args.max_tokens,
         "requests": done.len(),
@@ -262,27 +304,43 @@ pub fn run(args: &BenchServeArgs, device: &RunConfig) -> Result<()> {
         "first_errors": errors.iter().take(3).collect::<Vec<_>>(),
         "ttft_p50_s": percentile(&ttft, 0.5),
         "ttft_p99_s": percentile(&ttft, 0.99),
+        "tpot_p50_s": percentile(&tpot, 0.5),
+        "tpot_p99_s": percentile(&tpot, 0.99),
+        "queue_wait_mean_s": waited,
+        "requests_per_pass": per_pass,
+        "verified": verified,
         "tokens_per_s": tokens as f64 / soak_secs,
         "rss_mib_start": rss.first().copied().unwrap_or(0.0),
         "rss_mib_end_of_soak": samples.iter().rev().find(|s| s.0 <= soak_secs + 0.5).map_or(0.0, |s| s.1),
         "rss_mib_max": rss.iter().copied().fold(0.0, f64::max),
         "killed": killed,
     });
+    let f = |k: &str| row[k].as_f64().unwrap_or(0.0);
     eprintln!(
-        "{} clients, {:.0} s, {}: {} requests, {} errors, TTFT p50 {:.2} s p99 {:.2} s, {:.1} tok/s; \
-         RSS start {:.0} MiB, end {:.0} MiB, max {:.0} MiB",
+        "{} clients, {} slots, {:.0} s, {} ({}): {} requests, {} errors, TTFT p50 {:.2} s p99 \
+         {:.2} s, TPOT p50 {:.3} s p99 {:.3} s, queue wait {:.2} s, {:.1} tok/s, {:.2} requests \
+         per pass; RSS start {:.0} MiB, end {:.0} MiB, max {:.0} MiB",
         args.clients,
+        slots,
         soak_secs,
         args.model,
+        row["strategy"],
         row["requests"],
         row["errors"],
-        row["ttft_p50_s"].as_f64().unwrap_or(0.0),
-        row["ttft_p99_s"].as_f64().unwrap_or(0.0),
-        row["tokens_per_s"].as_f64().unwrap_or(0.0),
+        f("ttft_p50_s"),
+        f("ttft_p99_s"),
+        f("tpot_p50_s"),
+        f("tpot_p99_s"),
+        f("queue_wait_mean_s"),
+        f("tokens_per_s"),
+        f("requests_per_pass"),
         row["rss_mib_start"].as_f64().unwrap_or(0.0),
         row["rss_mib_end_of_soak"].as_f64().unwrap_or(0.0),
         row["rss_mib_max"].as_f64().unwrap_or(0.0),
     );
+    if !row["verified"].is_null() {
+        eprintln!("alone vs under load: {}", row["verified"]);
+    }
     if !row["killed"].is_null() {
         eprintln!(
             "then {} clients left mid-stream: {}",
@@ -316,6 +374,35 @@ pub fn run(args: &BenchServeArgs, device: &RunConfig) -> Result<()> {
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     eprintln!("chart: {}", args.plot.display());
     Ok(())
+}
+
+/// Each prompt the clients sent, asked again with nothing else running:
+/// how many texts under load equal the text alone (greedy).
+fn verify(
+    addr: SocketAddr,
+    model: &str,
+    texts: &[String],
+    max_tokens: usize,
+    done: &[Done],
+) -> Result<serde_json::Value> {
+    idle(addr, Duration::from_secs(300));
+    let mut asked: Vec<usize> = done.iter().map(|d| d.prompt).collect();
+    asked.sort_unstable();
+    asked.dedup();
+    let mut bar = progress::count_bar("prompts asked again alone");
+    let mut alone = std::collections::HashMap::new();
+    for (i, &p) in asked.iter().enumerate() {
+        bar(i, asked.len());
+        let d = one(addr, model, &texts[p], max_tokens).map_err(anyhow::Error::msg)?;
+        alone.insert(p, d.text);
+    }
+    bar(asked.len(), asked.len());
+    let same = done.iter().filter(|d| alone[&d.prompt] == d.text).count();
+    let differ: Vec<usize> = (done.iter())
+        .filter(|d| alone[&d.prompt] != d.text)
+        .map(|d| d.prompt)
+        .collect();
+    Ok(json!({"requests": done.len(), "same": same, "prompts": asked.len(), "differ": differ}))
 }
 
 /// `n` clients start streams and leave — half while queued, half after

@@ -97,4 +97,11 @@ impl<M: LanguageModel + ?Sized> LanguageModel for SlimDraft<M> {
     fn notify_waits(&mut self, tx: Option<std::sync::mpsc::Sender<WeightWait>>) {
         self.inner.notify_waits(tx);
     }
+
+    fn fork(&self) -> Result<Box<dyn LanguageModel>> {
+        Ok(Box::new(SlimDraft {
+            ids: self.ids.clone(),
+            inner: self.inner.fork()?,
+        }))
+    }
 }

@@ -1,0 +1,311 @@
+//! Several generations at once over one target (continuous batching).
+//!
+//! Each generation runs the ordinary decoding loop, any strategy, on a
+//! thread of its own, against a [`SlotModel`]: a view of one slot (one KV
+//! cache) of the shared target. A `SlotModel`'s cache methods run at once
+//! on the thread that owns the target; its forward passes wait there in a
+//! [`Batch`] until every running generation has one waiting (or has
+//! ended), and then go through the target as one pass
+//! ([`LanguageModel::forward_slots`]): every weight, a streamed layer
+//! included, is read once for all of them. A row's logits do not depend on
+//! the other rows of its pass, so each generation gives what it would
+//! alone. Drafts are forks of the run's draft (shared weights, a cache per
+//! slot) and run on the generation's thread.
+
+use std::sync::mpsc;
+
+use arbor_model::{Config, LanguageModel, Logits, Mask, ModelError, Row, SlotPass};
+use arbor_tokenizer::Tokenizer;
+
+use crate::generate::{GenerateOptions, Generation, TextEvent, Watch};
+use crate::{Control, Result};
+
+/// An input row that owns its vector.
+#[derive(Debug, Clone, PartialEq)]
+enum OwnedRow {
+    Token(u32),
+    Vector(Vec<f32>),
+}
+
+#[derive(Debug)]
+enum Op {
+    Forward {
+        rows: Vec<OwnedRow>,
+        positions: Vec<u32>,
+        mask: Mask,
+        logit_rows: Vec<usize>,
+    },
+    Truncate(usize),
+    Keep(Vec<usize>),
+}
+
+/// A slot's request to the thread that owns the target.
+#[derive(Debug)]
+pub struct Call {
+    slot: usize,
+    op: Op,
+    reply: mpsc::Sender<std::result::Result<Option<Logits>, ModelError>>,
+}
+
+/// How a [`SlotModel`] reaches the target's thread (a channel's send, in
+/// the caller's message type); `false` when that thread is gone.
+pub type Send = Box<dyn Fn(Call) -> bool + std::marker::Send>;
+
+/// One slot of a shared target, as a [`LanguageModel`] a decoding loop can
+/// drive from its own thread.
+pub struct SlotModel {
+    slot: usize,
+    send: Send,
+    config: Config,
+    backend: &'static str,
+    /// Cached positions of this slot (this handle makes every change).
+    len: usize,
+}
+
+impl SlotModel {
+    /// Slot `slot` of a target with `config`, on `backend`, reached
+    /// through `send`.
+    pub fn new(slot: usize, config: Config, backend: &'static str, send: Send) -> Self {
+        Self {
+            slot,
+            send,
+            config,
+            backend,
+            len: 0,
+        }
+    }
+
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+
+    fn call(&self, op: Op) -> arbor_model::Result<Option<Logits>> {
+        let (reply, answer) = mpsc::channel();
+        let gone = || ModelError::Invalid("the target's thread has stopped".into());
+        if !(self.send)(Call {
+            slot: self.slot,
+            op,
+            reply,
+        }) {
+            return Err(gone());
+        }
+        answer.recv().map_err(|_| gone())?
+    }
+}
+
+impl LanguageModel for SlotModel {
+    fn forward(
+        &mut self,
+        tokens: &[u32],
+        positions: &[u32],
+        mask: &Mask,
+        logit_rows: &[usize],
+    ) -> arbor_model::Result<Logits> {
+        let rows: Vec<Row<'_>> = tokens.iter().map(|&t| Row::Token(t)).collect();
+        self.forward_rows(&rows, positions, mask, logit_rows)
+    }
+
+    fn forward_rows(
+        &mut self,
+        rows: &[Row<'_>],
+        positions: &[u32],
+        mask: &Mask,
+        logit_rows: &[usize],
+    ) -> arbor_model::Result<Logits> {
+        let rows = (rows.iter())
+            .map(|r| match r {
+                Row::Token(t) => OwnedRow::Token(*t),
+                Row::Vector(v) => OwnedRow::Vector(v.to_vec()),
+            })
+            .collect();
+        let n = positions.len();
+        let logits = self.call(Op::Forward {
+            rows,
+            positions: positions.to_vec(),
+            mask: mask.clone(),
+            logit_rows: logit_rows.to_vec(),
+        })?;
+        self.len += n;
+        logits.ok_or_else(|| ModelError::Invalid("a pass came back without logits".into()))
+    }
+
+    fn cache_len(&self) -> usize {
+        self.len
+    }
+
+    fn truncate_cache(&mut self, len: usize) -> arbor_model::Result<()> {
+        self.call(Op::Truncate(len))?;
+        self.len = self.len.min(len);
+        Ok(())
+    }
+
+    fn keep_cache(&mut self, positions: &[usize]) -> arbor_model::Result<()> {
+        self.call(Op::Keep(positions.to_vec()))?;
+        self.len = positions.len();
+        Ok(())
+    }
+
+    fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn backend_name(&self) -> &'static str {
+        self.backend
+    }
+}
+
+/// The target's side: calls from the slots, forward passes held until
+/// every running generation has one.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pending: Vec<Call>,
+    running: usize,
+    /// Passes run, the sequences and the rows they carried (for the
+    /// server's metrics).
+    pub passes: u64,
+    pub sequences: u64,
+    pub rows: u64,
+}
+
+impl Batch {
+    /// A generation started on a slot.
+    pub fn started(&mut self) {
+        self.running += 1;
+    }
+
+    /// A generation ended: the passes the others wait with may go now.
+    pub fn ended(&mut self, target: &mut dyn LanguageModel) {
+        self.running = self.running.saturating_sub(1);
+        self.flush(target);
+    }
+
+    pub fn running(&self) -> usize {
+        self.running
+    }
+
+    /// Serves a slot's call: cache changes at once, a forward pass when
+    /// every running generation has one waiting.
+    pub fn call(&mut self, target: &mut dyn LanguageModel, call: Call) {
+        match &call.op {
+            Op::Forward { .. } => {
+                self.pending.push(call);
+                self.flush(target);
+            }
+            Op::Truncate(len) => {
+                let r = (target.select_slot(call.slot)).and_then(|_| target.truncate_cache(*len));
+                let _ = call.reply.send(r.map(|_| None));
+            }
+            Op::Keep(positions) => {
+                let r = (target.select_slot(call.slot)).and_then(|_| target.keep_cache(positions));
+                let _ = call.reply.send(r.map(|_| None));
+            }
+        }
+    }
+
+    fn flush(&mut self, target: &mut dyn LanguageModel) {
+        if self.pending.is_empty() || self.pending.len() < self.running {
+            return;
+        }
+        let calls = std::mem::take(&mut self.pending);
+        let rows: Vec<Vec<Row<'_>>> = (calls.iter())
+            .map(|c| match &c.op {
+                Op::Forward { rows, .. } => (rows.iter())
+                    .map(|r| match r {
+                        OwnedRow::Token(t) => Row::Token(*t),
+                        OwnedRow::Vector(v) => Row::Vector(v),
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let passes: Vec<SlotPass<'_>> = (calls.iter().zip(&rows))
+            .filter_map(|(c, rows)| match &c.op {
+                Op::Forward {
+                    positions,
+                    mask,
+                    logit_rows,
+                    ..
+                } => Some(SlotPass {
+                    slot: c.slot,
+                    rows,
+                    positions,
+                    mask,
+                    logit_rows,
+                }),
+                _ => None,
+            })
+            .collect();
+        self.passes += 1;
+        self.sequences += passes.len() as u64;
+        self.rows += rows.iter().map(|r| r.len() as u64).sum::<u64>();
+        match target.forward_slots(&passes) {
+            Ok(out) => {
+                for (c, l) in calls.iter().zip(out) {
+                    let _ = c.reply.send(Ok(Some(l)));
+                }
+            }
+            Err(e) => {
+                for c in &calls {
+                    let _ = c.reply.send(Err(ModelError::Invalid(format!(
+                        "a batched pass failed: {e}"
+                    ))));
+                }
+            }
+        }
+    }
+}
+
+/// Generates on a slot: the decoding loop of [`crate::Run::generate`]
+/// with a slot's target and draft (no layer-streaming statistics: the
+/// streamer serves every slot's passes).
+pub fn generate_in_slot(
+    target: &mut dyn LanguageModel,
+    draft: Option<&mut dyn LanguageModel>,
+    tokenizer: &Tokenizer,
+    prompt: &[u32],
+    options: &GenerateOptions,
+    control: Control<'_>,
+    on: &mut dyn FnMut(TextEvent<'_>),
+) -> Result<Generation> {
+    let watch = Watch {
+        monitor: None,
+        control,
+    };
+    crate::generate::generate(target, draft, tokenizer, prompt, options, watch, on)
+}
+
+/// What one slot's generations need beside the target: a fork of the
+/// run's draft (when its strategy drafts with a model) and a tokenizer.
+pub struct SlotKit {
+    pub slot: usize,
+    pub draft: Option<Box<dyn LanguageModel>>,
+    pub tokenizer: std::sync::Arc<Tokenizer>,
+}
+
+impl crate::Run {
+    /// Gives the target `n` slots (slot 0 keeps its cache) and returns
+    /// each slot's kit. A draft that cannot be forked (its layers are
+    /// streamed) is an error: its strategy cannot serve several slots.
+    pub fn open_slots(&mut self, n: usize) -> Result<Vec<SlotKit>> {
+        self.forget_cached();
+        let drafts = self.strategy().needs_draft();
+        let engine = self.engine_mut();
+        engine.model_mut().set_slots(n)?;
+        // The engine's own stays on this thread; the slots share a copy.
+        let file = arbor_gguf::GgufFile::open(engine.path())?;
+        let tokenizer = std::sync::Arc::new(Tokenizer::from_gguf(file.header())?);
+        (0..n)
+            .map(|slot| {
+                let draft = match (drafts, engine.draft()) {
+                    (true, Some(d)) => Some(d.fork()?),
+                    _ => None,
+                };
+                Ok(SlotKit {
+                    slot,
+                    draft,
+                    tokenizer: tokenizer.clone(),
+                })
+            })
+            .collect()
+    }
+}
