@@ -36,6 +36,10 @@ pub struct BenchServeArgs {
     tuning: TuningArgs,
     #[arg(long)]
     memory_budget: Option<String>,
+    /// Longest prompt + new tokens one request may hold under a memory
+    /// budget (per slot) [default: max tokens + 512].
+    #[arg(long)]
+    context: Option<usize>,
     #[arg(long)]
     backend: Option<String>,
     /// Concurrent streaming clients.
@@ -182,6 +186,7 @@ pub fn run(args: &BenchServeArgs, device: &RunConfig) -> Result<()> {
         strategy: Some(args.strategy.clone()),
         tuning: args.tuning.tuning(),
         max_tokens: Some(args.max_tokens),
+        context: args.context,
         ..RunConfig::default()
     });
     let config = crate::serve::for_slots(config, slots);
