@@ -116,6 +116,7 @@ impl GenerateArgs {
             level: self.level,
             lora: self.lora.clone(),
             context: self.context,
+            slots: None,
         }
     }
 }

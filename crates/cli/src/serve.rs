@@ -96,12 +96,14 @@ pub fn default_slots(slots: Option<usize>, budget: bool) -> usize {
     slots.unwrap_or(if budget { 4 } else { 1 }).max(1)
 }
 
-/// The config planned for `slots` requests at once: under a budget, the
-/// context of every slot.
+/// The config planned for `slots` requests at once: `auto` plans passes
+/// carrying every slot's rows, and under a budget the context of every
+/// slot is planned.
 pub fn for_slots(mut config: RunConfig, slots: usize) -> RunConfig {
     if slots > 1 && config.memory_budget.is_some() {
         config.context = Some(config.planned_context() * slots);
     }
+    config.slots = Some(slots);
     config
 }
 

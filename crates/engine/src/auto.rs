@@ -65,6 +65,10 @@ pub struct Device {
     /// The target's output head's share of a row's compute (PPD passes
     /// take logits of few of their rows).
     pub head_share: f64,
+    /// Sequences whose rows every pass carries (a server's slots): a
+    /// source's rows and draft steps count once per sequence, its tokens
+    /// too, and the reads once for all.
+    pub sequences: usize,
 }
 
 /// Longest chain the estimate considers.
@@ -99,7 +103,8 @@ impl Device {
     /// The best depth and rate of `c` when the target streams `read` bytes
     /// per pass (for PPD, the depth is the deepest state's candidates).
     pub fn rate(&self, c: &Candidate, read: u64) -> (usize, f64) {
-        let plain = 1.0 / self.pass_secs(1, read);
+        let s = self.sequences.max(1);
+        let plain = s as f64 / self.pass_secs(s, read);
         let mut best = (0, plain);
         if let Some(p) = &c.ppd {
             // Reads added to compute, none hidden: a lower bound, as the
@@ -110,15 +115,21 @@ impl Device {
             // against the trees' lower bounds it ranked ppd first at
             // 800 MiB, where the slim-draft tree measured 4.90 to ppd's 3.94.
             let count = p.count().min(p.accuracy.distances());
+            // Every sequence's rows in each pass: the plan's rate is one
+            // sequence's.
             let cost = |rows: usize, logits: usize| {
-                let compute =
-                    arbor_speculative::ppd_pass_secs(&self.target, rows, logits, self.head_share);
+                let compute = arbor_speculative::ppd_pass_secs(
+                    &self.target,
+                    rows * s,
+                    logits * s,
+                    self.head_share,
+                );
                 compute + read as f64 / (self.bandwidth)(read).max(1.0) + ROUND_OVERHEAD
             };
             let logit_cap = arbor_speculative::ppd_logit_rows(PPD_ROWS);
             return match arbor_ppd::plan(&p.accuracy, count, p.epts, PPD_ROWS, logit_cap, cost) {
-                Ok(plan) if plan.prompts > 0 && plan.tokens_per_sec > plain => {
-                    (plan.candidates(), plan.tokens_per_sec)
+                Ok(plan) if plan.prompts > 0 && plan.tokens_per_sec * s as f64 > plain => {
+                    (plan.candidates(), plan.tokens_per_sec * s as f64)
                 }
                 _ => best,
             };
@@ -128,8 +139,10 @@ impl Device {
         }
         let a = c.acceptance.clamp(0.0, 0.999);
         for k in 1..=MAX_DEPTH {
-            let tokens = (1.0 - a.powi(k as i32 + 1)) / (1.0 - a);
-            let round = k as f64 * c.step_secs + self.pass_secs(k + 1, read) + ROUND_OVERHEAD;
+            let tokens = (1.0 - a.powi(k as i32 + 1)) / (1.0 - a) * s as f64;
+            // Each sequence's draft steps, counted one after another.
+            let drafting = (k * s) as f64 * c.step_secs;
+            let round = drafting + self.pass_secs(s * (k + 1), read) + ROUND_OVERHEAD;
             let rate = tokens / round;
             if rate > best.1 {
                 best = (k, rate);
@@ -205,6 +218,7 @@ mod tests {
             bandwidth: Box::new(|_| 1e9),
             mean_layer_bytes: 27 << 20,
             head_share: 0.15,
+            sequences: 1,
         }
     }
 
@@ -217,6 +231,32 @@ mod tests {
             acceptance: a,
             ppd: None,
         }
+    }
+
+    #[test]
+    fn several_sequences_share_reads_and_make_drafting_pay_less() {
+        let read = 400 << 20;
+        let draft = cand("0.5b", 0, 0.010, 0.6);
+        let at = |s: usize| {
+            let d = Device {
+                sequences: s,
+                ..device()
+            };
+            let plain = d.rate(&cand("none", 0, 0.0, 0.0), read).1;
+            (plain, d.rate(&draft, read).1)
+        };
+        let (one, one_draft) = at(1);
+        let (eight, eight_draft) = at(8);
+        // Eight sequences' rows ride on one read: nearly eight times the
+        // tokens while the reads dominate.
+        assert!((one - 1.0 / device().pass_secs(1, read)).abs() < 1e-9);
+        assert!(eight > 7.0 * one, "{eight} vs {one}");
+        // A draft's extra rows and steps are paid per sequence: its gain
+        // over plain decoding shrinks.
+        assert!(
+            one_draft / one > eight_draft / eight,
+            "{one_draft}/{one} vs {eight_draft}/{eight}"
+        );
     }
 
     #[test]

@@ -136,6 +136,7 @@ pub(crate) fn choose(
         bandwidth: Box::new(move |read| disk.as_ref().map_or(1e9, |d| d.bandwidth_for(read))),
         mean_layer_bytes: layer_bytes,
         head_share: layout.config.head_share(),
+        sequences: config.slots.unwrap_or(1),
     };
     let c = &layout.config;
     let draft_overhead = |d: &arbor_model::Config| {

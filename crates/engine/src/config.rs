@@ -53,6 +53,10 @@ pub struct RunConfig {
     /// memory budget the KV caches are planned for it (a longer request is
     /// refused); `None` is `max_tokens` + [`PROMPT_ALLOWANCE`].
     pub context: Option<usize>,
+    /// Sequences generated at once (a server's slots, their target passes
+    /// batched): `auto` plans passes that carry every sequence's rows.
+    /// `None` is 1.
+    pub slots: Option<usize>,
 }
 
 /// Prompt tokens a run under a memory budget plans for when no `context`
@@ -124,6 +128,7 @@ impl RunConfig {
             level: over.level.or(self.level),
             lora: over.lora.or(self.lora),
             context: over.context.or(self.context),
+            slots: over.slots.or(self.slots),
         }
     }
 

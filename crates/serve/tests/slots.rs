@@ -107,3 +107,41 @@ fn requests_batched_together_get_their_own_answers() {
     }
     std::fs::remove_file(path).ok();
 }
+
+/// A generation that panics on its slot's thread fails its own request
+/// with a 500; the target, on the worker's thread, was never in a half
+/// state, so requests beside it and after it are served as before.
+#[test]
+fn a_panic_on_one_slot_fails_only_its_request() {
+    let path = tiny_model("slots-panic", true);
+    let config = RunConfig {
+        strategy: Some("autoregressive".into()),
+        max_tokens: Some(24),
+        ..RunConfig::default()
+    };
+    let options = ServeOptions {
+        slots: 3,
+        fault_trigger: Some("PANIC-NOW".into()),
+        ..ServeOptions::default()
+    };
+    let server = serve(&path, config, options);
+    let addr = server.addr();
+    let id = model_id(addr);
+    let before = text(&ask(addr, &id, PROMPTS[0], &json!({})));
+    let (beside, failed) = std::thread::scope(|s| {
+        let beside = s.spawn(|| text(&ask(addr, &id, PROMPTS[0], &json!({}))));
+        let failed = s.spawn(|| {
+            let body = json!({"model": id, "max_tokens": 8,
+                              "messages": [{"role": "user", "content": "PANIC-NOW"}]});
+            post(addr, "/v1/chat/completions", &body)
+        });
+        (beside.join().unwrap(), failed.join().unwrap())
+    });
+    assert_eq!(failed.status, 500, "{}", failed.body);
+    assert_eq!(beside, before);
+    assert_eq!(text(&ask(addr, &id, PROMPTS[0], &json!({}))), before);
+    assert_eq!(metric(addr, "worker_panics_total"), 1.0);
+    assert_eq!(http(addr, "GET", "/health", &[], "").json()["status"], "ok");
+    server.shutdown().unwrap();
+    std::fs::remove_file(path).ok();
+}
