@@ -165,14 +165,17 @@ impl RunConfig {
 
     /// What a run of `strategy` under `bytes` plans its memory with: the
     /// strategy's streaming mode, this config's context, and the logit
-    /// rows the strategy's target and draft passes return.
+    /// rows the strategy's target and draft passes return (for every
+    /// slot: a batched pass returns each slot's rows, and each slot's
+    /// draft fork its own).
     pub fn memory_options(&self, bytes: u64, strategy: &Strategy) -> crate::MemoryOptions {
         let pipelined = strategy.streaming == arbor_speculative::Streaming::Pipelined;
         let gpu = self.gpu_memory_budget.is_some();
+        let slots = self.slots.unwrap_or(1).max(1);
         crate::MemoryOptions {
             context: self.planned_context(),
-            logit_rows: strategy.decoding.max_rows(),
-            draft_logit_rows: strategy.decoding.max_draft_rows(),
+            logit_rows: strategy.decoding.max_rows() * slots,
+            draft_logit_rows: strategy.decoding.max_draft_rows() * slots,
             // A GPU holds nothing of ours before the target (a draft model's
             // weights are added by the caller); streamed layers stay in
             // host memory.
