@@ -38,7 +38,7 @@ pub use config::{DEFAULT_DRAFT, DEFAULT_TARGET, RunConfig, Sampling, Tuning};
 pub use drafts::DraftSource;
 pub use generate::{GenerateOptions, Generation, GenerationStats, StopReason, TextEvent};
 pub use memory::{MemoryOptions, MemoryReport, resident_now};
-pub use open::{AUTO, OpenEvent, Profiles, Run, pick_backend, resolve_or_fetch};
+pub use open::{AUTO, OpenEvent, Profiles, Run, pick_backend, resolve_or_fetch, reusable_prefix};
 pub use perplexity::{greedy_agreement, perplexity};
 pub use profiles::{DiskRecord, Drift, LatencyRecord, ProfileStore};
 pub use trace::{Activity, Segment, Trace};

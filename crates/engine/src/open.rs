@@ -378,6 +378,16 @@ fn default_strategy(
     Ok("tree".parse()?)
 }
 
+/// Prompt tokens a cache holding the keys and values of `cached` (its
+/// first `cache_len`) can give `prompt`: their common start, leaving the
+/// prompt's last token to be fed (its logits start the generation).
+pub fn reusable_prefix(cached: &[u32], prompt: &[u32], cache_len: usize) -> usize {
+    let same = (cached.iter().zip(prompt))
+        .take_while(|(a, b)| a == b)
+        .count();
+    same.min(prompt.len().saturating_sub(1)).min(cache_len)
+}
+
 impl Run {
     pub fn engine(&self) -> &Engine {
         &self.engine
@@ -511,11 +521,7 @@ impl Run {
     /// cache (0 with the prompt cache off).
     pub fn cached_prefix(&self, prompt: &[u32]) -> usize {
         let Some(cached) = &self.cached else { return 0 };
-        let same = (cached.iter().zip(prompt))
-            .take_while(|(a, b)| a == b)
-            .count();
-        same.min(prompt.len().saturating_sub(1))
-            .min(self.engine.model().cache_len())
+        reusable_prefix(cached, prompt, self.engine.model().cache_len())
     }
 
     /// [`Run::generate`] with one request's options (a copy of

@@ -27,24 +27,30 @@ enum OwnedRow {
     Vector(Vec<f32>),
 }
 
+/// One slot's forward pass, as it waits for the others'.
+#[derive(Debug)]
+struct Forward {
+    rows: Vec<OwnedRow>,
+    positions: Vec<u32>,
+    mask: Mask,
+    logit_rows: Vec<usize>,
+}
+
 #[derive(Debug)]
 enum Op {
-    Forward {
-        rows: Vec<OwnedRow>,
-        positions: Vec<u32>,
-        mask: Mask,
-        logit_rows: Vec<usize>,
-    },
+    Forward(Forward),
     Truncate(usize),
     Keep(Vec<usize>),
 }
+
+type Reply = mpsc::Sender<std::result::Result<Option<Logits>, ModelError>>;
 
 /// A slot's request to the thread that owns the target.
 #[derive(Debug)]
 pub struct Call {
     slot: usize,
     op: Op,
-    reply: mpsc::Sender<std::result::Result<Option<Logits>, ModelError>>,
+    reply: Reply,
 }
 
 /// How a [`SlotModel`] reaches the target's thread (a channel's send, in
@@ -119,12 +125,12 @@ impl LanguageModel for SlotModel {
             })
             .collect();
         let n = positions.len();
-        let logits = self.call(Op::Forward {
+        let logits = self.call(Op::Forward(Forward {
             rows,
             positions: positions.to_vec(),
             mask: mask.clone(),
             logit_rows: logit_rows.to_vec(),
-        })?;
+        }))?;
         self.len += n;
         logits.ok_or_else(|| ModelError::Invalid("a pass came back without logits".into()))
     }
@@ -158,7 +164,7 @@ impl LanguageModel for SlotModel {
 /// every running generation has one.
 #[derive(Debug, Default)]
 pub struct Batch {
-    pending: Vec<Call>,
+    pending: Vec<(usize, Forward, Reply)>,
     running: usize,
     /// Passes run, the sequences and the rows they carried (for the
     /// server's metrics).
@@ -186,20 +192,20 @@ impl Batch {
     /// Serves a slot's call: cache changes at once, a forward pass when
     /// every running generation has one waiting.
     pub fn call(&mut self, target: &mut dyn LanguageModel, call: Call) {
-        match &call.op {
-            Op::Forward { .. } => {
-                self.pending.push(call);
-                self.flush(target);
+        let Call { slot, op, reply } = call;
+        let r = match op {
+            Op::Forward(f) => {
+                self.pending.push((slot, f, reply));
+                return self.flush(target);
             }
-            Op::Truncate(len) => {
-                let r = (target.select_slot(call.slot)).and_then(|_| target.truncate_cache(*len));
-                let _ = call.reply.send(r.map(|_| None));
-            }
-            Op::Keep(positions) => {
-                let r = (target.select_slot(call.slot)).and_then(|_| target.keep_cache(positions));
-                let _ = call.reply.send(r.map(|_| None));
-            }
-        }
+            Op::Truncate(len) => target
+                .select_slot(slot)
+                .and_then(|_| target.truncate_cache(len)),
+            Op::Keep(positions) => target
+                .select_slot(slot)
+                .and_then(|_| target.keep_cache(&positions)),
+        };
+        let _ = reply.send(r.map(|_| None));
     }
 
     fn flush(&mut self, target: &mut dyn LanguageModel) {
@@ -208,31 +214,22 @@ impl Batch {
         }
         let calls = std::mem::take(&mut self.pending);
         let rows: Vec<Vec<Row<'_>>> = (calls.iter())
-            .map(|c| match &c.op {
-                Op::Forward { rows, .. } => (rows.iter())
+            .map(|(_, f, _)| {
+                (f.rows.iter())
                     .map(|r| match r {
                         OwnedRow::Token(t) => Row::Token(*t),
                         OwnedRow::Vector(v) => Row::Vector(v),
                     })
-                    .collect(),
-                _ => Vec::new(),
+                    .collect()
             })
             .collect();
         let passes: Vec<SlotPass<'_>> = (calls.iter().zip(&rows))
-            .filter_map(|(c, rows)| match &c.op {
-                Op::Forward {
-                    positions,
-                    mask,
-                    logit_rows,
-                    ..
-                } => Some(SlotPass {
-                    slot: c.slot,
-                    rows,
-                    positions,
-                    mask,
-                    logit_rows,
-                }),
-                _ => None,
+            .map(|((slot, f, _), rows)| SlotPass {
+                slot: *slot,
+                rows,
+                positions: &f.positions,
+                mask: &f.mask,
+                logit_rows: &f.logit_rows,
             })
             .collect();
         self.passes += 1;
@@ -240,13 +237,13 @@ impl Batch {
         self.rows += rows.iter().map(|r| r.len() as u64).sum::<u64>();
         match target.forward_slots(&passes) {
             Ok(out) => {
-                for (c, l) in calls.iter().zip(out) {
-                    let _ = c.reply.send(Ok(Some(l)));
+                for ((_, _, reply), l) in calls.iter().zip(out) {
+                    let _ = reply.send(Ok(Some(l)));
                 }
             }
             Err(e) => {
-                for c in &calls {
-                    let _ = c.reply.send(Err(ModelError::Invalid(format!(
+                for (_, _, reply) in &calls {
+                    let _ = reply.send(Err(ModelError::Invalid(format!(
                         "a batched pass failed: {e}"
                     ))));
                 }

@@ -11,9 +11,9 @@ use std::ops::Range;
 
 use arbor_tensor::{Backend, Heads, Mask};
 
+use crate::check_pass;
 use crate::decoder::Block;
 use crate::{Decoder, Logits, ModelError, Result, Row, SlotPass};
-use crate::{check_logit_rows, check_pass};
 
 /// Consecutive rows of a pass that belong to one sequence.
 pub(crate) struct Segment<'a> {
@@ -126,7 +126,6 @@ impl<B: Backend + Clone> Decoder<B> {
                 p.mask,
                 p.logit_rows,
             )?;
-            check_logit_rows(p.logit_rows, p.rows.len())?;
             let start = rows.len();
             logit_rows.extend(p.logit_rows.iter().map(|r| start + r));
             rows.extend_from_slice(p.rows);

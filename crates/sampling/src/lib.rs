@@ -114,6 +114,26 @@ pub fn argmax(logits: &[f32]) -> Option<u32> {
     best.map(|(i, _)| i as u32)
 }
 
+/// The `k` highest logits with their token ids, highest first (ties:
+/// lower id first; NaN never chosen).
+pub fn top_logits(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let mut top: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
+    if k == 0 {
+        return top;
+    }
+    for (i, &l) in logits.iter().enumerate() {
+        if l.is_nan() {
+            continue;
+        }
+        if top.len() < k || l > top[top.len() - 1].1 {
+            let at = top.partition_point(|&(_, v)| v >= l);
+            top.insert(at, (i as u32, l));
+            top.truncate(k);
+        }
+    }
+    top
+}
+
 /// Softmax of `logits / temperature` (temperature > 0).
 pub fn softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);

@@ -159,25 +159,16 @@ impl Scored {
             .sum();
         let log_z = max + sum.ln() as f32;
         let lp = |l: f32| l - log_z;
-        let mut best: Vec<(u32, f32)> = Vec::with_capacity(top + 1);
-        if top > 0 {
-            for (i, &l) in logits.iter().enumerate() {
-                if l.is_nan() || l == f32::NEG_INFINITY {
-                    continue;
-                }
-                if best.len() < top || l > best[best.len() - 1].1 {
-                    let at = best.partition_point(|&(_, v)| v >= l);
-                    best.insert(at, (i as u32, l));
-                    best.truncate(top);
-                }
-            }
-        }
+        // −∞ (a token a rule ruled out) is never an alternative.
+        let best = crate::top_logits(logits, top)
+            .into_iter()
+            .filter(|&(_, l)| l != f32::NEG_INFINITY);
         Self {
             token,
             logprob: logits
                 .get(token as usize)
                 .map_or(f32::NEG_INFINITY, |&l| lp(l)),
-            top: best.into_iter().map(|(t, l)| (t, lp(l))).collect(),
+            top: best.map(|(t, l)| (t, lp(l))).collect(),
         }
     }
 }

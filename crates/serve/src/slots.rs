@@ -173,9 +173,7 @@ fn start_slots(run: &mut Run, n: usize, tx: &std_mpsc::Sender<Msg>) -> Result<Ve
 fn generate(job: Job, mut slot: Slot, base: &GenerateOptions, metrics: &Metrics) -> Slot {
     let out = job.out.clone();
     let prompt = job.prompt.clone();
-    let reuse = common(&slot.held, &prompt)
-        .min(prompt.len().saturating_sub(1))
-        .min(slot.target.cache_len());
+    let reuse = arbor_engine::reusable_prefix(&slot.held, &prompt, slot.target.cache_len());
     let server_strategy = base.strategy.name();
     let asked = job.settings.strategy.clone();
     let slo = job.settings.slo.is_some();

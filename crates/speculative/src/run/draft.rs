@@ -188,25 +188,7 @@ impl Run<'_, '_> {
     }
 }
 
-/// The `k` highest logits with their token ids, highest first (ties:
-/// lower id first; NaN never chosen).
-pub(crate) fn top_logits(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
-    let mut top: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
-    if k == 0 {
-        return top;
-    }
-    for (i, &l) in logits.iter().enumerate() {
-        if l.is_nan() {
-            continue;
-        }
-        if top.len() < k || l > top[top.len() - 1].1 {
-            let at = top.partition_point(|&(_, v)| v >= l);
-            top.insert(at, (i as u32, l));
-            top.truncate(k);
-        }
-    }
-    top
-}
+pub(crate) use arbor_sampling::top_logits;
 
 /// The `k` most probable tokens with their softmax probabilities, most
 /// probable first (ties: lower id first).
