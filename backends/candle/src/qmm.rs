@@ -456,7 +456,7 @@ impl Activations {
         let nb = cols / kind.block_len();
         match kind {
             Kind::Q5_0 | Kind::Q8_0 => {
-                let blocks = quantize_rows::<BlockQ8_0>(x, m, cols, nb);
+                let blocks = quantize_rows(x, m, cols, nb, quantize::q8_0);
                 let raw = as_bytes(&blocks);
                 let mut bytes = Vec::with_capacity(m * nb * 32);
                 let mut scales = Vec::with_capacity(m * nb);
@@ -471,7 +471,7 @@ impl Activations {
                 }
             }
             Kind::Q4K | Kind::Q6K => {
-                let blocks = quantize_rows::<BlockQ8K>(x, m, cols, nb);
+                let blocks = quantize_rows(x, m, cols, nb, quantize::q8k);
                 let mut bytes = as_bytes(&blocks).to_vec();
                 let block = if kind == Kind::Q4K {
                     // The Q4_K kernel only needs the sums of 32 quants (for
@@ -521,15 +521,22 @@ fn with_offset_sums(blocks: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Quantizes the `m` rows of `x` with candle's `from_float` (on the thread
-/// pool when there are several).
-fn quantize_rows<B: CandleBlock>(x: &[f32], m: usize, cols: usize, nb: usize) -> Vec<B> {
+/// Quantizes the `m` rows of `x` with `quantize` (candle's `from_float`,
+/// in vector registers: [`quantize`]; on the thread pool when there are
+/// several).
+fn quantize_rows<B: CandleBlock>(
+    x: &[f32],
+    m: usize,
+    cols: usize,
+    nb: usize,
+    quantize: fn(&[f32], &mut [B]),
+) -> Vec<B> {
     let mut blocks = vec![B::zeros(); m * nb];
     let at = SendPtr(blocks.as_mut_ptr());
     let one = |t: usize| {
         // SAFETY: each row `t` is quantized once, into its own `nb` blocks.
         let dst = unsafe { std::slice::from_raw_parts_mut(at.get().add(t * nb), nb) };
-        B::from_float(&x[t * cols..][..cols], dst);
+        quantize(&x[t * cols..][..cols], dst);
     };
     if m < 4 {
         (0..m).for_each(one);
@@ -1507,5 +1514,6 @@ mod lanes;
 mod neon;
 mod q4k8;
 mod q6k8;
+mod quantize;
 #[cfg(test)]
 mod tests;
