@@ -58,9 +58,7 @@ pub(crate) fn q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
 /// without padding: `super` asserts their sizes).
 fn as_bytes_mut<B>(block: &mut B) -> &mut [u8] {
     // SAFETY: see above; every bit pattern is a valid block.
-    unsafe {
-        std::slice::from_raw_parts_mut(block as *mut B as *mut u8, std::mem::size_of::<B>())
-    }
+    unsafe { std::slice::from_raw_parts_mut(block as *mut B as *mut u8, std::mem::size_of::<B>()) }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -261,8 +259,7 @@ mod tests {
     #[test]
     fn q8_0_blocks_equal_candles() {
         for x in inputs(5 * QK8_0) {
-            let (mut ours, mut theirs) =
-                (vec![BlockQ8_0::zeros(); 5], vec![BlockQ8_0::zeros(); 5]);
+            let (mut ours, mut theirs) = (vec![BlockQ8_0::zeros(); 5], vec![BlockQ8_0::zeros(); 5]);
             q8_0(&x, &mut ours);
             BlockQ8_0::from_float(&x, &mut theirs);
             assert_eq!(bytes(&ours), bytes(&theirs), "{:?}", &x[..8]);
