@@ -56,6 +56,7 @@ pub(crate) fn q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
 
 /// A block's bytes (candle's blocks are `repr(C)` structs of plain numbers
 /// without padding: `super` asserts their sizes).
+#[cfg(target_arch = "x86_64")]
 fn as_bytes_mut<B>(block: &mut B) -> &mut [u8] {
     // SAFETY: see above; every bit pattern is a valid block.
     unsafe { std::slice::from_raw_parts_mut(block as *mut B as *mut u8, std::mem::size_of::<B>()) }
