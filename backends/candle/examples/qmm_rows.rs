@@ -15,7 +15,7 @@ mod synthetic;
 
 fn main() {
     let be = CandleBackend::new();
-    let sizes = [1usize, 2, 4, 8, 16, 32, 64];
+    let sizes = [1usize, 2, 4, 8, 16, 32, 64, 128, 512];
     println!(
         "| matrix | {} |\n|---|{}",
         sizes.map(|n| format!("{n} rows ms (GMAC/s)")).join(" | "),

@@ -226,6 +226,46 @@ fn every_row_is_computed_for_any_shape() {
     }
 }
 
+/// A long pass over a wide matrix is taken a block of tokens at a time
+/// (`TOKEN_BLOCK_BYTES`); every token still gets the bits it gets alone.
+#[test]
+fn tokens_taken_in_blocks_get_the_bits_they_get_alone() {
+    if !available() {
+        return;
+    }
+    let mut g = Gen(0x5eed);
+    for (kind, ty, scale_at) in [
+        (Kind::Q8_0, GgmlType::Q8_0, &[0][..]),
+        (Kind::Q4K, GgmlType::Q4_K, &[0, 2][..]),
+        (Kind::Q6K, GgmlType::Q6_K, &[208][..]),
+    ] {
+        // Rows in interleaved groups and a single row after them.
+        let (rows, cols) = (17, 8960);
+        let nb = cols / kind.block_len();
+        let bytes = blocks(kind, rows * nb, &mut g, scale_at);
+        let w = QWeight::new(ty, rows, cols, &bytes).unwrap();
+        let act_bytes = Activations::quantize(kind, &vec![0.5; 2 * cols], 2, cols)
+            .bytes
+            .len()
+            / 2;
+        // More tokens than one block holds, and not a whole number of blocks.
+        let m = TOKEN_BLOCK_BYTES / act_bytes * 2 + 5;
+        let x: Vec<f32> = (0..m * cols).map(|_| g.f32()).collect();
+        for &isa in variants() {
+            let mut all = vec![f32::NAN; m * rows];
+            w.matmul_on(isa, &x, m, &w.whole(), &mut all);
+            for t in [0, 1, m / 2, m - 1] {
+                let mut one = vec![f32::NAN; rows];
+                w.matmul_on(isa, &x[t * cols..][..cols], 1, &w.whole(), &mut one);
+                assert!(
+                    same_bits(&all[t * rows..][..rows], &one),
+                    "{ty}, {isa:?}: token {t} of {m}"
+                );
+            }
+        }
+    }
+}
+
 /// Whether two outputs are equal bit for bit.
 fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits())
