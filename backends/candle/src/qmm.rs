@@ -703,12 +703,16 @@ macro_rules! kernels {
                             while r < g1 {
                                 // A lone token takes several rows at once,
                                 // so that their (serial) accumulations
-                                // overlap.
-                                let g = if n == 1 && w.kind != Kind::Q6K && g1 - r >= ROWS {
-                                    ROWS
-                                } else {
-                                    1
+                                // overlap; so do up to four tokens against
+                                // Q8_0 and Q5_0 rows (a 2-, 3- or 4-row
+                                // pass of the 0.5B cost 1.6-1.9 one-row
+                                // passes, now 1.0-1.4).
+                                let several = match w.kind {
+                                    Kind::Q6K => false,
+                                    Kind::Q4K => n == 1,
+                                    Kind::Q5_0 | Kind::Q8_0 => n <= 4,
                                 };
+                                let g = if several && g1 - r >= ROWS { ROWS } else { 1 };
                                 let at = Tile {
                                     w,
                                     base,
@@ -737,6 +741,9 @@ macro_rules! kernels {
                                 unsafe {
                                     match (n, g) {
                                         (1, ROWS) => tile::<ROWS, 1>(at),
+                                        (2, ROWS) => tile::<ROWS, 2>(at),
+                                        (3, ROWS) => tile::<ROWS, 3>(at),
+                                        (4, ROWS) => tile::<ROWS, 4>(at),
                                         (1, _) => tile::<1, 1>(at),
                                         (2, _) => tile::<1, 2>(at),
                                         (3, _) => tile::<1, 3>(at),
