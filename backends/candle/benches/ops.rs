@@ -9,12 +9,6 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 #[path = "shared/synthetic.rs"]
 mod synthetic;
 
-fn data_f32(n: usize) -> Vec<f32> {
-    (0..n)
-        .map(|i| ((i * 2654435761) % 1000) as f32 / 500.0 - 1.0)
-        .collect()
-}
-
 /// Our kernels and candle's on the matrices the two Qwen models spend their
 /// time in, for one token (decode), a verification-sized batch and a
 /// prefill chunk. Criterion's report shows the two side by side.
@@ -40,7 +34,7 @@ fn matmul(c: &mut Criterion) {
         let (w_ours, w_candle) = (data(&ours), data(&candle));
         let mut group = c.benchmark_group(format!("matmul_{ty}_{what}"));
         for n in [1, 16, 64] {
-            let x = ours.tensor(&data_f32(n * k), n, k).unwrap();
+            let x = ours.tensor(&synthetic::values(n * k), n, k).unwrap();
             group.throughput(Throughput::Elements((2 * n * k * m) as u64));
             group.bench_with_input(BenchmarkId::new("arbor", n), &n, |b, _| {
                 b.iter(|| ours.matmul(&x, &w_ours).unwrap())
@@ -61,9 +55,11 @@ fn attention(c: &mut Criterion) {
         let mut kv = be.kv_new(&h).unwrap();
         let kvd = 2 * 128;
         let t = past + n;
-        let k = be.tensor(&data_f32(t * kvd), t, kvd).unwrap();
+        let k = be.tensor(&synthetic::values(t * kvd), t, kvd).unwrap();
         be.kv_append(&mut kv, &k, &k).unwrap();
-        let q = be.tensor(&data_f32(n * 12 * 128), n, 12 * 128).unwrap();
+        let q = be
+            .tensor(&synthetic::values(n * 12 * 128), n, 12 * 128)
+            .unwrap();
         let mask = Mask::causal(past, n);
         group.bench_function(format!("n{n}_past{past}"), |b| {
             b.iter(|| be.attention(&q, &kv, &mask, &h).unwrap())

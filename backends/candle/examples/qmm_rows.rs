@@ -41,10 +41,8 @@ fn main() {
         let xs: Vec<_> = sizes
             .iter()
             .map(|&n| {
-                let x: Vec<f32> = (0..n * cols)
-                    .map(|i| ((i * 2654435761) % 1000) as f32 / 500.0 - 1.0)
-                    .collect();
-                be.tensor(&x, n, cols).expect("a valid tensor")
+                be.tensor(&synthetic::values(n * cols), n, cols)
+                    .expect("a valid tensor")
             })
             .collect();
         let mut best = vec![f64::MAX; sizes.len()];

@@ -370,9 +370,8 @@ impl QWeight {
         // 8960 columns: 5 MiB) would otherwise stream from the last-level
         // cache once per eight rows. A token's results do not depend on
         // which tokens share its block (batch invariance).
-        let per_token = act.bytes.len() / m.max(1);
         let block = if cfg!(target_arch = "x86_64") {
-            (TOKEN_BLOCK_BYTES / per_token.max(1)).max(8) / 8 * 8
+            (TOKEN_BLOCK_BYTES / act.stride.max(1)).max(8) / 8 * 8
         } else {
             m
         };

@@ -22,3 +22,11 @@ pub fn blocks(ty: GgmlType, n: usize, seed: usize) -> Vec<u8> {
     }
     out
 }
+
+/// `n` activations in [-1, 1), varied.
+#[allow(dead_code)] // not every bench or example including this file uses it
+pub fn values(n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 2654435761) % 1000) as f32 / 500.0 - 1.0)
+        .collect()
+}

@@ -24,15 +24,9 @@ pub(crate) fn q8k(x: &[f32], out: &mut [BlockQ8K]) {
     debug_assert_eq!(x.len(), out.len() * QK_K);
     #[cfg(target_arch = "x86_64")]
     if super::isa().is_some() {
-        for (x, block) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
-            // SAFETY: the kernels (AVX2 at least) run on this CPU; `x` is a
-            // whole block and a Q8_K block is the plain 292 bytes written.
-            let done = unsafe { x86::q8k_block(x, as_bytes_mut(block)) };
-            if !done {
-                BlockQ8K::from_float(x, std::slice::from_mut(block));
-            }
-        }
-        return;
+        // SAFETY: the kernels (AVX2 at least) run on this CPU, and
+        // `q8k_block` writes a Q8_K block's 292 bytes.
+        return unsafe { blockwise(x, out, x86::q8k_block) };
     }
     BlockQ8K::from_float(x, out);
 }
@@ -42,16 +36,30 @@ pub(crate) fn q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
     debug_assert_eq!(x.len(), out.len() * QK8_0);
     #[cfg(target_arch = "x86_64")]
     if super::isa().is_some() {
-        for (x, block) in x.chunks_exact(QK8_0).zip(out.iter_mut()) {
-            // SAFETY: as in `q8k`; a Q8_0 block is 34 plain bytes.
-            let done = unsafe { x86::q8_0_block(x, as_bytes_mut(block)) };
-            if !done {
-                BlockQ8_0::from_float(x, std::slice::from_mut(block));
-            }
-        }
-        return;
+        // SAFETY: as in `q8k`; `q8_0_block` writes a Q8_0 block's 34 bytes.
+        return unsafe { blockwise(x, out, x86::q8_0_block) };
     }
     BlockQ8_0::from_float(x, out);
+}
+
+/// `x` quantized a block at a time by `kernel`, or by candle's
+/// `from_float` for a block the kernel declines (NaN, infinity).
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C, and `kernel` writes exactly the bytes of
+/// a `B` from one block of values.
+#[cfg(target_arch = "x86_64")]
+unsafe fn blockwise<B: CandleBlock>(
+    x: &[f32],
+    out: &mut [B],
+    kernel: unsafe fn(&[f32], &mut [u8]) -> bool,
+) {
+    for (x, block) in x.chunks_exact(B::BLCK_SIZE).zip(out.iter_mut()) {
+        // SAFETY: the caller vouches for the CPU and the layout.
+        if !unsafe { kernel(x, as_bytes_mut(block)) } {
+            B::from_float(x, std::slice::from_mut(block));
+        }
+    }
 }
 
 /// A block's bytes (candle's blocks are `repr(C)` structs of plain numbers
