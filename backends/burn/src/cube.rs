@@ -4,7 +4,7 @@
 //! ([`rows`]: RMS norm, attention). Tensors cross over through burn's
 //! extension API (`Tensor::try_into_primitive::<Cube>`).
 
-use arbor_tensor::{Error, HeadOrder, Heads, Mask, Result};
+use arbor_tensor::{Error, HeadOrder, Heads, Mask, Result, Rope, RopeStyle};
 use burn::tensor::{DType, Device, Int, Shape, Tensor, TensorData};
 use burn_cubecl::Cube;
 use burn_cubecl::kernel::into_contiguous;
@@ -14,6 +14,7 @@ use cubecl::prelude::*;
 
 mod blocks;
 mod kernels;
+mod pointwise;
 mod rows;
 
 pub(crate) use blocks::{Blocks, MAX_BUFFER_BYTES, block_bytes};
@@ -68,8 +69,10 @@ pub(crate) fn rms_norm(x: &Tensor<2>, w: &Tensor<2>, eps: f32) -> Result<Tensor<
 
 /// Attention of `q` (`[n, n_heads · d]`) over the first `t` positions of
 /// `k`, `v` (`[kv_heads, cap, d]`) under `mask`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
     device: &Device,
+    cache: &PassCache,
     q: &Tensor<2>,
     k: &Tensor<3>,
     v: &Tensor<3>,
@@ -83,9 +86,7 @@ pub(crate) fn attention(
         HeadOrder::Grouped => heads.n_heads / heads.n_kv_heads,
         HeadOrder::Interleaved { run } => run,
     };
-    let allowed: Vec<u32> = mask.allowed.iter().map(|&a| u32::from(a)).collect();
-    let allowed =
-        Tensor::<1, Int>::from_data(TensorData::new(allowed, [n * t]), (device, DType::U32));
+    let allowed = cache.mask(device, mask);
     let q = into_contiguous(primitive(q.clone())?);
     let k = into_contiguous(primitive(k.clone())?);
     let v = into_contiguous(primitive(v.clone())?);
@@ -109,6 +110,146 @@ pub(crate) fn attention(
             run as u32,
             1.0 / (d as f32).sqrt(),
             d,
+        )
+    };
+    Ok(Tensor::from_primitive::<Cube>(out))
+}
+
+/// What every layer of a pass uploads alike, uploaded once: the RoPE
+/// angles of the pass's positions and the attention mask. Each upload
+/// ends the GPU's batch of queued kernels (CubeCL submits before a
+/// write), so uploading them per layer cost a submit each, several per
+/// layer. Kept by content: a call with other positions or another mask
+/// replaces the entry.
+#[derive(Debug, Default)]
+pub(crate) struct PassCache(std::sync::Mutex<Entries>);
+
+#[derive(Debug, Default)]
+struct Entries {
+    rope: Option<(RopeKey, Tensor<2>)>,
+    mask: Option<(usize, Vec<bool>, Tensor<1, Int>)>,
+}
+
+#[derive(Debug, PartialEq)]
+struct RopeKey {
+    positions: Vec<u32>,
+    theta: u32,
+    head_dim: usize,
+}
+
+impl PassCache {
+    fn entries(&self) -> std::sync::MutexGuard<'_, Entries> {
+        // The entries are plain values: one a panicking thread left is
+        // still whole.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `[n, d]`: each row's cosines of its pairs' angles, then their sines
+    /// (angles on the host, as the CPU backends compute them).
+    fn rope_table(&self, device: &Device, positions: &[u32], rope: &Rope) -> Tensor<2> {
+        let key = RopeKey {
+            positions: positions.to_vec(),
+            theta: rope.theta.to_bits(),
+            head_dim: rope.head_dim,
+        };
+        let mut entries = self.entries();
+        if let Some((k, t)) = &entries.rope
+            && *k == key
+        {
+            return t.clone();
+        }
+        let (d, half) = (rope.head_dim, rope.head_dim / 2);
+        let freqs: Vec<f32> = (0..half)
+            .map(|i| rope.theta.powf(-2.0 * i as f32 / d as f32))
+            .collect();
+        let mut table = Vec::with_capacity(positions.len() * d);
+        for &p in positions {
+            let angles = freqs.iter().map(|f| (p as f32 * f).sin_cos());
+            let (sin, cos): (Vec<f32>, Vec<f32>) = angles.unzip();
+            table.extend(cos);
+            table.extend(sin);
+        }
+        let t = Tensor::<2>::from_data(
+            TensorData::new(table, [positions.len(), d]),
+            (device, DType::F32),
+        );
+        entries.rope = Some((key, t.clone()));
+        t
+    }
+
+    /// The mask as one `u32` per (row, position).
+    fn mask(&self, device: &Device, mask: &Mask) -> Tensor<1, Int> {
+        let mut entries = self.entries();
+        if let Some((rows, allowed, t)) = &entries.mask
+            && *rows == mask.rows
+            && *allowed == mask.allowed
+        {
+            return t.clone();
+        }
+        let words: Vec<u32> = mask.allowed.iter().map(|&a| u32::from(a)).collect();
+        let len = words.len();
+        let t = Tensor::<1, Int>::from_data(TensorData::new(words, [len]), (device, DType::U32));
+        entries.mask = Some((mask.rows, mask.allowed.clone(), t.clone()));
+        t
+    }
+}
+
+/// A grid of `pointwise::UNITS`-unit cubes covering `len` values.
+fn pointwise_grid(len: usize) -> CubeCount {
+    let cubes = len.div_ceil(pointwise::UNITS).max(1);
+    let (x, y) = (cubes.min(32768), cubes.div_ceil(32768));
+    CubeCount::Static(x as u32, y as u32, 1)
+}
+
+/// RoPE of `x` (`[n, heads · head_dim]`) at `positions` (one per row).
+pub(crate) fn rope(
+    device: &Device,
+    cache: &PassCache,
+    x: &Tensor<2>,
+    positions: &[u32],
+    rope: &Rope,
+) -> Result<Tensor<2>> {
+    let [n, c] = x.dims();
+    let table = into_contiguous(primitive(cache.rope_table(device, positions, rope))?);
+    let x = into_contiguous(primitive(x.clone())?);
+    let out = output(&x, [n, c]);
+    let (half, heads) = (rope.head_dim / 2, c / rope.head_dim);
+    let pairs = n * heads * half;
+    let client = x.client.clone();
+    unsafe {
+        pointwise::rope::launch_unchecked(
+            &client,
+            pointwise_grid(pairs),
+            CubeDim::new_1d(pointwise::UNITS as u32),
+            x.into_buffer_arg(),
+            table.into_buffer_arg(),
+            out.clone().into_buffer_arg(),
+            pairs as u32,
+            heads as u32,
+            half as u32,
+            matches!(rope.style, RopeStyle::Halves),
+        )
+    };
+    Ok(Tensor::from_primitive::<Cube>(out))
+}
+
+/// `silu(gate) · up` (same shapes).
+pub(crate) fn swiglu(gate: &Tensor<2>, up: &Tensor<2>) -> Result<Tensor<2>> {
+    let [n, c] = gate.dims();
+    let gate = into_contiguous(primitive(gate.clone())?);
+    let up = into_contiguous(primitive(up.clone())?);
+    let out = output(&gate, [n, c]);
+    let len = n * c;
+    let client = gate.client.clone();
+    unsafe {
+        pointwise::swiglu::launch_unchecked(
+            &client,
+            pointwise_grid(len),
+            CubeDim::new_1d(pointwise::UNITS as u32),
+            gate.into_buffer_arg(),
+            up.into_buffer_arg(),
+            out.clone().into_buffer_arg(),
+            len as u32,
         )
     };
     Ok(Tensor::from_primitive::<Cube>(out))

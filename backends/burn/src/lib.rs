@@ -40,6 +40,9 @@ pub struct BurnBackend {
     /// The largest device buffer one weight's blocks go in.
     #[cfg(feature = "cube")]
     max_buffer: usize,
+    /// Uploads the layers of a pass share (RoPE angles, the mask).
+    #[cfg(feature = "cube")]
+    pass: std::sync::Arc<cube::PassCache>,
     resident: weight::Resident,
 }
 
@@ -132,6 +135,8 @@ impl BurnBackend {
             blocks: false,
             #[cfg(feature = "cube")]
             max_buffer: usize::MAX,
+            #[cfg(feature = "cube")]
+            pass: Default::default(),
             resident: weight::Resident::default(),
         }
     }
@@ -271,7 +276,23 @@ impl arbor_tensor::Backend for BurnBackend {
                 format!("x {:?} times a [{rows}, {cols}] weight", x.0.dims()),
             ));
         }
-        self.weight_matmul(x, w, rows, 0..cols)
+        self.weight_matmul(x, w, rows, 0..cols, None)
+    }
+
+    fn matmul_add(&self, x: &BurnTensor, w: &BurnWeight, add: &BurnTensor) -> Result<BurnTensor> {
+        let [n, k] = x.0.dims();
+        let (rows, cols) = w.shape();
+        let [ar, ac] = add.0.dims();
+        if k != cols || ac != rows || (ar != 1 && ar != n) {
+            return Err(shape_err(
+                "matmul_add",
+                format!(
+                    "x {:?} times a [{rows}, {cols}] weight plus [{ar}, {ac}]",
+                    x.0.dims()
+                ),
+            ));
+        }
+        self.weight_matmul(x, w, rows, 0..cols, Some(add))
     }
 
     fn narrow_cols(&self, x: &BurnTensor, cols: std::ops::Range<usize>) -> Result<BurnTensor> {
@@ -298,7 +319,7 @@ impl arbor_tensor::Backend for BurnBackend {
         rows: usize,
         cols: std::ops::Range<usize>,
     ) -> Result<BurnTensor> {
-        self.weight_matmul(x, w, rows, cols)
+        self.weight_matmul(x, w, rows, cols, None)
     }
 
     fn matmul_tensor(&self, x: &BurnTensor, m: &BurnTensor) -> Result<BurnTensor> {
@@ -333,6 +354,10 @@ impl arbor_tensor::Backend for BurnBackend {
 
     fn swiglu(&self, gate: &BurnTensor, up: &BurnTensor) -> Result<BurnTensor> {
         Self::check_same("swiglu", &gate.0, &up.0)?;
+        #[cfg(feature = "cube")]
+        if self.own_kernels(&gate.0) && self.own_kernels(&up.0) {
+            return Ok(BurnTensor(cube::swiglu(&gate.0, &up.0)?));
+        }
         Ok(BurnTensor(silu(gate.0.clone()) * up.0.clone()))
     }
 
@@ -367,6 +392,11 @@ impl arbor_tensor::Backend for BurnBackend {
                 "rope",
                 format!("x [{n}, {c}], head_dim {d}, {} positions", positions.len()),
             ));
+        }
+        #[cfg(feature = "cube")]
+        if self.own_kernels(&x.0) {
+            let y = cube::rope(&self.device, &self.pass, &x.0, positions, rope)?;
+            return Ok(BurnTensor(y));
         }
         let (heads, half) = (c / d, d / 2);
         // Angles on the host, exactly as the reference computes them.
@@ -541,7 +571,7 @@ impl arbor_tensor::Backend for BurnBackend {
         };
         #[cfg(feature = "cube")]
         if self.own_kernels(&q.0) {
-            let out = cube::attention(&self.device, &q.0, k, v, t, mask, heads)?;
+            let out = cube::attention(&self.device, &self.pass, &q.0, k, v, t, mask, heads)?;
             return Ok(BurnTensor(out));
         }
         let group = hq / hkv;

@@ -121,8 +121,37 @@ impl BurnBackend {
     }
 
     /// `x[:, cols] · W[0..rows, cols]ᵀ`, where `x` is `cols.len()` wide or
-    /// as wide as the weight.
+    /// as wide as the weight; plus `add` (`[1, rows]` or `[n, rows]`, not
+    /// checked here) when given: in the matmul's last step on our kernels,
+    /// as a burn add otherwise.
     pub(crate) fn weight_matmul(
+        &self,
+        x: &BurnTensor,
+        w: &BurnWeight,
+        rows: usize,
+        cols: Range<usize>,
+        add: Option<&BurnTensor>,
+    ) -> Result<BurnTensor> {
+        let [_, k] = x.0.dims();
+        check_part("matmul_part", w.shape(), rows, &cols, k)?;
+        #[cfg(feature = "cube")]
+        if let Repr::Blocks(b) = &w.repr
+            && self.own_kernels(&x.0)
+            && add.is_none_or(|a| self.own_kernels(&a.0))
+            && crate::cube::Blocks::aligned(&cols)
+        {
+            let x_col = if cols.len() != k { cols.start } else { 0 };
+            let add = add.map(|a| &a.0);
+            return Ok(BurnTensor(b.matmul(&x.0, x_col, rows, cols, add)?));
+        }
+        let y = self.unfused_matmul(x, w, rows, cols)?;
+        Ok(match add {
+            Some(a) => BurnTensor(y.0 + a.0.clone()),
+            None => y,
+        })
+    }
+
+    fn unfused_matmul(
         &self,
         x: &BurnTensor,
         w: &BurnWeight,
@@ -130,7 +159,6 @@ impl BurnBackend {
         cols: Range<usize>,
     ) -> Result<BurnTensor> {
         let [n, k] = x.0.dims();
-        check_part("matmul_part", w.shape(), rows, &cols, k)?;
         let narrow = cols.len() != k;
         match &w.repr {
             Repr::Dense(wt) => {
@@ -146,12 +174,8 @@ impl BurnBackend {
             }
             #[cfg(feature = "cube")]
             Repr::Blocks(b) => {
-                let x_col = if narrow { cols.start } else { 0 };
                 // Tracked activations (training) and odd column ranges take
                 // the weight dequantized, through burn's own matmul.
-                if self.own_kernels(&x.0) && crate::cube::Blocks::aligned(&cols) {
-                    return Ok(BurnTensor(b.matmul(&x.0, x_col, rows, cols)?));
-                }
                 let all: Vec<u32> = (0..rows as u32).collect();
                 let part = b.rows(&self.device, &all)?.slice(s![0..rows, cols.clone()]);
                 let x = match narrow {

@@ -7,7 +7,7 @@
 
 mod common;
 use arbor_backend_burn::BurnBackend;
-use arbor_tensor::{Backend, GgmlType, HeadOrder, Heads, Mask};
+use arbor_tensor::{Backend, GgmlType, HeadOrder, Heads, Mask, Rope, RopeStyle};
 use common::{Rng, weight_data};
 use half::{bf16, f16};
 
@@ -379,5 +379,96 @@ fn a_weight_in_several_buffers_gives_the_same_bits() {
         let ids = [103u32, 0, 31, 32, 64, 96, 5];
         let rows = |be: &BurnBackend, w| bits(&be.to_vec(&be.embed(w, &ids).unwrap()).unwrap());
         assert_eq!(rows(&one, &w1), rows(&many, &wn), "{ty:?} rows");
+    }
+}
+
+/// A matmul that adds a bias row or a residual in its last step gives the
+/// bits of the matmul followed by an add: one split and several (a wide
+/// weight), one buffer and several, one row and a pass; a mismatched
+/// `add` is a shape error.
+#[test]
+fn matmul_add_gives_the_bits_of_matmul_then_add() {
+    let mut rng = Rng(19);
+    for be in [
+        BurnBackend::wgpu(),
+        BurnBackend::wgpu().max_weight_buffer(4096),
+    ] {
+        for ty in [GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q6_K] {
+            // 512 columns: one split; 8192: sixteen.
+            for k in [512, 8192] {
+                let m = 40;
+                let bytes = random_blocks(ty, m, k, &mut rng);
+                let w = be.weight(weight_data(ty, m, k, &bytes)).unwrap();
+                for n in [1, 9] {
+                    let x = be.tensor(&rng.vec(n * k), n, k).unwrap();
+                    let bias = be.tensor(&rng.vec(m), 1, m).unwrap();
+                    let residual = be.tensor(&rng.vec(n * m), n, m).unwrap();
+                    for add in [&bias, &residual] {
+                        let fused = be.to_vec(&be.matmul_add(&x, &w, add).unwrap()).unwrap();
+                        let apart = be.add(&be.matmul(&x, &w).unwrap(), add).unwrap();
+                        let what = format!("{ty:?} k={k} n={n} add {:?}", be.shape(add));
+                        assert_eq!(bits(&fused), bits(&be.to_vec(&apart).unwrap()), "{what}");
+                    }
+                }
+                let x = be.tensor(&rng.vec(3 * k), 3, k).unwrap();
+                for bad in [(2, m), (1, m + 1), (3, m - 1)] {
+                    let add = be.tensor(&vec![0.0; bad.0 * bad.1], bad.0, bad.1).unwrap();
+                    assert!(
+                        matches!(
+                            be.matmul_add(&x, &w, &add),
+                            Err(arbor_tensor::Error::Shape { .. })
+                        ),
+                        "{bad:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The RoPE angles and the mask are uploaded once and reused while the
+/// calls bring the same ones (every layer of a pass); other positions or
+/// another mask replace them. Alternating between two must give what a
+/// backend that never saw the other gives.
+#[test]
+fn shared_uploads_follow_the_positions_and_mask_they_were_made_for() {
+    let mut rng = Rng(20);
+    let heads = Heads::grouped(4, 2, 16);
+    let (n, t) = (3, 11);
+    let (qc, kc) = (4 * 16, 2 * 16);
+    let (q, k, v) = (rng.vec(n * qc), rng.vec(t * kc), rng.vec(t * kc));
+    let rope = Rope {
+        style: RopeStyle::Halves,
+        theta: 10000.0,
+        head_dim: 16,
+    };
+    let positions = [vec![8u32, 9, 10], vec![3, 9, 10]];
+    let masks: Vec<Mask> = (0..2)
+        .map(|s| Mask {
+            rows: n,
+            cols: t,
+            allowed: (0..n * t).map(|i| (i + s) % 4 != 0).collect(),
+        })
+        .collect();
+    let run = |be: &BurnBackend, which: usize| {
+        let kv = {
+            let mut kv = be.kv_new(&heads).unwrap();
+            let (k, v) = (be.tensor(&k, t, kc).unwrap(), be.tensor(&v, t, kc).unwrap());
+            be.kv_append(&mut kv, &k, &v).unwrap();
+            kv
+        };
+        let q = be.tensor(&q, n, qc).unwrap();
+        let r = be.rope(&q, &positions[which], &rope).unwrap();
+        let a = be.attention(&r, &kv, &masks[which], &heads).unwrap();
+        (bits(&be.to_vec(&r).unwrap()), bits(&be.to_vec(&a).unwrap()))
+    };
+    let shared = BurnBackend::wgpu();
+    for which in [0, 1, 0, 1] {
+        let fresh = BurnBackend::wgpu();
+        assert_eq!(
+            run(&shared, which),
+            run(&fresh, which),
+            "call with set {which}"
+        );
     }
 }

@@ -147,3 +147,99 @@ fn a_gpu_budget_streams_layers_without_changing_the_output() {
     let stats = report.monitor.unwrap().stats();
     assert!(stats.layers >= 6 * report.plan.streamed() as u64);
 }
+
+/// Parallel prompt decoding on wgpu equals wgpu target-only decoding:
+/// prompt tokens that are the target's embeddings of tokens it writes
+/// (guessed often: passes of many rows with accepted guesses) and random
+/// ones (guessed wrong).
+#[test]
+fn ppd_on_wgpu_equals_wgpu_target_only() {
+    use arbor_backend_burn::BurnBackend;
+    use arbor_model::{Decoder, LanguageModel};
+    use arbor_sampling::SamplingParams;
+    use arbor_speculative::{DecodeOptions, PpdConfig, PromptTokens, Verification, decode};
+    let path = file(&tiny(11, 2, GgmlType::Q4_0), "wgpu-ppd");
+    let gguf = arbor_gguf::GgufFile::open(&path).unwrap();
+    let mut target = Decoder::load(BurnBackend::wgpu(), &gguf, &mut |_, _| {}).unwrap();
+    let prompt: Vec<u32> = b"fn main() {".iter().map(|&b| b as u32).collect();
+    let opts = |decoding: Decoding| DecodeOptions {
+        max_tokens: 32,
+        sampling: SamplingParams::default(),
+        stop_tokens: vec![],
+        strategy: Strategy::new(decoding),
+        verification: Verification::Exact,
+    };
+    let plain = decode(
+        &mut target,
+        None,
+        &prompt,
+        &opts(Decoding::Autoregressive),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(plain.tokens.len(), 32);
+    let hidden = target.config().hidden;
+    let accuracy =
+        arbor_ppd::Accuracy::new(vec![vec![0.6, 0.7], vec![0.4, 0.5], vec![0.3, 0.35]]).unwrap();
+    let written = target.embeddings(&plain.tokens[4..7]).unwrap();
+    let random: Vec<f32> = (0..3 * hidden)
+        .map(|i| ((i * 37 % 101) as f32 / 101.0 - 0.5) * 0.2)
+        .collect();
+    let mut accepted = 0;
+    for vectors in [written, random] {
+        let prompts = PromptTokens {
+            hidden,
+            epts: 1,
+            vectors,
+            accuracy: accuracy.clone(),
+        };
+        let ppd = Decoding::Ppd(PpdConfig {
+            prompts: Some(std::sync::Arc::new(prompts)),
+            max_rows: 12,
+            profile: None,
+        });
+        let g = decode(&mut target, None, &prompt, &opts(ppd), &mut |_| {}).unwrap();
+        assert_eq!(g.tokens, plain.tokens);
+        assert!(g.stats.verifications > 0);
+        accepted += g.stats.accepted_draft_tokens;
+    }
+    assert!(accepted > 0, "no guess was ever accepted");
+}
+
+/// A level of an elastic target drafts for the whole target on wgpu (the
+/// level's weights are prefixes of the target's blocks: `matmul_part`
+/// over column ranges) and the output is the target's own.
+#[test]
+fn elastic_levels_on_wgpu_draft_losslessly() {
+    let m = arbor_model::testing::TinyModel {
+        vocab: 259,
+        heads: 8,
+        ..tiny(13, 3, GgmlType::Q8_0)
+    };
+    let source = file(&m, "wgpu-elastic-source");
+    let out = arbor_model::testing::write_temp(&m.writer(), "wgpu-elastic");
+    arbor_elastic::testing::build_tiny(&m, &source, &out).unwrap();
+    let prompt: Vec<u32> = b"def f(x):".iter().map(|&b| b as u32).collect();
+    let mut engine = Engine::load(&out, BackendKind::Wgpu, &mut |_, _| {}).unwrap();
+    let run = |engine: &mut Engine, strategy: Strategy| {
+        let options = GenerateOptions {
+            max_tokens: 32,
+            stop_tokens: Some(vec![]),
+            strategy,
+            ..GenerateOptions::default()
+        };
+        engine.generate(&prompt, &options, &mut |_| {}).unwrap()
+    };
+    let plain = run(&mut engine, Strategy::default());
+    for level in [0.25, 0.75] {
+        engine.attach_elastic(level).unwrap();
+        for strategy in [
+            Strategy::new(Decoding::Chain { gamma: 3 }),
+            Strategy::new(Decoding::Tree(TreeConfig::default())),
+        ] {
+            let g = run(&mut engine, strategy.clone());
+            assert_eq!(g.tokens, plain.tokens, "level {level} {strategy:?}");
+            assert!(g.stats.verifications > 0);
+        }
+    }
+}

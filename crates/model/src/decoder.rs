@@ -13,7 +13,7 @@ use arbor_gguf::{GgmlType, GgufFile, TensorInfo};
 use arbor_tensor::{Backend, Mask, WeightData};
 
 use crate::lora::{Proj, side};
-use crate::weights::{down_sum, held_bytes, part};
+use crate::weights::{down_sum, held_bytes, part, part_add};
 use crate::{
     Config, LanguageModel, LayerSource, LayerWeights, Layout, Logits, ModelError, Result, Row,
     RowSource, TensorEntry,
@@ -394,31 +394,57 @@ impl<B: Backend> Decoder<B> {
             // Attention
             let h = b.rms_norm(&x, &block.attn_norm, c.rms_eps)?;
             let a = &block.attn;
-            let q = side(
-                b,
-                part(b, &h, &a.q, q_cols, d)?,
-                &h,
-                pair(i, Proj::Q),
-                None,
-                None,
-            )?;
-            let q = probe(q, i, |p| &p.q)?;
+            // A bias with nothing between it and the matmul is added by
+            // the matmul (`matmul_add`: the same values, one op fewer).
             let q = match &a.q_bias {
-                Some(bias) if q_cols < b.shape(bias).1 => {
-                    b.add(&q, &b.narrow_cols(bias, 0..q_cols)?)?
+                Some(bias)
+                    if probes.is_none()
+                        && pair(i, Proj::Q).is_none()
+                        && q_cols == b.shape(bias).1 =>
+                {
+                    part_add(b, &h, &a.q, q_cols, d, bias)?
                 }
-                bias => biased(b, q, bias)?,
+                q_bias => {
+                    let q = side(
+                        b,
+                        part(b, &h, &a.q, q_cols, d)?,
+                        &h,
+                        pair(i, Proj::Q),
+                        None,
+                        None,
+                    )?;
+                    let q = probe(q, i, |p| &p.q)?;
+                    match q_bias {
+                        Some(bias) if q_cols < b.shape(bias).1 => {
+                            b.add(&q, &b.narrow_cols(bias, 0..q_cols)?)?
+                        }
+                        bias => biased(b, q, bias)?,
+                    }
+                }
             };
-            let k = side(b, b.matmul(&h, &a.k)?, &h, pair(i, Proj::K), None, None)?;
-            let v = side(b, b.matmul(&h, &a.v)?, &h, pair(i, Proj::V), None, None)?;
-            let (k, v) = (biased(b, k, &a.k_bias)?, biased(b, v, &a.v_bias)?);
+            let kv = |w, bias: &Option<B::Tensor>, p| match bias {
+                Some(bias) if pair(i, p).is_none() => Ok(b.matmul_add(&h, w, bias)?),
+                _ => biased(
+                    b,
+                    side(b, b.matmul(&h, w)?, &h, pair(i, p), None, None)?,
+                    bias,
+                ),
+            };
+            let (k, v) = (kv(&a.k, &a.k_bias, Proj::K)?, kv(&a.v, &a.v_bias, Proj::V)?);
             let q = b.rope(&q, positions, &c.rope)?;
             let k = b.rope(&k, positions, &c.rope)?;
             let att =
                 crate::slots::attend(b, &mut self.slots, cache, segments, [&q, &k, &v], &heads)?;
             let att = probe(att, i, |p| &p.attn)?;
-            let o = part(b, &att, &a.o, d, q_cols)?;
-            x = b.add(&x, &side(b, o, &att, pair(i, Proj::O), None, None)?)?;
+            // The residual is added by the o and down matmuls where nothing
+            // comes between (x + y and y + x are the same floats).
+            x = match pair(i, Proj::O) {
+                None => part_add(b, &att, &a.o, d, q_cols, &x)?,
+                o_pair => {
+                    let o = part(b, &att, &a.o, d, q_cols)?;
+                    b.add(&x, &side(b, o, &att, o_pair, None, None)?)?
+                }
+            };
             // MLP
             let h = b.rms_norm(&x, &block.ffn_norm, c.rms_eps)?;
             let m = &block.mlp;
@@ -438,6 +464,12 @@ impl<B: Backend> Decoder<B> {
             let gate = probe(mlp(&m.gate, Proj::Gate, 0..own)?, i, |p| &p.gate)?;
             let up = probe(mlp(&m.up, Proj::Up, 0..own)?, i, |p| &p.up)?;
             let act = probe(b.swiglu(&gate, &up)?, i, |p| &p.down)?;
+            if let (None, None, None, [whole]) =
+                (&suffix, elastic, pair(i, Proj::Down), m.down.as_slice())
+            {
+                x = part_add(b, &act, whole, d, own, &x)?;
+                continue;
+            }
             let mut down = match (&suffix, m.down.as_slice(), elastic) {
                 // A whole elastic layer: its segments summed in one pass.
                 (None, [whole], Some(e)) => b.matmul_sum(&act, whole, d, &e.down_ends(i, own))?,

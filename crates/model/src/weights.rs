@@ -239,6 +239,23 @@ pub(crate) fn down_sum<B: Backend>(
 
 /// `x` times the first `rows` outputs over the first `cols` inputs of
 /// `w`: one matmul when that is the whole matrix, else the part in place.
+/// [`part`] plus `add` (a bias row or a residual): one matmul that adds
+/// when the whole weight is multiplied (`Backend::matmul_add`), the same
+/// values as adding afterwards.
+pub(crate) fn part_add<B: Backend>(
+    b: &B,
+    x: &B::Tensor,
+    w: &B::Weight,
+    rows: usize,
+    cols: usize,
+    add: &B::Tensor,
+) -> Result<B::Tensor> {
+    Ok(match b.weight_shape(w) == (rows, cols) {
+        true => b.matmul_add(x, w, add)?,
+        false => b.add(&b.matmul_part(x, w, rows, 0..cols)?, add)?,
+    })
+}
+
 pub(crate) fn part<B: Backend>(
     b: &B,
     x: &B::Tensor,

@@ -254,6 +254,18 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn embed(&self, table: &Self::Weight, ids: &[u32]) -> Result<Self::Tensor>;
     /// `x [n, in] · wᵀ` for `w [out, in]` → `[n, out]`.
     fn matmul(&self, x: &Self::Tensor, w: &Self::Weight) -> Result<Self::Tensor>;
+    /// `x · wᵀ + add`, `add` one row (a bias, added to every row) or one
+    /// per row of `x` (a residual): the same values as [`Backend::add`] of
+    /// the product and `add`. A backend may add in the matmul's last step
+    /// and save a pass over the output (a kernel launch on a GPU).
+    fn matmul_add(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        add: &Self::Tensor,
+    ) -> Result<Self::Tensor> {
+        self.add(&self.matmul(x, w)?, add)
+    }
     /// `[out, in]` of a weight.
     fn weight_shape(&self, w: &Self::Weight) -> (usize, usize);
     /// A part of `w [out, in]` without copying it: its first `rows` rows

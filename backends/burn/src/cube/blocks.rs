@@ -80,10 +80,64 @@ impl Format {
         Self::of(ty).filter(|f| rows > 0 && cols > 0 && cols.is_multiple_of(f.values))
     }
 
-    /// The file's rows as device words: each block padded to whole words,
-    /// rows in tiles of 32 interleaved word by word (see `super::kernels`),
-    /// the last tile filled with zero rows. Tiles are packed in parallel: a
-    /// layer streamed to the GPU on every pass is packed on every pass.
+    /// Where the two pad bytes go, as the `pack` kernel takes it (past
+    /// the block when there are none).
+    fn pad_code(&self) -> u32 {
+        self.pad_at.map_or(u32::MAX - 2, |at| at as u32)
+    }
+
+    /// The file's rows (`bytes`) as device words, packed on the device:
+    /// the bytes go up as they are and the `pack` kernel lays them out
+    /// (each block padded to whole words, rows in tiles of 32 interleaved
+    /// word by word, the last tile filled with zero rows). A layer
+    /// streamed to the GPU on every pass is packed on every pass, so the
+    /// host only copies.
+    fn pack_on(
+        &self,
+        device: &Device,
+        bytes: &[u8],
+        rows: usize,
+        cols: usize,
+    ) -> Result<Tensor<1, Int>> {
+        let (row_words, row_bytes) = (self.row_words(cols), self.row_bytes(cols));
+        let mut raw = vec![0u32; bytes.len().div_ceil(4)];
+        copy_bytes(&mut raw, bytes);
+        let raw_len = raw.len();
+        let raw =
+            Tensor::<1, Int>::from_data(TensorData::new(raw, [raw_len]), (device, DType::U32));
+        let raw = primitive(raw)?;
+        let len = rows.div_ceil(kernels::LANES) * kernels::LANES * row_words;
+        let out = burn_cubecl::ops::numeric::empty_device_dtype(
+            raw.client.clone(),
+            raw.device.clone(),
+            burn::tensor::Shape::new([len]),
+            DType::U32,
+        );
+        let cubes = len.div_ceil(256);
+        let (cx, cy) = (cubes.min(32768), cubes.div_ceil(32768));
+        let client = raw.client.clone();
+        unsafe {
+            kernels::pack::launch_unchecked(
+                &client,
+                CubeCount::Static(cx as u32, cy as u32, 1),
+                CubeDim::new_1d(256),
+                raw.into_buffer_arg(),
+                out.clone().into_buffer_arg(),
+                len as u32,
+                rows as u32,
+                row_bytes as u32,
+                row_words as u32,
+                self.bytes as u32,
+                self.packed() as u32,
+                self.pad_code(),
+            )
+        };
+        Ok(Tensor::from_primitive::<Cube>(out))
+    }
+
+    /// [`pack_on`](Self::pack_on) on the host: the reference the device
+    /// packing is tested against.
+    #[cfg(test)]
     fn pack(&self, bytes: &[u8], rows: usize, cols: usize) -> Vec<u32> {
         use rayon::prelude::*;
         let lanes = kernels::LANES;
@@ -114,6 +168,19 @@ impl Format {
             });
         words
     }
+}
+
+/// `bytes` into the words of `dst` (little-endian; `dst` holds at least
+/// `bytes.len()` bytes, the rest stays zero), in parallel: a streamed
+/// layer is copied on every pass.
+fn copy_bytes(dst: &mut [u32], bytes: &[u8]) {
+    use rayon::prelude::*;
+    const PIECE: usize = 1 << 20;
+    let dst: &mut [u8] = bytemuck::cast_slice_mut(dst);
+    dst[..bytes.len()]
+        .par_chunks_mut(PIECE)
+        .zip(bytes.par_chunks(PIECE))
+        .for_each(|(d, s)| d.copy_from_slice(s));
 }
 
 /// A weight's blocks on the device, in chunks of whole tiles of rows.
@@ -153,6 +220,16 @@ fn splits(groups: usize) -> usize {
     (groups / 16).clamp(1, 32)
 }
 
+/// Activation rows one unit of the matmul takes for a pass of `n` rows:
+/// more rows share each dequantized group, fewer leave more units to run
+/// side by side; a row's bits do not depend on it. Four at most: on an
+/// H200 it gave the lowest pass times up to 32 rows on the 1.5B shape and
+/// up to 16 on the 7B (eight was 4-7% faster there from 32 rows on, and
+/// 30-40% slower on the 1.5B; docs/gpu.md).
+fn rows_per_unit(n: usize) -> usize {
+    kernels::TILE.min(n.next_power_of_two())
+}
+
 impl Blocks {
     /// Uploads `w` as blocks in buffers of at most `max_buffer` bytes (a
     /// tile of 32 rows at least), or `None` when the kernels do not take
@@ -186,16 +263,13 @@ impl Blocks {
             .map(|row0| {
                 let rows = per_chunk.min(w.rows - row0);
                 let src = &w.bytes[row0 * row_bytes..(row0 + rows) * row_bytes];
-                let words = format.pack(src, rows, w.cols);
-                let len = words.len();
-                let data = TensorData::new(words, [len]);
-                Chunk {
-                    words: Tensor::<1, Int>::from_data(data, (device, DType::U32)),
+                Ok(Chunk {
+                    words: format.pack_on(device, src, rows, w.cols)?,
                     row0,
                     rows,
-                }
+                })
             })
-            .collect();
+            .collect::<Result<_>>()?;
         let blocks = Blocks {
             chunks,
             format,
@@ -223,24 +297,35 @@ impl Blocks {
         cols.start.is_multiple_of(kernels::LANES) && cols.len().is_multiple_of(kernels::LANES)
     }
 
-    /// `x[:, x_col..x_col + cols.len()] · W[0..rows, cols]ᵀ` as `[n, rows]`;
-    /// `cols` must be [`aligned`](Self::aligned).
+    /// `x[:, x_col..x_col + cols.len()] · W[0..rows, cols]ᵀ` as `[n, rows]`,
+    /// plus `add` (`[1, rows]` or `[n, rows]`) when given, added to each
+    /// finished sum; `cols` must be [`aligned`](Self::aligned).
     pub(crate) fn matmul(
         &self,
         x: &Tensor<2>,
         x_col: usize,
         rows: usize,
         cols: Range<usize>,
+        add: Option<&Tensor<2>>,
     ) -> Result<Tensor<2>> {
         let x = into_contiguous(primitive(x.clone())?);
-        let mut outs = Vec::new();
-        for c in self.chunks.iter().take_while(|c| c.row0 < rows) {
-            let rows = c.rows.min(rows - c.row0);
-            outs.push(self.chunk_matmul(&x, c, x_col, rows, cols.clone())?);
+        let chunks: Vec<&Chunk> = self.chunks.iter().take_while(|c| c.row0 < rows).collect();
+        if let [c] = chunks[..] {
+            let add = match add {
+                Some(a) => Some(into_contiguous(primitive(a.clone())?)),
+                None => None,
+            };
+            return self.chunk_matmul(&x, c, x_col, rows.min(c.rows), cols, add);
         }
-        Ok(match outs.len() {
-            1 => outs.remove(0),
-            _ => Tensor::cat(outs, 1),
+        let mut outs = Vec::new();
+        for c in chunks {
+            let rows = c.rows.min(rows - c.row0);
+            outs.push(self.chunk_matmul(&x, c, x_col, rows, cols.clone(), None)?);
+        }
+        let out = Tensor::cat(outs, 1);
+        Ok(match add {
+            Some(a) => out + a.clone(),
+            None => out,
         })
     }
 
@@ -252,8 +337,17 @@ impl Blocks {
         x_col: usize,
         rows: usize,
         cols: Range<usize>,
+        add: Option<CubeTensor>,
     ) -> Result<Tensor<2>> {
         let [n, stride] = [x.meta.shape()[0], x.meta.shape()[1]];
+        // A bias row is added to every row (stride 0), a residual row by
+        // row; without one the kernels get a one-value stand-in.
+        let add_stride = match &add {
+            Some(a) if a.meta.shape()[0] > 1 => rows,
+            _ => 0,
+        };
+        let with_add = add.is_some();
+        let add = add.unwrap_or_else(|| output(x, [1, 1]));
         let x = x.clone();
         let w = primitive(chunk.words.clone())?;
         // Each unit adds one slice of the groups; how many slices depends
@@ -263,6 +357,7 @@ impl Blocks {
         let splits = splits(groups);
         let per_split = groups.div_ceil(splits);
         let splits = groups.div_ceil(per_split);
+        let tile = rows_per_unit(n);
         let part = output(&x, [splits * n, rows]);
         let client = x.client.clone();
         unsafe {
@@ -271,7 +366,7 @@ impl Blocks {
                 CubeCount::Static(
                     rows.div_ceil(kernels::LANES) as u32,
                     splits as u32,
-                    n.div_ceil(kernels::TILE) as u32,
+                    n.div_ceil(tile) as u32,
                 ),
                 CubeDim::new_1d(kernels::LANES as u32),
                 x.into_buffer_arg(),
@@ -285,7 +380,11 @@ impl Blocks {
                 (cols.start / kernels::LANES) as u32,
                 groups as u32,
                 per_split as u32,
+                add.clone().into_buffer_arg(),
+                add_stride as u32,
                 self.format.code,
+                with_add && splits == 1,
+                tile,
             )
         };
         if splits == 1 {
@@ -304,6 +403,10 @@ impl Blocks {
                 out.clone().into_buffer_arg(),
                 len as u32,
                 splits as u32,
+                add.into_buffer_arg(),
+                rows as u32,
+                add_stride as u32,
+                with_add,
             )
         };
         Ok(Tensor::from_primitive::<Cube>(out))
@@ -338,5 +441,41 @@ impl Blocks {
             };
         }
         Ok(Tensor::from_primitive::<Cube>(out))
+    }
+}
+
+#[cfg(all(test, feature = "wgpu"))]
+mod tests {
+    use super::*;
+
+    /// The device's packing gives the host reference's words, for every
+    /// format, with a partial last tile and blocks whose rows end off a
+    /// word boundary (Q8_0's 34-byte blocks, three per row).
+    #[test]
+    fn packing_on_the_device_gives_the_host_layout() {
+        let device = Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
+        let types = [
+            GgmlType::F16,
+            GgmlType::BF16,
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+        ];
+        for ty in types {
+            let f = Format::of(ty).unwrap();
+            let (rows, cols) = (37, 3 * f.values);
+            let bytes: Vec<u8> = (0..rows * f.row_bytes(cols))
+                .map(|i| (i * 131 + i / 7) as u8)
+                .collect();
+            let host = f.pack(&bytes, rows, cols);
+            let device = f.pack_on(&device, &bytes, rows, cols).unwrap();
+            let device: Vec<u32> = device.try_to_vec_as::<u32>().unwrap();
+            assert_eq!(device, host, "{ty:?}");
+        }
     }
 }

@@ -10,7 +10,7 @@
 //! `32 · (t · row_words + k) + l`. The 32 units of a cube take the 32 rows
 //! of a tile, so at every step they read 32 consecutive words.
 //!
-//! `matmul`: one unit computes one output feature for up to `TILE`
+//! `matmul`: one unit computes one output feature for up to `tile`
 //! activation rows over one fixed slice of the groups, dequantizing each
 //! group once and adding it in column order into each row's own
 //! accumulator; `sum_splits` then adds the slices in order. No unit talks
@@ -21,8 +21,9 @@
 
 use cubecl::prelude::*;
 
-/// Activation rows one unit multiplies by each dequantized group.
-pub const TILE: usize = 8;
+/// The most activation rows one unit multiplies by each dequantized group
+/// (`matmul`'s `tile`; how many it takes changes no row's bits).
+pub const TILE: usize = 4;
 /// Values in a group; rows in a tile; units per cube.
 pub const LANES: usize = 32;
 
@@ -98,6 +99,7 @@ fn scale_min(w: &[u32], t: usize, l: usize, b: usize, s: usize, #[comptime] want
 pub fn group(w: &[u32], t: usize, l: usize, g: usize, v: &mut Array<f32>, #[comptime] ty: u32) {
     if comptime![ty == F16 || ty == BF16] {
         let b = g * 16;
+        #[unroll]
         for i in 0..16usize {
             let wd = word(w, t, l, b + i);
             if comptime![ty == F16] {
@@ -111,8 +113,10 @@ pub fn group(w: &[u32], t: usize, l: usize, g: usize, v: &mut Array<f32>, #[comp
     } else if comptime![ty == Q8_0] {
         let b = g * 9;
         let d = half(word(w, t, l, b) & 65535);
+        #[unroll]
         for i in 0..8usize {
             let wd = word(w, t, l, b + 1 + i);
+            #[unroll]
             for k in 0..4usize {
                 v[4 * i + k] = d * signed((wd >> (8 * k as u32)) & 255);
             }
@@ -124,8 +128,10 @@ pub fn group(w: &[u32], t: usize, l: usize, g: usize, v: &mut Array<f32>, #[comp
         if comptime![ty == Q4_1] {
             m = half(word(w, t, l, b) >> 16);
         }
+        #[unroll]
         for i in 0..4usize {
             let wd = word(w, t, l, b + 1 + i);
+            #[unroll]
             for k in 0..4usize {
                 let q = (wd >> (8 * k as u32)) & 255;
                 v[4 * i + k] = d * f32::cast_from(q & 15) + m;
@@ -140,8 +146,10 @@ pub fn group(w: &[u32], t: usize, l: usize, g: usize, v: &mut Array<f32>, #[comp
             m = half(word(w, t, l, b) >> 16);
         }
         let qh = word(w, t, l, b + 1);
+        #[unroll]
         for i in 0..4usize {
             let wd = word(w, t, l, b + 2 + i);
+            #[unroll]
             for k in 0..4usize {
                 let j = (4 * i + k) as u32;
                 let q = (wd >> (8 * k as u32)) & 255;
@@ -166,8 +174,10 @@ pub fn group(w: &[u32], t: usize, l: usize, g: usize, v: &mut Array<f32>, #[comp
         if comptime![ty == Q5_K] {
             qs = b + 12 + 8 * (s / 2);
         }
+        #[unroll]
         for i in 0..8usize {
             let wd = word(w, t, l, qs + i);
+            #[unroll]
             for k in 0..4usize {
                 let mut q = (wd >> (8 * k as u32 + shift)) & 15;
                 if comptime![ty == Q5_K] {
@@ -192,9 +202,11 @@ pub fn group(w: &[u32], t: usize, l: usize, g: usize, v: &mut Array<f32>, #[comp
         let s0 = 8 * n + 2 * q;
         let d0 = d * signed(byte(w, t, l, b + 48, s0));
         let d1 = d * signed(byte(w, t, l, b + 48, s0 + 1));
+        #[unroll]
         for i in 0..8usize {
             let lo = word(w, t, l, ql + i);
             let hi = word(w, t, l, qh + i);
+            #[unroll]
             for k in 0..4usize {
                 let sh = 8 * k as u32;
                 let q6 = ((lo >> (sh + nib)) & 15) | (((hi >> (sh + hs)) & 3) << 4);
@@ -214,6 +226,8 @@ pub fn group(w: &[u32], t: usize, l: usize, g: usize, v: &mut Array<f32>, #[comp
 /// of them from `first = split · per_split`, fewer in the last). `x` is
 /// `[n, x_stride]`; `part` is `[splits, n, m]`; rows of `W` hold `row_words`
 /// words. Cube `(tile, split, rows)`: unit `l` takes output `32·tile + l`.
+/// With `with_add` (one split only), `add[r · add_stride + j]` is added to
+/// the finished sum (a bias row: stride 0; a residual: stride `m`).
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
@@ -228,12 +242,16 @@ pub fn matmul(
     g0: u32,
     groups: u32,
     per_split: u32,
+    add: &[f32],
+    add_stride: u32,
     #[comptime] ty: u32,
+    #[comptime] with_add: bool,
+    #[comptime] tile: usize,
 ) {
     let l = UNIT_POS_X as usize;
     let j = CUBE_POS_X as usize * LANES + l;
     let split = CUBE_POS_Y as usize;
-    let r0 = CUBE_POS_Z as usize * TILE;
+    let r0 = CUBE_POS_Z as usize * tile;
     let (n, m) = (n as usize, m as usize);
     if j < m {
         let t = CUBE_POS_X as usize * LANES * row_words as usize;
@@ -242,9 +260,9 @@ pub fn matmul(
         if last > groups as usize {
             last = groups as usize;
         }
-        let mut acc = Array::<f32>::new(TILE);
+        let mut acc = Array::<f32>::new(tile);
         #[unroll]
-        for i in 0..TILE {
+        for i in 0..tile {
             acc[i] = 0.0;
         }
         let mut v = Array::<f32>::new(LANES);
@@ -252,10 +270,11 @@ pub fn matmul(
             group(w, t, l, g0 as usize + g, &mut v, ty);
             let col = x_col as usize + g * LANES;
             #[unroll]
-            for i in 0..TILE {
+            for i in 0..tile {
                 if r0 + i < n {
                     let xb = (r0 + i) * x_stride as usize + col;
                     let mut s = 0.0f32;
+                    #[unroll]
                     for c in 0..LANES {
                         s += x[xb + c] * v[c];
                     }
@@ -264,23 +283,42 @@ pub fn matmul(
             }
         }
         #[unroll]
-        for i in 0..TILE {
+        for i in 0..tile {
             if r0 + i < n {
-                part[(split * n + r0 + i) * m + j] = acc[i];
+                let mut y = acc[i];
+                if comptime![with_add] {
+                    y += add[(r0 + i) * add_stride as usize + j];
+                }
+                part[(split * n + r0 + i) * m + j] = y;
             }
         }
     }
 }
 
-/// `out[e] = Σ_s part[s · len + e]` in split order, one unit per element.
+/// `out[e] = Σ_s part[s · len + e]` in split order, one unit per element;
+/// with `with_add`, then `+ add[(e / cols) · add_stride + e % cols]`.
 #[cube(launch_unchecked)]
-pub fn sum_splits(part: &[f32], out: &mut [f32], len: u32, splits: u32) {
+#[allow(clippy::too_many_arguments)]
+pub fn sum_splits(
+    part: &[f32],
+    out: &mut [f32],
+    len: u32,
+    splits: u32,
+    add: &[f32],
+    cols: u32,
+    add_stride: u32,
+    #[comptime] with_add: bool,
+) {
     let e = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize * 256 + UNIT_POS_X as usize;
     let len = len as usize;
     if e < len {
         let mut s = part[e];
         for i in 1..splits as usize {
             s += part[i * len + e];
+        }
+        if comptime![with_add] {
+            let cols = cols as usize;
+            s += add[(e / cols) * add_stride as usize + e % cols];
         }
         out[e] = s;
     }
@@ -309,8 +347,59 @@ pub fn rows(
         let mut v = Array::<f32>::new(LANES);
         group(w, t, id % LANES, g, &mut v, ty);
         let o = i * groups as usize * LANES + g * LANES;
+        #[unroll]
         for c in 0..LANES {
             out[o + c] = v[c];
         }
+    }
+}
+
+/// One word of the device layout from the file's bytes: `raw` holds
+/// `rows` rows of `row_bytes` bytes each, blocks of `bytes` bytes; a block
+/// on the device is `packed` bytes, two zero bytes inserted at `pad_at`
+/// (none when `pad_at >= packed`). Unit `e` writes word `e` of `out`
+/// (tiles of 32 rows interleaved word by word; rows past `rows` are zero).
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn pack(
+    raw: &[u32],
+    out: &mut [u32],
+    len: u32,
+    rows: u32,
+    row_bytes: u32,
+    row_words: u32,
+    bytes: u32,
+    packed: u32,
+    pad_at: u32,
+) {
+    let e = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * 256 + UNIT_POS_X;
+    if e < len {
+        let l = e % 32;
+        let k = (e / 32) % row_words;
+        let row = (e / 32 / row_words) * 32 + l;
+        let mut word = 0u32;
+        if row < rows {
+            let block_words = packed / 4;
+            let block = k / block_words;
+            let at = (k % block_words) * 4;
+            let base = row * row_bytes + block * bytes;
+            for j in 0..4u32 {
+                let p = at + j;
+                let mut keep = true;
+                let mut src = p;
+                if p >= pad_at {
+                    src = p - 2;
+                    if p < pad_at + 2 {
+                        keep = false;
+                    }
+                }
+                if keep {
+                    let i = base + src;
+                    let b = (raw[(i / 4) as usize] >> (8 * (i % 4))) & 255;
+                    word |= b << (8 * j);
+                }
+            }
+        }
+        out[e as usize] = word;
     }
 }
