@@ -158,10 +158,7 @@ impl PassCache {
         {
             return t.clone();
         }
-        let (d, half) = (rope.head_dim, rope.head_dim / 2);
-        let freqs: Vec<f32> = (0..half)
-            .map(|i| rope.theta.powf(-2.0 * i as f32 / d as f32))
-            .collect();
+        let (d, freqs) = (rope.head_dim, rope.inv_freq());
         let mut table = Vec::with_capacity(positions.len() * d);
         for &p in positions {
             let angles = freqs.iter().map(|f| (p as f32 * f).sin_cos());
@@ -194,11 +191,17 @@ impl PassCache {
     }
 }
 
-/// A grid of `pointwise::UNITS`-unit cubes covering `len` values.
-fn pointwise_grid(len: usize) -> CubeCount {
+/// A grid of `pointwise::UNITS`-unit cubes covering `len` values, one
+/// unit each (`pointwise::index` inside the kernel).
+fn grid(len: usize) -> CubeCount {
     let cubes = len.div_ceil(pointwise::UNITS).max(1);
     let (x, y) = (cubes.min(32768), cubes.div_ceil(32768));
     CubeCount::Static(x as u32, y as u32, 1)
+}
+
+/// The cube shape [`grid`] counts in.
+fn grid_dim() -> CubeDim {
+    CubeDim::new_1d(pointwise::UNITS as u32)
 }
 
 /// RoPE of `x` (`[n, heads · head_dim]`) at `positions` (one per row).
@@ -219,8 +222,8 @@ pub(crate) fn rope(
     unsafe {
         pointwise::rope::launch_unchecked(
             &client,
-            pointwise_grid(pairs),
-            CubeDim::new_1d(pointwise::UNITS as u32),
+            grid(pairs),
+            grid_dim(),
             x.into_buffer_arg(),
             table.into_buffer_arg(),
             out.clone().into_buffer_arg(),
@@ -244,8 +247,8 @@ pub(crate) fn swiglu(gate: &Tensor<2>, up: &Tensor<2>) -> Result<Tensor<2>> {
     unsafe {
         pointwise::swiglu::launch_unchecked(
             &client,
-            pointwise_grid(len),
-            CubeDim::new_1d(pointwise::UNITS as u32),
+            grid(len),
+            grid_dim(),
             gate.into_buffer_arg(),
             up.into_buffer_arg(),
             out.clone().into_buffer_arg(),

@@ -400,9 +400,7 @@ impl arbor_tensor::Backend for BurnBackend {
         }
         let (heads, half) = (c / d, d / 2);
         // Angles on the host, exactly as the reference computes them.
-        let freqs: Vec<f32> = (0..half)
-            .map(|i| rope.theta.powf(-2.0 * i as f32 / d as f32))
-            .collect();
+        let freqs = rope.inv_freq();
         let mut cos = Vec::with_capacity(n * half);
         let mut sin = Vec::with_capacity(n * half);
         for &p in positions {

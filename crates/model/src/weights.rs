@@ -237,8 +237,6 @@ pub(crate) fn down_sum<B: Backend>(
     }
 }
 
-/// `x` times the first `rows` outputs over the first `cols` inputs of
-/// `w`: one matmul when that is the whole matrix, else the part in place.
 /// [`part`] plus `add` (a bias row or a residual): one matmul that adds
 /// when the whole weight is multiplied (`Backend::matmul_add`), the same
 /// values as adding afterwards.
@@ -256,6 +254,8 @@ pub(crate) fn part_add<B: Backend>(
     })
 }
 
+/// `x` times the first `rows` outputs over the first `cols` inputs of
+/// `w`: one matmul when that is the whole matrix, else the part in place.
 pub(crate) fn part<B: Backend>(
     b: &B,
     x: &B::Tensor,

@@ -77,6 +77,18 @@ pub struct Rope {
     pub head_dim: usize,
 }
 
+impl Rope {
+    /// The inverse frequency of each of a head's `head_dim / 2` pairs,
+    /// `theta^(-2i/d)`: a position's angle for pair `i` is `position ·
+    /// inv_freq[i]`. Every backend's RoPE takes its angles from here.
+    pub fn inv_freq(&self) -> Vec<f32> {
+        let d = self.head_dim;
+        (0..d / 2)
+            .map(|i| self.theta.powf(-2.0 * i as f32 / d as f32))
+            .collect()
+    }
+}
+
 /// Attention head layout (grouped-query attention when `n_kv_heads <
 /// n_heads`): which KV head each query head reads is set by `order`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,9 +9,7 @@ use crate::{Heads, Mask, Rope, RopeStyle};
 pub fn rope(x: &mut [f32], cols: usize, positions: &[u32], rope: &Rope) {
     let d = rope.head_dim;
     let half = d / 2;
-    let inv_freq: Vec<f32> = (0..half)
-        .map(|i| rope.theta.powf(-2.0 * i as f32 / d as f32))
-        .collect();
+    let inv_freq = rope.inv_freq();
     let mut cos_sin = vec![(0f32, 0f32); half];
     for (row, &pos) in x.chunks_exact_mut(cols).zip(positions) {
         for (cs, f) in cos_sin.iter_mut().zip(&inv_freq) {

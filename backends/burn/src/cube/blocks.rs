@@ -18,7 +18,7 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::{kernels, output, primitive};
+use super::{grid, grid_dim, kernels, output, primitive};
 
 /// How one GGUF type is laid out on the device. Sizes come from the file
 /// format (`GgmlType::block_len`, `block_bytes`); F16 and BF16 are taken
@@ -113,14 +113,12 @@ impl Format {
             burn::tensor::Shape::new([len]),
             DType::U32,
         );
-        let cubes = len.div_ceil(256);
-        let (cx, cy) = (cubes.min(32768), cubes.div_ceil(32768));
         let client = raw.client.clone();
         unsafe {
             kernels::pack::launch_unchecked(
                 &client,
-                CubeCount::Static(cx as u32, cy as u32, 1),
-                CubeDim::new_1d(256),
+                grid(len),
+                grid_dim(),
                 raw.into_buffer_arg(),
                 out.clone().into_buffer_arg(),
                 len as u32,
@@ -392,13 +390,11 @@ impl Blocks {
         }
         let out = output(&part, [n, rows]);
         let len = n * rows;
-        let cubes = len.div_ceil(256);
-        let (cx, cy) = (cubes.min(32768), cubes.div_ceil(32768));
         unsafe {
             kernels::sum_splits::launch_unchecked(
                 &client,
-                CubeCount::Static(cx as u32, cy as u32, 1),
-                CubeDim::new_1d(256),
+                grid(len),
+                grid_dim(),
                 part.into_buffer_arg(),
                 out.clone().into_buffer_arg(),
                 len as u32,
@@ -454,20 +450,12 @@ mod tests {
     #[test]
     fn packing_on_the_device_gives_the_host_layout() {
         let device = Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
-        let types = [
-            GgmlType::F16,
-            GgmlType::BF16,
-            GgmlType::Q4_0,
-            GgmlType::Q4_1,
-            GgmlType::Q5_0,
-            GgmlType::Q5_1,
-            GgmlType::Q8_0,
-            GgmlType::Q4_K,
-            GgmlType::Q5_K,
-            GgmlType::Q6_K,
-        ];
-        for ty in types {
-            let f = Format::of(ty).unwrap();
+        let formats = GgmlType::ALL
+            .into_iter()
+            .filter_map(|ty| Some((ty, Format::of(ty)?)));
+        let mut tested = 0;
+        for (ty, f) in formats {
+            tested += 1;
             let (rows, cols) = (37, 3 * f.values);
             let bytes: Vec<u8> = (0..rows * f.row_bytes(cols))
                 .map(|i| (i * 131 + i / 7) as u8)
@@ -477,5 +465,6 @@ mod tests {
             let device: Vec<u32> = device.try_to_vec_as::<u32>().unwrap();
             assert_eq!(device, host, "{ty:?}");
         }
+        assert_eq!(tested, 10, "every format the kernels take");
     }
 }

@@ -21,6 +21,8 @@
 
 use cubecl::prelude::*;
 
+use super::pointwise::index;
+
 /// The most activation rows one unit multiplies by each dequantized group
 /// (`matmul`'s `tile`; how many it takes changes no row's bits).
 pub const TILE: usize = 4;
@@ -309,7 +311,7 @@ pub fn sum_splits(
     add_stride: u32,
     #[comptime] with_add: bool,
 ) {
-    let e = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize * 256 + UNIT_POS_X as usize;
+    let e = index();
     let len = len as usize;
     if e < len {
         let mut s = part[e];
@@ -372,7 +374,7 @@ pub fn pack(
     packed: u32,
     pad_at: u32,
 ) {
-    let e = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * 256 + UNIT_POS_X;
+    let e = index() as u32;
     if e < len {
         let l = e % 32;
         let k = (e / 32) % row_words;

@@ -10,9 +10,10 @@ use cubecl::prelude::*;
 pub const UNITS: usize = 256;
 
 /// The flat index of this unit in a grid of `UNITS`-unit cubes laid out
-/// `(x, y)` (more than 65,535 cubes take a second dimension).
+/// `(x, y)` (more than 65,535 cubes take a second dimension), as
+/// `super::grid` launches them; every one-unit-per-element kernel uses it.
 #[cube]
-fn index() -> usize {
+pub fn index() -> usize {
     (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize * UNITS + UNIT_POS_X as usize
 }
 
