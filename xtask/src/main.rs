@@ -2,17 +2,22 @@
 //! `arbor` binary (`arm64`: for `aarch64-unknown-linux-gnu`, cross-linked
 //! from another host);
 //! `cargo xtask ci` runs the checks of `.ci/run`;
+//! `cargo xtask examples` runs the `arbor` library's examples and builds a
+//! crate outside the workspace against it (after the test build);
 //! `cargo xtask fuzz [SECS]` runs every fuzz target for SECS seconds each
 //! (default 60), as CI's fuzzing step does;
 //! `cargo xtask test --device arm64` runs the ARM64 test subset (under
 //! qemu from another host, see [`test_arm64`]);
 //! `cargo xtask fetch [--release] [ARGS...]` runs `arbor fetch ARGS...`.
 
+mod examples;
+
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 const USAGE: &str = "usage: cargo xtask build --device cpu|wgpu|arm64 [--release]
        cargo xtask ci
+       cargo xtask examples
        cargo xtask fuzz [SECS]
        cargo xtask test --device arm64 [--cpu NAME,...]
        cargo xtask fetch [--release] [ARGS...]";
@@ -26,6 +31,7 @@ fn main() -> ExitCode {
     let result = match args.as_slice() {
         ["build", rest @ ..] => build(rest),
         ["ci"] => ci(),
+        ["examples"] => library_checks(),
         ["fuzz"] => fuzz("60"),
         ["fuzz", secs] => fuzz(secs),
         ["test", rest @ ..] => test(rest),
@@ -323,6 +329,12 @@ fn ci() -> Result<(), String> {
         "-D",
         "warnings",
     ])?;
+    // The library's documentation, warnings denied (its dependencies were
+    // just checked by clippy with these features).
+    step_with(
+        &["doc", "-p", "arbor", "--no-deps", "--features", features],
+        &[("RUSTDOCFLAGS".into(), "-D warnings".into())],
+    )?;
     // Build the tests first: that also builds the `arbor` binary the CLI
     // tests run, with the same features, which then fetches the smoke-test
     // model (cached in $ARBOR_HOME) without a build of its own.
@@ -338,8 +350,18 @@ fn ci() -> Result<(), String> {
         return Err(format!("{arbor} fetch smollm2-135m failed: {status}"));
     }
     step(&["test", "--workspace", "--features", features])?;
+    library_checks()?;
     eprintln!("xtask ci: all steps passed in {:.1?}", start.elapsed());
     Ok(())
+}
+
+/// The library as users meet it: the examples of `crates/arbor` (from the
+/// test build, which must have run) and a crate outside the workspace.
+fn library_checks() -> Result<(), String> {
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    examples::run_examples(&target)?;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    examples::downstream(&target, &root)
 }
 
 /// Runs the fuzz targets (the `fuzz_*` tests: the GGUF reader, the

@@ -147,7 +147,7 @@ impl Engine {
         // source whose memory estimate was short falls through to the
         // next), else the configured draft and strategy.
         type Attempt = (Option<String>, Option<Strategy>, Option<f32>);
-        let attempts: Vec<Attempt> = if auto {
+        let mut attempts: Vec<Attempt> = if auto {
             crate::choose::choose(config, &target, budget, backend, &store, progress)?
                 .into_iter()
                 .map(|c| {
@@ -158,6 +158,11 @@ impl Engine {
         } else {
             vec![(config.draft.clone(), named, None)]
         };
+        // Nothing fits by the planner's estimates: plain decoding is tried
+        // anyway, and a budget too small for it says the minimum.
+        if attempts.is_empty() {
+            attempts.push((None, None, None));
+        }
         crate::release_freed_memory();
         let last = attempts.len() - 1;
         let mut opened = None;

@@ -38,6 +38,8 @@ use arbor_engine::Run;
 use arbor_engine::slo::SloTables;
 use tokio::sync::{mpsc, oneshot};
 
+/// The axum this crate's router is made with (see [`embed`]).
+pub use axum;
 pub use clock::Clock;
 pub use error::ApiError;
 pub use metrics::Metrics;
@@ -184,14 +186,19 @@ impl Drop for Server {
 /// and the run is in place. It cannot be reloaded: a generation that panics
 /// leaves this server failed (use [`start_with`] to reload).
 pub fn start(run: Run, options: ServeOptions) -> Result<Server, ServeError> {
-    let mut once = Some(run);
-    let load: Loader = Box::new(move || {
-        (once.take().map(Served::from))
-            .ok_or_else(|| "this server was given a loaded run and cannot load it again".into())
-    });
-    let server = start_with(load, options)?;
+    let server = start_with(loaded(run), options)?;
     server.wait_loaded();
     Ok(server)
+}
+
+/// A loader that hands over a run opened already, once: a generation that
+/// panics leaves the server failed.
+pub fn loaded(run: Run) -> Loader {
+    let mut once = Some(run);
+    Box::new(move || {
+        (once.take().map(Served::from))
+            .ok_or_else(|| "this server was given a loaded run and cannot load it again".into())
+    })
 }
 
 /// Binds, then loads on the worker thread with `load`; returns once it
@@ -318,6 +325,51 @@ type Launched = (
     std::thread::JoinHandle<Result<(), ServeError>>,
 );
 
+/// The routes of the server and the worker behind them, to serve inside an
+/// axum application of one's own (nested under a prefix, say, beside other
+/// routes): [`embed`] makes them.
+pub struct Worker {
+    status: Arc<status::Status>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Worker {
+    /// Blocks until the first load ends: `Ready`, or `Failed` with why.
+    pub fn wait_loaded(&self) -> Phase {
+        self.status.wait_loaded()
+    }
+
+    /// Waits for the worker to end, which it does once every copy of its
+    /// router is dropped and the job in hand is done.
+    pub fn join(self) -> Result<(), ServeError> {
+        (self.thread.join()).map_err(|_| ServeError::Invalid("the worker thread panicked".into()))
+    }
+}
+
+/// The server's routes (`/v1/chat/completions`, `/v1/completions`,
+/// `/health`, `/metrics`, …) as an [`axum::Router`] with no listener, and
+/// the worker thread that loads the run with `load` and serves the routes'
+/// requests. `host` and `port` of `options` are not used.
+pub fn embed(load: Loader, options: ServeOptions) -> Result<(axum::Router, Worker), ServeError> {
+    if options.queue == 0 {
+        return Err(ServeError::Invalid("--queue must be at least 1".into()));
+    }
+    let metrics = Arc::new(Metrics::default());
+    let status = Arc::new(status::Status::default());
+    let (jobs, queue) = mpsc::channel(options.queue);
+    let app = routes::router(&options, jobs, metrics.clone(), status.clone())?;
+    let thread = {
+        let status = status.clone();
+        std::thread::Builder::new()
+            .name("arbor-serve-worker".into())
+            .spawn(move || match options.slots {
+                0 | 1 => worker::run_worker(load, queue, metrics, status, options),
+                n => slots::run_slots(load, queue, metrics, status, options, n),
+            })?
+    };
+    Ok((app, Worker { status, thread }))
+}
+
 /// Binds (in the caller, so a taken port is its error), then runs the
 /// worker (which loads the run) and the HTTP server on threads until
 /// `stop` completes.
@@ -336,19 +388,8 @@ fn launch(
     })?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
-    let metrics = Arc::new(Metrics::default());
-    let status = Arc::new(status::Status::default());
-    let (jobs, queue) = mpsc::channel(options.queue);
-    let app = routes::router(&options, jobs, metrics.clone(), status.clone())?;
-    let worker = {
-        let (options, status) = (options.clone(), status.clone());
-        std::thread::Builder::new()
-            .name("arbor-serve-worker".into())
-            .spawn(move || match options.slots {
-                0 | 1 => worker::run_worker(load, queue, metrics, status, options),
-                n => slots::run_slots(load, queue, metrics, status, options, n),
-            })?
-    };
+    let (app, worker) = embed(load, options)?;
+    let status = worker.status.clone();
     let thread = std::thread::Builder::new()
         .name("arbor-serve".into())
         .spawn(move || {
@@ -364,9 +405,7 @@ fn launch(
             })?;
             // The router (and with it the queue's senders) is gone: the
             // worker finishes its job and ends.
-            worker
-                .join()
-                .map_err(|_| ServeError::Invalid("the worker thread panicked".into()))
+            worker.join()
         })?;
     Ok((addr, status, thread))
 }

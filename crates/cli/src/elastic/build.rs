@@ -36,7 +36,8 @@ pub struct BuildArgs {
     /// What the permuted down projection is stored as: q8_0 or q5_0.
     #[arg(long, default_value = "q8_0")]
     down: String,
-    /// Share of layers kept whole (the costliest to remove).
+    /// Share of layers kept whole (the costliest to remove, by the
+    /// importance file; with 0, magnitude and file orders need none).
     #[arg(long, default_value_t = 0.2)]
     anchors: f64,
     /// Importance file (default: `arbor elastic importance`'s output,
@@ -128,18 +129,13 @@ pub(super) fn build(args: &BuildArgs) -> Result<()> {
     Ok(())
 }
 
-/// Builds the file; returns the table of levels.
-fn write(args: &BuildArgs) -> Result<String> {
-    let order: Order = args.order.parse()?;
-    let down: DownType = args.down.parse()?;
-    if !(0.0..1.0).contains(&args.anchors) {
-        bail!("--anchors must be in [0, 1)");
-    }
-    let model_path = arbor_fetch::resolve_model(&args.model)?;
+/// The importance file of `args` (measured now when missing), with layer
+/// costs.
+fn read_importance(args: &BuildArgs, model_path: &Path) -> Result<ImportanceFile> {
     let imp_path = args
         .importance
         .clone()
-        .unwrap_or_else(|| default_importance(&model_path));
+        .unwrap_or_else(|| default_importance(model_path));
     if !imp_path.exists() {
         eprintln!(
             "no importance file at {}: measuring it first ({} tokens of {})",
@@ -159,19 +155,41 @@ fn write(args: &BuildArgs) -> Result<String> {
     let f = ImportanceFile::from_bytes(
         &std::fs::read(&imp_path).with_context(|| format!("reading {}", imp_path.display()))?,
     )?;
-    let n_layers = f.layer_costs.len();
-    if n_layers == 0 {
+    if f.layer_costs.is_empty() {
         bail!("{} holds no layer costs", imp_path.display());
     }
-    let mut by_cost: Vec<usize> = (0..n_layers).collect();
-    by_cost.sort_by(|&a, &b| f.layer_costs[b].total_cmp(&f.layer_costs[a]));
-    let mut anchors: Vec<usize> =
-        by_cost[..(n_layers as f64 * args.anchors).round() as usize].to_vec();
+    Ok(f)
+}
+
+/// Builds the file; returns the table of levels.
+fn write(args: &BuildArgs) -> Result<String> {
+    let order: Order = args.order.parse()?;
+    let down: DownType = args.down.parse()?;
+    if !(0.0..1.0).contains(&args.anchors) {
+        bail!("--anchors must be in [0, 1)");
+    }
+    let model_path = arbor_fetch::resolve_model(&args.model)?;
+    // The importance file ranks units (importance order) and layers (the
+    // anchors); magnitude and file orders without anchors need none.
+    let importance = if order == Order::Importance || args.anchors > 0.0 {
+        Some(read_importance(args, &model_path)?)
+    } else {
+        None
+    };
+    let mut anchors: Vec<usize> = match &importance {
+        Some(f) => {
+            let n_layers = f.layer_costs.len();
+            let mut by_cost: Vec<usize> = (0..n_layers).collect();
+            by_cost.sort_by(|&a, &b| f.layer_costs[b].total_cmp(&f.layer_costs[a]));
+            by_cost[..(n_layers as f64 * args.anchors).round() as usize].to_vec()
+        }
+        None => Vec::new(),
+    };
     anchors.sort_unstable();
     let scores = match order {
-        Order::Importance => Some(Scores {
-            heads: f.importance.heads.clone(),
-            neurons: f.importance.neurons.clone(),
+        Order::Importance => importance.map(|f| Scores {
+            heads: f.importance.heads,
+            neurons: f.importance.neurons,
         }),
         Order::Magnitude => {
             let file = arbor_gguf::GgufFile::open(&model_path)?;
