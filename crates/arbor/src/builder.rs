@@ -5,7 +5,7 @@ use arbor_engine::{Engine, RunConfig};
 
 use crate::{Backend, Error, Progress, Result, Session};
 
-type OnProgress = Box<dyn FnMut(Progress<'_>)>;
+type OnProgress = Box<dyn FnMut(Progress<'_>) + Send>;
 
 /// Opens a [`Session`]: which model, which draft and strategy, how much
 /// memory, which backend, how to sample. Every option has a default: greedy
@@ -176,7 +176,7 @@ impl Builder {
 
     /// Hears what opening the session does (downloads, tensors loaded,
     /// measurements, decisions), for a progress bar or a log.
-    pub fn on_progress(mut self, f: impl FnMut(Progress<'_>) + 'static) -> Self {
+    pub fn on_progress(mut self, f: impl FnMut(Progress<'_>) + Send + 'static) -> Self {
         self.progress = Some(Box::new(f));
         self
     }
