@@ -81,6 +81,10 @@ fn build(args: &[&str]) -> Result<(), String> {
     step(&cargo)
 }
 
+/// The `arbor` library's feature combinations CI checks: each backend
+/// alone, and none (a build that says so at run time).
+const FEATURE_MATRIX: [&str; 5] = ["candle", "flex", "ndarray", "wgpu", ""];
+
 /// The features of CI's one build (see [`ci`]).
 const FEATURES: &str = "arbor-engine/ndarray,arbor-engine/wgpu";
 /// Whether this machine is itself ARM64 (then nothing is cross-built).
@@ -329,6 +333,19 @@ fn ci() -> Result<(), String> {
         "-D",
         "warnings",
     ])?;
+    // Each backend alone, and none, compiles (checked, not built; the
+    // dependencies' metadata is shared between combinations).
+    for features in FEATURE_MATRIX {
+        step(&[
+            "check",
+            "-p",
+            "arbor",
+            "--lib",
+            "--no-default-features",
+            "--features",
+            features,
+        ])?;
+    }
     // The library's documentation, warnings denied (its dependencies were
     // just checked by clippy with these features).
     step_with(

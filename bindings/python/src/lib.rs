@@ -184,7 +184,9 @@ impl Stop {
 impl Model {
     fn start(&self, request: Request, max_tokens: Option<usize>) -> PyResult<Reply> {
         if max_tokens == Some(0) {
-            return Err(InvalidOptionError::new_err("max_tokens: must be at least 1"));
+            return Err(InvalidOptionError::new_err(
+                "max_tokens: must be at least 1",
+            ));
         }
         let max_tokens = max_tokens.unwrap_or(self.max_tokens);
         let (tx, rx) = mpsc::channel();
@@ -242,13 +244,19 @@ struct Reply {
 impl Reply {
     /// The next piece, or `None` at the end (the outcome kept).
     fn next_piece(&self, py: Python<'_>) -> PyResult<Option<String>> {
-        if self.finished.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+        if self
+            .finished
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+        {
             return Ok(None);
         }
         // The lock is not held without the GIL: another thread reading the
         // same reply meanwhile gets an error, not a deadlock.
         let taken = self.pieces.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let rx = taken.ok_or_else(|| ArborError::new_err("another thread is reading this reply"))?;
+        let rx =
+            taken.ok_or_else(|| ArborError::new_err("another thread is reading this reply"))?;
         let (msg, rx) = py.detach(move || (rx.recv(), rx));
         *self.pieces.lock().unwrap_or_else(|p| p.into_inner()) = Some(rx);
         match msg {
@@ -258,7 +266,9 @@ impl Reply {
                 *self.finished.lock().unwrap_or_else(|p| p.into_inner()) = Some(kept);
                 Ok(None)
             }
-            Err(_) => Err(ArborError::new_err("the reply's thread ended without a result")),
+            Err(_) => Err(ArborError::new_err(
+                "the reply's thread ended without a result",
+            )),
         }
     }
 }
@@ -332,7 +342,10 @@ fn arbor_llm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Model>()?;
     m.add_class::<Reply>()?;
     m.add("ArborError", m.py().get_type::<ArborError>())?;
-    m.add("InvalidOptionError", m.py().get_type::<InvalidOptionError>())?;
+    m.add(
+        "InvalidOptionError",
+        m.py().get_type::<InvalidOptionError>(),
+    )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
