@@ -4,23 +4,10 @@
 //! features off plus `candle` builds and streams a reply.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Instant;
 
-/// Runs `exe ARGS` and fails on a non-zero exit.
+/// Runs `exe ARGS`; a non-zero exit is an error.
 fn run(exe: &Path, args: &[&str]) -> Result<(), String> {
-    let line = format!("{} {}", exe.display(), args.join(" "));
-    eprintln!("==> {line}");
-    let start = Instant::now();
-    let status = Command::new(exe)
-        .args(args)
-        .status()
-        .map_err(|e| format!("{line}: {e}"))?;
-    eprintln!("<== {line}: {status} in {:.1?}", start.elapsed());
-    match status.success() {
-        true => Ok(()),
-        false => Err(format!("`{line}` failed ({status})")),
-    }
+    crate::run_with(exe, args, &[])
 }
 
 /// Every example of `crates/arbor`, built by the test build in `target`.

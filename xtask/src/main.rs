@@ -12,6 +12,7 @@
 
 mod examples;
 
+use std::path::Path;
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
@@ -357,15 +358,8 @@ fn ci() -> Result<(), String> {
     // model (cached in $ARBOR_HOME) without a build of its own.
     step(&["test", "--workspace", "--features", features, "--no-run"])?;
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let arbor = format!("{target}/debug/arbor");
-    eprintln!("$ {arbor} fetch smollm2-135m");
-    let status = Command::new(&arbor)
-        .args(["fetch", "smollm2-135m"])
-        .status()
-        .map_err(|e| format!("running {arbor}: {e}"))?;
-    if !status.success() {
-        return Err(format!("{arbor} fetch smollm2-135m failed: {status}"));
-    }
+    let arbor = Path::new(&target).join("debug/arbor");
+    run_with(&arbor, &["fetch", "smollm2-135m"], &[])?;
     step(&["test", "--workspace", "--features", features])?;
     library_checks()?;
     eprintln!("xtask ci: all steps passed in {:.1?}", start.elapsed());
@@ -377,7 +371,7 @@ fn ci() -> Result<(), String> {
 fn library_checks() -> Result<(), String> {
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     examples::run_examples(&target)?;
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     examples::downstream(&target, &root)
 }
 
@@ -461,11 +455,17 @@ fn step(args: &[&str]) -> Result<(), String> {
 
 /// [`step`] with environment variables `env` set.
 fn step_with(args: &[&str], env: &[(String, String)]) -> Result<(), String> {
+    run_with(Path::new("cargo"), args, env)
+}
+
+/// Runs `program ARGS` with environment variables `env` set, printing the
+/// command and how long it took; a non-zero exit is an error.
+fn run_with(program: &Path, args: &[&str], env: &[(String, String)]) -> Result<(), String> {
     let vars: Vec<String> = env.iter().map(|(k, v)| format!("{k}='{v}' ")).collect();
-    let line = format!("{}cargo {}", vars.concat(), args.join(" "));
+    let line = format!("{}{} {}", vars.concat(), program.display(), args.join(" "));
     eprintln!("==> {line}");
     let start = Instant::now();
-    let status = Command::new("cargo")
+    let status = Command::new(program)
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .status()

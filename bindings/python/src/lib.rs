@@ -121,10 +121,11 @@ impl Model {
     }
 }
 
-fn lock(session: &Mutex<arbor::Session>) -> std::sync::MutexGuard<'_, arbor::Session> {
-    // A panic while holding it is caught by the session's own thread; the
-    // session says `Closed` from then on.
-    session.lock().unwrap_or_else(|p| p.into_inner())
+/// A lock, even one a panicking thread held: the session's own thread
+/// catches a generation's panic (the session says `Closed` from then on),
+/// and the other guarded values stay whole.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn message(d: &Bound<'_, PyDict>) -> PyResult<arbor::Message> {
@@ -168,13 +169,13 @@ struct Stop {
 impl Stop {
     fn request(&self) {
         self.wanted.store(true, Ordering::SeqCst);
-        if let Some(h) = &*self.handle.lock().unwrap_or_else(|p| p.into_inner()) {
+        if let Some(h) = &*lock(&self.handle) {
             h.cancel();
         }
     }
 
     fn attach(&self, h: arbor::CancelHandle) {
-        *self.handle.lock().unwrap_or_else(|p| p.into_inner()) = Some(h.clone());
+        *lock(&self.handle) = Some(h.clone());
         if self.wanted.load(Ordering::SeqCst) {
             h.cancel();
         }
@@ -244,26 +245,21 @@ struct Reply {
 impl Reply {
     /// The next piece, or `None` at the end (the outcome kept).
     fn next_piece(&self, py: Python<'_>) -> PyResult<Option<String>> {
-        if self
-            .finished
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
-        {
+        if lock(&self.finished).is_some() {
             return Ok(None);
         }
         // The lock is not held without the GIL: another thread reading the
         // same reply meanwhile gets an error, not a deadlock.
-        let taken = self.pieces.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let taken = lock(&self.pieces).take();
         let rx =
             taken.ok_or_else(|| ArborError::new_err("another thread is reading this reply"))?;
         let (msg, rx) = py.detach(move || (rx.recv(), rx));
-        *self.pieces.lock().unwrap_or_else(|p| p.into_inner()) = Some(rx);
+        *lock(&self.pieces) = Some(rx);
         match msg {
             Ok(Msg::Piece(p)) => Ok(Some(p)),
             Ok(Msg::Done(outcome)) => {
                 let kept = outcome.map_err(|e| e.to_string());
-                *self.finished.lock().unwrap_or_else(|p| p.into_inner()) = Some(kept);
+                *lock(&self.finished) = Some(kept);
                 Ok(None)
             }
             Err(_) => Err(ArborError::new_err(
@@ -282,7 +278,7 @@ impl Reply {
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<String>> {
         match self.next_piece(py)? {
             Some(p) => Ok(Some(p)),
-            None => match &*self.finished.lock().unwrap_or_else(|p| p.into_inner()) {
+            None => match &*lock(&self.finished) {
                 Some(Err(e)) => Err(ArborError::new_err(e.clone())),
                 _ => Ok(None),
             },
@@ -297,7 +293,7 @@ impl Reply {
     /// Waits for the end; returns `{"text", "tokens", "stats"}`.
     fn finish<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         while self.next_piece(py)?.is_some() {}
-        let finished = self.finished.lock().unwrap_or_else(|p| p.into_inner());
+        let finished = lock(&self.finished);
         let reply = match finished.as_ref() {
             Some(Ok(r)) => r,
             Some(Err(e)) => return Err(ArborError::new_err(e.clone())),

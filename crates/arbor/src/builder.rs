@@ -206,25 +206,25 @@ impl Builder {
 }
 
 /// Sizes the process-wide pool once; a later session asking for the size it
-/// already has is fine.
+/// already has is fine. A failed sizing leaves it unset.
 fn apply_threads(threads: Option<usize>) -> Result<()> {
-    static SET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    static SET: std::sync::Mutex<Option<usize>> = std::sync::Mutex::new(None);
     let Some(n) = threads else { return Ok(()) };
-    let mut result = Ok(());
-    let first = SET.get_or_init(|| {
-        let config = RunConfig {
-            threads: Some(n),
-            ..RunConfig::default()
-        };
-        result = config.apply_threads().map_err(Error::from);
-        n
-    });
-    result?;
-    if *first != n {
-        return Err(Error::InvalidOption {
+    let mut set = SET.lock().unwrap_or_else(|p| p.into_inner());
+    match *set {
+        Some(first) if first != n => Err(Error::InvalidOption {
             option: "threads",
             reason: format!("the thread pool was sized to {first} by an earlier session"),
-        });
+        }),
+        Some(_) => Ok(()),
+        None => {
+            let config = RunConfig {
+                threads: Some(n),
+                ..RunConfig::default()
+            };
+            config.apply_threads()?;
+            *set = Some(n);
+            Ok(())
+        }
     }
-    Ok(())
 }

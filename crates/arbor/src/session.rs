@@ -82,14 +82,10 @@ impl Session {
 
     /// Replies to a conversation, written with the model's chat template.
     pub fn chat(&mut self, messages: &[Message]) -> Result<Stream<'_>> {
-        let run = self.run()?;
-        let tokenizer = run.engine().tokenizer();
-        let text = tokenizer
-            .chat_prompt(messages)
-            .map_err(arbor_engine::EngineError::from)?;
-        let tokens = tokenizer
-            .encode(&text)
-            .map_err(arbor_engine::EngineError::from)?;
+        // Message text is encoded as the characters it is: only the
+        // template writes control tokens.
+        let tokenizer = self.run()?.engine().tokenizer();
+        let tokens = (tokenizer.encode_chat(messages)).map_err(arbor_engine::EngineError::from)?;
         self.start(tokens)
     }
 
@@ -238,12 +234,12 @@ impl Iterator for Stream<'_> {
         // The worker dropped its sender: it has ended. An error ends the
         // iteration as its last item.
         self.join();
-        match self.outcome.as_mut()? {
-            Ok(_) => None,
-            Err(_) => match self.outcome.take() {
-                Some(Err(e)) => Some(Err(e)),
-                _ => None,
-            },
+        match self.outcome.take() {
+            Some(Err(e)) => Some(Err(e)),
+            kept => {
+                self.outcome = kept;
+                None
+            }
         }
     }
 }
@@ -269,7 +265,7 @@ fn reply(g: Generation) -> Reply {
         // The prefill's pass gives the first token.
         tokens_per_pass: ratio(s.generated_tokens.saturating_sub(1) as f64, passes as f64),
         streamed_bytes: g.stream.bytes,
-        peak_memory: peak_resident(),
+        peak_memory: arbor_engine::peak_resident(),
         stop: s.stop,
     };
     Reply {
@@ -281,14 +277,6 @@ fn reply(g: Generation) -> Reply {
 
 fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 { a / b } else { 0.0 }
-}
-
-/// The process's peak resident set (`VmHWM`), where Linux reports it.
-fn peak_resident() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {

@@ -9,7 +9,7 @@ fn status_field(name: &str) -> Option<u64> {
 
 /// Peak resident set size of this process (Linux), in bytes.
 pub fn peak_rss_bytes() -> Option<u64> {
-    status_field("VmHWM:")
+    arbor_engine::peak_resident()
 }
 
 /// Resets the peak RSS counter so the next measurement covers only what

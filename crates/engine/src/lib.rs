@@ -37,7 +37,7 @@ pub use backends::BackendKind;
 pub use config::{DEFAULT_DRAFT, DEFAULT_TARGET, RunConfig, Sampling, Tuning};
 pub use drafts::DraftSource;
 pub use generate::{GenerateOptions, Generation, GenerationStats, StopReason, TextEvent};
-pub use memory::{MemoryOptions, MemoryReport, resident_now};
+pub use memory::{MemoryOptions, MemoryReport, peak_resident, resident_now};
 pub use open::{AUTO, OpenEvent, Profiles, Run, pick_backend, resolve_or_fetch, reusable_prefix};
 pub use perplexity::{greedy_agreement, perplexity};
 pub use profiles::{DiskRecord, Drift, LatencyRecord, ProfileStore};

@@ -3,4 +3,4 @@
 //! disk on every forward pass. The plan, the loading and the streaming are
 //! `arbor-pipeline`'s; the engine re-exports its options and report.
 
-pub use arbor_pipeline::{MemoryOptions, MemoryReport, resident_now};
+pub use arbor_pipeline::{MemoryOptions, MemoryReport, peak_resident, resident_now};

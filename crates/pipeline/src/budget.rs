@@ -102,6 +102,15 @@ impl MemoryReport {
     }
 }
 
+/// The most memory this process has held resident so far (Linux's
+/// `VmHWM`; `None` where the OS does not say).
+pub fn peak_resident() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// Resident memory of this process now (Linux; 0 elsewhere).
 pub fn resident_now() -> u64 {
     std::fs::read_to_string("/proc/self/statm")

@@ -52,7 +52,7 @@ mod streamer;
 
 pub use budget::{
     MemoryOptions, MemoryReport, SLACK, kv_bytes, load_resident, load_target, logit_scratch,
-    model_bytes, plan_with, resident_now, target_fits,
+    model_bytes, peak_resident, plan_with, resident_now, target_fits,
 };
 pub use monitor::{Monitor, Span, SpanKind, StreamStats};
 pub use plan::{LayerCost, Plan, plan};

@@ -378,9 +378,6 @@ fn launch(
     options: ServeOptions,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<Launched, ServeError> {
-    if options.queue == 0 {
-        return Err(ServeError::Invalid("--queue must be at least 1".into()));
-    }
     let at = format!("{}:{}", options.host, options.port);
     let listener = std::net::TcpListener::bind(&at).map_err(|source| ServeError::Bind {
         addr: at.clone(),
