@@ -4,6 +4,8 @@
 //! `cargo xtask ci` runs the checks of `.ci/run`;
 //! `cargo xtask examples` runs the `arbor` library's examples and builds a
 //! crate outside the workspace against it (after the test build);
+//! `cargo xtask imports` lists the edges between each crate's files and
+//! fails on two files that name each other (see [`imports`]);
 //! `cargo xtask fuzz [SECS]` runs every fuzz target for SECS seconds each
 //! (default 60), as CI's fuzzing step does;
 //! `cargo xtask test --device arm64` runs the ARM64 test subset (under
@@ -11,6 +13,7 @@
 //! `cargo xtask fetch [--release] [ARGS...]` runs `arbor fetch ARGS...`.
 
 mod examples;
+mod imports;
 
 use std::path::Path;
 use std::process::{Command, ExitCode};
@@ -19,6 +22,7 @@ use std::time::Instant;
 const USAGE: &str = "usage: cargo xtask build --device cpu|wgpu|arm64 [--release]
        cargo xtask ci
        cargo xtask examples
+       cargo xtask imports
        cargo xtask fuzz [SECS]
        cargo xtask test --device arm64 [--cpu NAME,...]
        cargo xtask fetch [--release] [ARGS...]";
@@ -33,6 +37,7 @@ fn main() -> ExitCode {
         ["build", rest @ ..] => build(rest),
         ["ci"] => ci(),
         ["examples"] => library_checks(),
+        ["imports"] => imports::check(&workspace_root(), true),
         ["fuzz"] => fuzz("60"),
         ["fuzz", secs] => fuzz(secs),
         ["test", rest @ ..] => test(rest),
@@ -476,4 +481,9 @@ fn run_with(program: &Path, args: &[&str], env: &[(String, String)]) -> Result<(
     } else {
         Err(format!("`{line}` failed ({status})"))
     }
+}
+
+/// The workspace root (xtask's parent directory).
+fn workspace_root() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }

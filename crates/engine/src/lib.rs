@@ -6,18 +6,18 @@
 //! numerics: models, strategies and weight streaming live in the crates
 //! below, and this is the only crate that names the backends.
 
-pub mod auto;
 mod backends;
 mod choose;
 mod config;
 mod drafts;
+mod events;
 mod generate;
 pub mod lora;
 mod memory;
 mod open;
-mod perplexity;
 pub mod ppd;
-pub mod profiles;
+mod profiling;
+mod run;
 pub mod slo;
 pub mod slots;
 mod trace;
@@ -27,6 +27,10 @@ use std::path::{Path, PathBuf};
 pub use arbor_model::{Config, LanguageModel, Logits, Mask};
 pub use arbor_paging::{format_bytes, parse_bytes};
 pub use arbor_pipeline::{Mode as StreamMode, Span, SpanKind, StreamStats};
+pub use arbor_planner::{
+    DiskRecord, Drift, LatencyRecord, PlannerError, ProfileStore, Profiles, greedy_agreement,
+    now_utc, perplexity,
+};
 pub use arbor_sampling::{Both, Constraint, SamplingParams, Scored, ShapeError, Shaping, argmax};
 pub use arbor_speculative::{
     Control, Decoding, LatencyProfile, PROFILE_SIZES, SpecError, Strategy, Streaming, TreeConfig,
@@ -36,11 +40,11 @@ pub use arbor_tokenizer::{ChatMessage, Infill, Role, Tokenizer, TokenizerError, 
 pub use backends::BackendKind;
 pub use config::{DEFAULT_DRAFT, DEFAULT_TARGET, RunConfig, Sampling, Tuning};
 pub use drafts::DraftSource;
+pub use events::{OpenEvent, resolve_or_fetch};
 pub use generate::{GenerateOptions, Generation, GenerationStats, StopReason, TextEvent};
 pub use memory::{MemoryOptions, MemoryReport, peak_resident, resident_now};
-pub use open::{AUTO, OpenEvent, Profiles, Run, pick_backend, resolve_or_fetch, reusable_prefix};
-pub use perplexity::{greedy_agreement, perplexity};
-pub use profiles::{DiskRecord, Drift, LatencyRecord, ProfileStore};
+pub use open::{AUTO, pick_backend};
+pub use run::{Run, reusable_prefix};
 pub use trace::{Activity, Segment, Trace};
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +82,18 @@ pub enum EngineError {
 }
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// The planner's errors keep the engine's kinds (an unmet objective stays
+/// [`EngineError::Slo`], which the server answers with its own status).
+impl From<PlannerError> for EngineError {
+    fn from(e: PlannerError) -> Self {
+        match e {
+            PlannerError::Model(e) => Self::Model(e),
+            PlannerError::Slo(e) => Self::Slo(e),
+            PlannerError::Invalid(s) => Self::Invalid(s),
+        }
+    }
+}
 
 /// Makes glibc's allocator hand large freed blocks back to the OS at once
 /// and keep few arenas: streamed layers allocate and free tens of MiB per
@@ -453,7 +469,12 @@ impl Engine {
         ctx: usize,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<f64> {
-        perplexity::perplexity(self.model.as_mut(), tokens, ctx, progress)
+        Ok(arbor_planner::perplexity(
+            self.model.as_mut(),
+            tokens,
+            ctx,
+            progress,
+        )?)
     }
 }
 

@@ -5,8 +5,7 @@
 //! `real_models.rs` for `ARBOR_REQUIRE_MODELS`).
 
 use arbor_engine::{
-    BackendKind, Engine, LatencyRecord, PROFILE_SIZES, ProfileStore, RunConfig, Tuning,
-    profiles::now_utc,
+    BackendKind, Engine, LatencyRecord, PROFILE_SIZES, ProfileStore, RunConfig, Tuning, now_utc,
 };
 use arbor_fetch::testing::cached_model as model;
 

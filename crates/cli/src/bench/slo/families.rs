@@ -48,7 +48,7 @@ impl Family for Reborrow<'_> {
     fn levels(&self) -> Vec<f64> {
         self.0.levels()
     }
-    fn at(&mut self, level: f64) -> arbor_engine::Result<&mut dyn LanguageModel> {
+    fn at(&mut self, level: f64) -> Result<&mut dyn LanguageModel, arbor_engine::PlannerError> {
         self.0.at(level)
     }
 }

@@ -10,7 +10,7 @@ use arbor_model::LanguageModel;
 use arbor_slo::{DeviceProfile, LevelLatency, QualityTable, Scorer};
 use arbor_speculative::PREFILL_CHUNK;
 
-use crate::{EngineError, Result};
+use crate::{PlannerError, Result};
 
 /// Sub-models of one model, by level: an elastic model's prefixes, or a
 /// baseline's (whole layers dropped, units in file order).
@@ -113,8 +113,8 @@ impl SloPrompt {
     }
 }
 
-pub(crate) fn slo_error(e: arbor_slo::SloError) -> EngineError {
-    EngineError::Slo(e)
+pub fn slo_error(e: arbor_slo::SloError) -> PlannerError {
+    PlannerError::Slo(e)
 }
 
 /// Prefills `prompt` from an empty cache the way generation does (chunks
@@ -139,7 +139,7 @@ pub fn greedy(
     let mut logits = prefill(model, prompt)?;
     let mut out = Vec::new();
     while out.len() < tokens {
-        let next = crate::argmax(&logits).unwrap_or(0);
+        let next = arbor_sampling::argmax(&logits).unwrap_or(0);
         if stop.contains(&next) {
             break;
         }
@@ -178,7 +178,7 @@ pub fn measure_profile(
 ) -> Result<DeviceProfile> {
     let longest = plan.lengths.iter().copied().max().unwrap_or(0);
     if text.len() < longest.max(2) || plan.decode < 2 || plan.reps == 0 {
-        return Err(EngineError::Invalid(format!(
+        return Err(PlannerError::Invalid(format!(
             "a device profile needs {longest} tokens of text (got {}), ≥ 2 decode steps and ≥ 1 repetition",
             text.len()
         )));
@@ -199,7 +199,7 @@ pub fn measure_profile(
                 (Some(&level), _) => measure_level(family.at(level)?, level, text, plan)?,
                 (None, Some(m)) => measure_level(&mut **m, 1.0, text, plan)?,
                 (None, None) => {
-                    return Err(EngineError::Invalid(
+                    return Err(PlannerError::Invalid(
                         "a device profile lost its reference model".into(),
                     ));
                 }
@@ -266,7 +266,7 @@ fn measure_level(
     let mut logits = prefill(m, &text[..lengths[0]])?;
     let start = Instant::now();
     for _ in 0..plan.decode {
-        let next = crate::argmax(&logits).unwrap_or(0);
+        let next = arbor_sampling::argmax(&logits).unwrap_or(0);
         logits = m.step(&[next])?;
     }
     Ok(LevelLatency {
@@ -308,7 +308,7 @@ pub fn pair_agreement(
     let mut text = prompt.compress(scorer, prompt_level)?;
     let from = text.len();
     text.extend_from_slice(answer);
-    crate::greedy_agreement(family.at(level)?, &text, from)
+    crate::eval::greedy_agreement(family.at(level)?, &text, from)
 }
 
 /// The quality table of `family` with prompts compressed by `scorer`:
@@ -324,7 +324,7 @@ pub fn measure_quality(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<QualityTable> {
     if prompts.len() != answers.len() || answers.iter().all(Vec::is_empty) {
-        return Err(EngineError::Invalid(
+        return Err(PlannerError::Invalid(
             "a quality table needs an answer of the full model for every prompt, and some tokens in them"
                 .into(),
         ));
@@ -393,11 +393,11 @@ pub fn serve_pair(
     let switch_secs = switched.elapsed().as_secs_f64();
     let mut logits = prefill(m, &kept)?;
     let ttft = start.elapsed().as_secs_f64();
-    let mut out = vec![crate::argmax(&logits).unwrap_or(0)];
+    let mut out = vec![arbor_sampling::argmax(&logits).unwrap_or(0)];
     let decode = Instant::now();
     while out.len() < tokens.max(2) {
         logits = m.step(&out[out.len() - 1..])?;
-        out.push(crate::argmax(&logits).unwrap_or(0));
+        out.push(arbor_sampling::argmax(&logits).unwrap_or(0));
     }
     let tpot = decode.elapsed().as_secs_f64() / (out.len() - 1) as f64;
     Ok(Served {

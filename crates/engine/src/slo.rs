@@ -6,26 +6,23 @@
 //! level switched (a pointer move), the prompt's least informative tokens
 //! dropped — and its measured latency is held against the objective.
 
-mod measure;
-
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+pub use arbor_planner::slo::{
+    Elastic, Family, HEAD_SHARE, ProfilePlan, Reference, Served, SloPrompt, Variants, answers,
+    at_level, greedy, measure_profile, measure_quality, pair_agreement, prefill, serve_pair,
+};
 pub use arbor_slo::{
     Bigram, Choice, DeviceProfile, Latency, OnMiss, PROMPT_LEVELS, Pair, QualityTable, Scorer, Slo,
     SloError, protected_mask,
 };
-pub use measure::{
-    Elastic, Family, HEAD_SHARE, ProfilePlan, Reference, Served, SloPrompt, Variants, answers,
-    at_level, greedy, measure_profile, measure_quality, pair_agreement, prefill, serve_pair,
-};
 
-use crate::open::OpenEvent;
-use crate::profiles::{ProfileStore, stem};
+use crate::events::OpenEvent;
 use crate::{
     EngineError, GenerateOptions, Generation, LanguageModel, Result, Run, TextEvent, Tokenizer,
 };
-use measure::slo_error;
+use arbor_planner::{ProfileStore, stem};
 
 /// Prompt lengths a device profile measures prefill at.
 pub const PROFILE_LENGTHS: [usize; 5] = [32, 64, 128, 256, 512];
@@ -157,7 +154,7 @@ pub fn bigram(tokenizer: &Tokenizer, text: &str, path: &Path) -> Result<Bigram> 
         return Ok(b);
     }
     let tokens = tokenizer.encode(text)?;
-    let b = Bigram::train(&tokens, tokenizer.vocab_size()).map_err(slo_error)?;
+    let b = Bigram::train(&tokens, tokenizer.vocab_size()).map_err(EngineError::Slo)?;
     // A cache that cannot be written costs a recount next time.
     let _ = std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))
         .and_then(|()| std::fs::write(path, b.to_bytes()));
@@ -347,7 +344,7 @@ impl Run {
             HEADROOM,
             on_miss,
         )
-        .map_err(slo_error)?;
+        .map_err(EngineError::Slo)?;
         let kept = prompt.compress(&tables.scorer, choice.pair.prompt)?;
         let score_secs = start.elapsed().as_secs_f64();
         let switched = Instant::now();

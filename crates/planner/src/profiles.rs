@@ -12,7 +12,7 @@ use std::time::Instant;
 use arbor_model::{LanguageModel, Mask};
 use arbor_speculative::{LatencyProfile, PROFILE_SIZES};
 
-use crate::{EngineError, Result};
+use crate::{PlannerError, Result};
 
 /// Repetitions per measured size; each point is their minimum, the time a
 /// pass takes when nothing else holds the cores.
@@ -28,7 +28,7 @@ pub const ASSUMED_DISK_BYTES_PER_SEC: f64 = 0.9e9;
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LatencyRecord {
     pub model: String,
-    /// Kernel id of the backend ([`crate::BackendKind::kernels`]).
+    /// Kernel id of the backend (`BackendKind::kernels` in the engine).
     pub kernels: String,
     pub threads: usize,
     pub repetitions: usize,
@@ -276,7 +276,7 @@ impl ProfileStore {
     }
 
     /// Stores `value` and says so (or why not) after `what`.
-    pub(crate) fn saved<T: serde::Serialize>(&self, path: &Path, value: &T, what: &str) -> String {
+    pub fn saved<T: serde::Serialize>(&self, path: &Path, value: &T, what: &str) -> String {
         match self.write(path, value) {
             Ok(()) => format!("{what} (cached in {})", path.display()),
             Err(e) => format!("{what}, but could not cache it: {e}"),
@@ -285,10 +285,10 @@ impl ProfileStore {
 
     fn write<T: serde::Serialize>(&self, path: &Path, value: &T) -> Result<()> {
         let text = serde_json::to_string_pretty(value)
-            .map_err(|e| EngineError::Invalid(format!("profile: {e}")))?;
+            .map_err(|e| PlannerError::Invalid(format!("profile: {e}")))?;
         std::fs::create_dir_all(&self.dir)
             .and_then(|()| std::fs::write(path, text))
-            .map_err(|e| EngineError::Invalid(format!("writing {}: {e}", path.display())))
+            .map_err(|e| PlannerError::Invalid(format!("writing {}: {e}", path.display())))
     }
 }
 
@@ -317,11 +317,11 @@ fn measure_disk(file: &Path) -> Result<DiskRecord> {
     Ok(record)
 }
 
-fn io_error(e: impl std::fmt::Display) -> EngineError {
-    EngineError::Invalid(format!("measuring the disk: {e}"))
+fn io_error(e: impl std::fmt::Display) -> PlannerError {
+    PlannerError::Invalid(format!("measuring the disk: {e}"))
 }
 
-pub(crate) fn stem(path: &Path) -> String {
+pub fn stem(path: &Path) -> String {
     path.file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "model".into())

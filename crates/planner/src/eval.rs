@@ -2,7 +2,7 @@
 
 use arbor_model::{LanguageModel, Mask};
 
-use crate::{EngineError, Result};
+use crate::{PlannerError, Result};
 
 /// Tokens per forward pass inside a window; bounds the logits held at once
 /// (rows × vocabulary floats).
@@ -18,7 +18,7 @@ pub fn perplexity(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<f64> {
     if ctx < 2 || tokens.len() < 2 {
-        return Err(EngineError::Invalid(format!(
+        return Err(PlannerError::Invalid(format!(
             "perplexity needs a window of at least 2 tokens and a text of at least 2 (got ctx {ctx}, {} tokens)",
             tokens.len()
         )));
@@ -62,7 +62,7 @@ pub fn greedy_agreement(
     from: usize,
 ) -> Result<(usize, usize)> {
     if from == 0 || from >= text.len() {
-        return Err(EngineError::Invalid(format!(
+        return Err(PlannerError::Invalid(format!(
             "agreement over tokens {from}.. of a text of {}",
             text.len()
         )));
@@ -81,7 +81,7 @@ pub fn greedy_agreement(
         }
         let logits = model.forward(chunk, &positions, &mask, &rows)?;
         for (k, &r) in rows.iter().enumerate() {
-            agree += usize::from(crate::argmax(logits.row(k)) == Some(text[past + r + 1]));
+            agree += usize::from(arbor_sampling::argmax(logits.row(k)) == Some(text[past + r + 1]));
             count += 1;
         }
     }

@@ -1,0 +1,172 @@
+//! Which draft source runs, and how: the acceptance each source reaches
+//! with a target (measured; see the constants), and the strategy and tree
+//! shape that open a chosen source. The engine gathers the candidates'
+//! facts (file sizes, memory plans, cached curves) and asks [`crate::auto`]
+//! for the estimates; this module turns the winner into a choice.
+
+use crate::auto::Estimate;
+
+/// The draft source named `lookup`: n-grams of the prompt and the text so far.
+pub const LOOKUP: &str = "lookup";
+/// The draft source named `self`: the target's resident layers.
+pub const SELF: &str = "self";
+
+/// Acceptance per position of a full draft model of the target's family
+/// (qwen2.5-coder 0.5B drafting for 1.5B, greedy, MT-Bench first turns):
+/// 0.67 on writing and roleplay (2.68 tokens per chain of 5), 0.78 with
+/// math and reasoning (3.36); 0.72 for a spread of categories.
+pub const MODEL_ACCEPTANCE: f64 = 0.72;
+/// A slim draft with K = 32768 accepted exactly as its source
+/// (docs/slim-drafts.md); smaller heads lose a little.
+pub const SLIM_ACCEPTANCE: f64 = 0.72;
+/// Prompt lookup on MT-Bench first turns: 0.32 tokens accepted per chain
+/// of 4 along the target's answers, but 0.06 per verification in the tree
+/// strategy under a budget (second turns, which can copy the first answer,
+/// reach 0.49 per chain).
+pub const LOOKUP_ACCEPTANCE: f64 = 0.06;
+
+/// Acceptance per position of a self draft that runs the share `running`
+/// of the target's layers, skipping the others spread evenly: measured
+/// for the 1.5B (28 layers; chains of 4 along its greedy answers to 8
+/// MT-Bench questions): 4 layers skipped ≈ 0.72, 8 ≈ 0.38, 12 ≈ 0.10
+/// (`cargo run --release -p arbor-drafts --example measure_drafts`, which
+/// measures prompt lookup's acceptance too).
+pub fn self_acceptance(running: f64) -> f64 {
+    let points = [
+        (0.5, 0.0),
+        (0.57, 0.10),
+        (0.71, 0.38),
+        (0.86, 0.72),
+        (1.0, 1.0),
+    ];
+    interpolate(&points, running)
+}
+
+fn interpolate(points: &[(f64, f64)], x: f64) -> f64 {
+    if x <= points[0].0 {
+        return points[0].1;
+    }
+    for w in points.windows(2) {
+        let ((x0, y0), (x1, y1)) = (w[0], w[1]);
+        if x <= x1 {
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+        }
+    }
+    points[points.len() - 1].1
+}
+
+/// What the planner chose, and why.
+pub struct Choice {
+    /// `draft` for the run config.
+    pub draft: Option<String>,
+    /// The strategy name to open with.
+    pub strategy: String,
+    /// The tree's branch threshold (a model draft under streaming).
+    pub branch_threshold: Option<f32>,
+}
+
+/// Branch threshold of the trees a model draft grows when layers stream:
+/// a pass costs its reads, so extra rows are nearly free and a branch is
+/// worth opening at a twentieth of the draft's probability (slim 0.5B at
+/// 800 MiB, reads capped at 1 GB/s, 2 prompts × 48 tokens: 3.76 tokens per
+/// pass, 3.62 at 0.1, 2.94 at the default 0.3, 3.03 for the best chain;
+/// 0.02 kept the same trees as 0.05).
+pub const STREAMING_BRANCH_THRESHOLD: f32 = 0.05;
+
+/// How the estimate `e` is opened.
+pub fn choice_for(e: &Estimate, streams: bool) -> Choice {
+    let strategy = strategy_for(e, streams);
+    Choice {
+        draft: e.candidate.draft.clone(),
+        branch_threshold: (strategy == STREAMING_TREE).then_some(STREAMING_BRANCH_THRESHOLD),
+        strategy: strategy.into(),
+    }
+}
+
+/// The tree a model draft grows under streaming: sized by the IO-aware
+/// pass cost alone, without the fallback threshold α (tuned for resident
+/// passes, where every row costs; it verified after 2.54 tokens per pass
+/// where the tree without it kept 2.94, same run as above).
+pub const STREAMING_TREE: &str = "tree-no-fallback";
+
+/// The strategy that runs the chosen source: `ppd` for the target's own
+/// guesses, plain decoding (pipelined when layers stream), a widely branching tree without α when a model
+/// drafts under streaming (passes cost their reads, so rows are nearly
+/// free), else the tree strategy.
+pub fn strategy_for(best: &Estimate, streams: bool) -> &'static str {
+    if best.candidate.ppd.is_some() {
+        return "ppd";
+    }
+    match best.candidate.draft.as_deref() {
+        None if streams => "autoregressive-pipelined",
+        None => "autoregressive",
+        Some(LOOKUP) => "tree",
+        Some(_) if streams => STREAMING_TREE,
+        Some(_) => "tree",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auto::Candidate;
+
+    fn estimate(draft: Option<&str>) -> Estimate {
+        Estimate {
+            candidate: Candidate {
+                draft: draft.map(str::to_string),
+                label: draft.unwrap_or("none").into(),
+                memory: 0,
+                step_secs: 0.01,
+                acceptance: 0.7,
+                ppd: None,
+            },
+            read_per_pass: Some(1 << 20),
+            depth: 4,
+            tok_s: 1.0,
+        }
+    }
+
+    #[test]
+    fn each_source_opens_with_its_strategy() {
+        let cases = [
+            (None, true, "autoregressive-pipelined"),
+            (None, false, "autoregressive"),
+            (Some(LOOKUP), true, "tree"),
+            (Some(SELF), true, STREAMING_TREE),
+            (Some("/m/slim.gguf"), true, STREAMING_TREE),
+            (Some("/m/draft.gguf"), false, "tree"),
+        ];
+        for (draft, streams, want) in cases {
+            let c = choice_for(&estimate(draft), streams);
+            assert_eq!(c.strategy, want, "{draft:?} streams={streams}");
+            assert_eq!(c.draft.as_deref(), draft);
+            // Only the streaming tree branches wider than the default.
+            assert_eq!(
+                c.branch_threshold,
+                (want == STREAMING_TREE).then_some(STREAMING_BRANCH_THRESHOLD)
+            );
+            assert!(c.strategy.parse::<arbor_speculative::Strategy>().is_ok());
+        }
+        // The target's own guesses open as `ppd`, streaming or not.
+        let mut e = estimate(None);
+        e.candidate.ppd = Some(std::sync::Arc::new(arbor_speculative::PromptTokens {
+            hidden: 1,
+            epts: 1,
+            vectors: vec![0.0],
+            accuracy: arbor_ppd::Accuracy::new(vec![vec![0.5]]).unwrap(),
+        }));
+        for streams in [true, false] {
+            let c = choice_for(&e, streams);
+            assert_eq!((c.strategy.as_str(), c.draft), ("ppd", None));
+        }
+    }
+
+    #[test]
+    fn self_acceptance_rises_with_the_layers_kept() {
+        assert!(self_acceptance(0.3) <= self_acceptance(0.6));
+        assert!(self_acceptance(0.6) < self_acceptance(0.9));
+        assert_eq!(self_acceptance(1.0), 1.0);
+        assert!((interpolate(&[(0.0, 0.0), (1.0, 1.0)], 0.25) - 0.25).abs() < 1e-12);
+    }
+}
