@@ -2,9 +2,11 @@
 //! A names something of file B through `crate::…`, `super::…`, or a child
 //! module's name — and a failure where two files name each other. A crate's
 //! root (`lib.rs`, `main.rs`) declares modules and re-exports; edges to and
-//! from it are not counted. Test modules (from a file's first
-//! `#[cfg(test)]` on) are skipped. A text scan, not a compiler pass: it
-//! reads paths as written, which is what a reader follows.
+//! from it are not counted, nor are edges between a module and the modules
+//! declared inside it (a parent file and its children read as one unit).
+//! Test modules (from a file's first `#[cfg(test)]` on) are skipped. A
+//! text scan, not a compiler pass: it reads paths as written, which is
+//! what a reader follows.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -120,7 +122,11 @@ fn edges_of(modules: &Modules) -> Result<Edges, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let code = code_of(&text);
         for target in references(module, &code, modules) {
-            if !target.is_empty() && &target != module {
+            // A module and the modules declared inside it read as one
+            // unit (a child sees its parent's items; the parent declares
+            // and re-exports the child): only edges across units count.
+            let nested = target.starts_with(module) || module.starts_with(&target);
+            if !target.is_empty() && !nested {
                 edges.insert((module.clone(), target));
             }
         }

@@ -329,6 +329,9 @@ fn ci() -> Result<(), String> {
     let features = FEATURES;
     let start = Instant::now();
     step(&["fmt", "--all", "--", "--check"])?;
+    // No two files of a crate name each other (a text scan, instant).
+    eprintln!("==> cargo xtask imports");
+    imports::check(&workspace_root(), false)?;
     step(&[
         "clippy",
         "--workspace",

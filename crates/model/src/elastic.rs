@@ -342,7 +342,7 @@ impl<B: Backend> Decoder<B> {
         d.set_level(level)?;
         let cuts = &self.elastic.as_ref().expect("checked above").cuts[d.level];
         for (i, block) in self.blocks.iter().enumerate() {
-            if let crate::decoder::Block::Split { neurons, .. } = block
+            if let crate::blocks::Block::Split { neurons, .. } = block
                 && cuts[i].neurons > *neurons
             {
                 return Err(ModelError::Input(format!(

@@ -11,9 +11,11 @@
 //! rows, and edit the KV cache (truncate, keep only some positions). A
 //! row may also be an embedding vector instead of a token ([`Row`]).
 
+mod blocks;
 mod check;
 pub mod decoder;
 pub mod elastic;
+mod forward;
 pub mod layout;
 pub mod lora;
 mod probes;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use arbor_tensor::Backend;
 
-use crate::decoder::{Block, Embedding};
+use crate::blocks::{Block, Embedding};
 use crate::{Decoder, ModelError, Result};
 
 impl<B: Backend + Clone> Decoder<B> {

@@ -11,8 +11,8 @@ use std::ops::Range;
 
 use arbor_tensor::{Backend, Heads, Mask};
 
+use crate::blocks::Block;
 use crate::check_pass;
-use crate::decoder::Block;
 use crate::{Decoder, Logits, ModelError, Result, Row, SlotPass};
 
 /// Consecutive rows of a pass that belong to one sequence.

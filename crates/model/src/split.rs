@@ -28,7 +28,7 @@ use std::sync::Arc;
 use arbor_gguf::GgufFile;
 use arbor_tensor::Backend;
 
-use crate::decoder::Block;
+use crate::blocks::Block;
 use crate::weights::{Mlp, SEGMENT, weight};
 use crate::{Decoder, LayerWeights, Layout, ModelError, Result, TensorEntry};
 

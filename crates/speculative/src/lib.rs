@@ -35,13 +35,14 @@
 //! tests check it). Above temperature 0, exact verification is recursive
 //! rejection sampling, so outputs follow the target's distribution.
 
+mod decode;
 mod profile;
 mod rounds;
 mod run;
 mod strategy;
 
+pub use decode::{Control, decode, decode_with};
 pub use profile::{LatencyProfile, PROFILE_SIZES, best_size};
-pub use run::{Control, decode, decode_with};
 pub use strategy::{Decoding, Strategy, Streaming};
 
 use std::time::Instant;

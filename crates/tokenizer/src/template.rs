@@ -361,7 +361,7 @@ fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value,
         }
         None => serde::Serialize::serialize(
             value,
-            &mut serde_json::Serializer::with_formatter(&mut out, PythonSeparators),
+            &mut serde_json::Serializer::with_formatter(&mut out, crate::tools::PythonSeparators),
         ),
     };
     written.map_err(|e| {
@@ -375,41 +375,6 @@ fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value,
     } else {
         text
     }))
-}
-
-/// `value` as Python's `json.dumps` writes it (`", "` and `": "`), as
-/// templates print JSON; used for the tool layout of templates without one.
-pub(crate) fn python_json(value: &serde_json::Value) -> String {
-    let mut out = Vec::new();
-    let mut ser = serde_json::Serializer::with_formatter(&mut out, PythonSeparators);
-    // Writing a JSON value to memory cannot fail.
-    let _ = serde::Serialize::serialize(value, &mut ser);
-    String::from_utf8(out).unwrap_or_default()
-}
-
-/// Compact JSON with Python's default separators.
-struct PythonSeparators;
-
-impl serde_json::ser::Formatter for PythonSeparators {
-    fn begin_array_value<W: ?Sized + std::io::Write>(
-        &mut self,
-        w: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
-        if first { Ok(()) } else { w.write_all(b", ") }
-    }
-
-    fn begin_object_key<W: ?Sized + std::io::Write>(
-        &mut self,
-        w: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
-        if first { Ok(()) } else { w.write_all(b", ") }
-    }
-
-    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        w.write_all(b": ")
-    }
 }
 
 /// `\uXXXX` escapes (UTF-16, as JSON wants) for every non-ASCII character.

@@ -16,7 +16,6 @@
 use minijinja::context;
 use minijinja::value::{Serde, Value};
 
-use crate::template::python_json;
 use crate::{ChatMessage, Result, Role, Tokenizer};
 
 /// One call of a tool, as an assistant message holds it.
@@ -136,4 +135,39 @@ pub(crate) fn lower(messages: &[ChatMessage], tools: &[serde_json::Value]) -> Ve
         }
     }
     out
+}
+
+/// `value` as Python's `json.dumps` writes it (`", "` and `": "`), as
+/// templates print JSON; used for the tool layout of templates without one.
+pub(crate) fn python_json(value: &serde_json::Value) -> String {
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, PythonSeparators);
+    // Writing a JSON value to memory cannot fail.
+    let _ = serde::Serialize::serialize(value, &mut ser);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Compact JSON with Python's default separators.
+pub(crate) struct PythonSeparators;
+
+impl serde_json::ser::Formatter for PythonSeparators {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
 }

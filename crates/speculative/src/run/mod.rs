@@ -1,7 +1,5 @@
-//! The decoding loop shared by every strategy: checks, prefill, then one
-//! [`Round`](crate::rounds::Round) after another until a stop token, the
-//! token limit or the context ends it. The state rounds share lives in
-//! [`Run`]; its helpers are split by what they touch:
+//! The state of one decode, which the loop (`crate::decode`) and its
+//! rounds share: [`Run`]. Its helpers are split by what they touch:
 //!
 //! - here: committing and showing tokens, plain target steps, the room
 //!   left for draft tokens;
@@ -24,149 +22,7 @@ pub(crate) use draft::{Fed, top_logits, top_probs};
 use provisional::Seed;
 pub(crate) use provisional::{Grown, Start};
 
-use crate::{
-    DecodeOptions, DecodeStats, Decoded, Event, PREFILL_CHUNK, Phase, PhaseSpan, Result, SpecError,
-    StopReason, Verification, rounds,
-};
-
-/// Generates from `prompt` with `target` (and `draft` for the speculative
-/// strategies); `on` receives every batch of newly confirmed tokens, and
-/// with `tree-provisional` the provisional tokens and their rollbacks.
-pub fn decode(
-    target: &mut dyn LanguageModel,
-    draft: Option<&mut dyn LanguageModel>,
-    prompt: &[u32],
-    opts: &DecodeOptions,
-    on: &mut dyn FnMut(Event<'_>),
-) -> Result<Decoded> {
-    decode_with(target, draft, prompt, opts, Control::default(), on)
-}
-
-/// How a caller steers one decode from outside (see [`decode_with`]).
-#[derive(Default, Clone, Copy)]
-pub struct Control<'a> {
-    /// Once set (by `on`, or by another thread: a server whose client went
-    /// away) decoding ends with [`StopReason::Cancelled`]. It is read
-    /// between prefill chunks and between rounds: within one target pass.
-    pub cancel: Option<&'a AtomicBool>,
-    /// The target's cache already holds the keys and values of the
-    /// prompt's first `reuse` tokens (an earlier turn of the same
-    /// conversation): only the rest is prefilled. At most the prompt's
-    /// length minus one; the caller vouches for the cache's content.
-    pub reuse: usize,
-    /// A rule on which tokens may come next, applied to every target row a
-    /// token is chosen from (see [`Constraint`]).
-    pub constraint: Option<&'a dyn Constraint>,
-    /// Score every generated token ([`Decoded::logprobs`]) with this many
-    /// of the most probable alternatives.
-    pub logprobs: Option<usize>,
-}
-
-impl std::fmt::Debug for Control<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Control")
-            .field("cancel", &self.cancel)
-            .field("reuse", &self.reuse)
-            .field("constraint", &self.constraint.is_some())
-            .field("logprobs", &self.logprobs)
-            .finish()
-    }
-}
-
-/// [`decode`] under a caller's [`Control`].
-pub fn decode_with(
-    target: &mut dyn LanguageModel,
-    draft: Option<&mut dyn LanguageModel>,
-    prompt: &[u32],
-    opts: &DecodeOptions,
-    control: Control<'_>,
-    on: &mut dyn FnMut(Event<'_>),
-) -> Result<Decoded> {
-    let Control {
-        cancel,
-        reuse,
-        constraint,
-        logprobs,
-    } = control;
-    opts.strategy.decoding.validate()?;
-    let sampler = Sampler::new(opts.sampling)?;
-    if prompt.is_empty() {
-        return Err(SpecError::Invalid("the prompt is empty".into()));
-    }
-    let mut context = target.config().context_length;
-    let vocab = target.config().vocab_size;
-    if let Some(d) = &draft {
-        if d.config().vocab_size != vocab {
-            return Err(SpecError::Invalid(format!(
-                "the draft's vocabulary has {} tokens, the target's {vocab}: they must share one",
-                d.config().vocab_size
-            )));
-        }
-        context = context.min(d.config().context_length);
-    }
-    if opts.strategy.needs_draft() && draft.is_none() {
-        return Err(SpecError::Invalid(format!(
-            "the {} strategy needs a draft model",
-            opts.strategy.name()
-        )));
-    }
-    if prompt.len() >= context {
-        return Err(SpecError::Invalid(format!(
-            "the prompt has {} tokens; the context is {context}",
-            prompt.len()
-        )));
-    }
-    if reuse >= prompt.len() || reuse > target.cache_len() {
-        return Err(SpecError::Invalid(format!(
-            "cannot reuse {reuse} cached tokens of a {}-token prompt with {} in the cache",
-            prompt.len(),
-            target.cache_len()
-        )));
-    }
-    let sampling_mode = !opts.sampling.is_greedy() && opts.verification == Verification::Exact;
-    let mut run = Run {
-        target: Some(target),
-        draft,
-        opts: opts.clone(),
-        seq: prompt.to_vec(),
-        prompt_len: prompt.len(),
-        context,
-        vocab,
-        rng: Rng::new(opts.sampling.seed ^ 0x5bec_u64),
-        sampler,
-        stats: DecodeStats::new(prompt.len()),
-        done: None,
-        sampling_mode,
-        accept_rate: 0.7,
-        draft_step: None,
-        shown: Vec::new(),
-        seed: None,
-        started: Instant::now(),
-        trace: Vec::new(),
-        cancel,
-        constraint,
-        constraint_error: None,
-        logprobs,
-        scored: Vec::new(),
-        pending: Vec::new(),
-    };
-    run.run(reuse, on)?;
-    if let Some(e) = run.constraint_error.take() {
-        return Err(SpecError::Constraint(e));
-    }
-    let stats = DecodeStats {
-        generated_tokens: run.seq.len() - run.prompt_len,
-        stop: run.done.unwrap_or(StopReason::MaxTokens),
-        ..run.stats
-    };
-    Ok(Decoded {
-        tokens: run.seq[run.prompt_len..].to_vec(),
-        stats,
-        started: run.started,
-        trace: run.trace,
-        logprobs: run.scored,
-    })
-}
+use crate::{DecodeOptions, DecodeStats, Event, Phase, PhaseSpan, Result, SpecError, StopReason};
 
 /// The state of one decode, shared by the loop and its rounds.
 pub(crate) struct Run<'t, 'd> {
@@ -197,9 +53,9 @@ pub(crate) struct Run<'t, 'd> {
     pub(crate) seed: Option<Seed>,
     pub(crate) started: Instant,
     pub(crate) trace: Vec<PhaseSpan>,
-    /// Set by the caller to stop (see [`decode_with`]).
+    /// Set by the caller to stop (see [`crate::decode_with`]).
     pub(crate) cancel: Option<&'t AtomicBool>,
-    /// What may come next (see [`Control::constraint`]).
+    /// What may come next (see [`crate::Control::constraint`]).
     pub(crate) constraint: Option<&'t dyn Constraint>,
     /// The constraint failed on committed tokens: decoding stopped there.
     pub(crate) constraint_error: Option<String>,
@@ -214,55 +70,12 @@ pub(crate) struct Run<'t, 'd> {
 
 impl Run<'_, '_> {
     /// Whether the caller asked to stop; if so, says so in `done`.
-    fn cancelled(&mut self) -> bool {
+    pub(crate) fn cancelled(&mut self) -> bool {
         let set = self.cancel.is_some_and(|c| c.load(Ordering::Relaxed));
         if set {
             self.done = Some(StopReason::Cancelled);
         }
         set
-    }
-
-    /// Prefills the prompt past its first `reuse` tokens (already in the
-    /// target's cache), then runs rounds until done.
-    fn run(&mut self, reuse: usize, on: &mut dyn FnMut(Event<'_>)) -> Result<()> {
-        let start = Instant::now();
-        self.target().truncate_cache(reuse)?;
-        let mut logits = Vec::new();
-        let target = self.target.as_deref_mut().expect("the target is here");
-        let cancel = self.cancel;
-        for chunk in self.seq[reuse..].chunks(PREFILL_CHUNK) {
-            if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
-                break;
-            }
-            logits = target.step(chunk)?;
-        }
-        self.stats.prefill_secs = start.elapsed().as_secs_f64();
-        self.span(Phase::Prefill, start, self.seq.len() - reuse);
-        let start = Instant::now();
-        if self.cancelled() {
-            return Ok(());
-        }
-        if self.opts.max_tokens == 0 {
-            self.done = Some(StopReason::MaxTokens);
-            return Ok(());
-        }
-        self.constrain(&[], &mut logits)?;
-        let first = self.sampler.sample(&logits)?;
-        self.score(&logits, first);
-        self.commit(&[first], on);
-        if let Some(d) = self.draft.as_deref_mut() {
-            d.truncate_cache(0)?;
-        }
-        let mut round = rounds::for_decoding(&self.opts.strategy.decoding);
-        while self.done.is_none() && !self.cancelled() {
-            round.round(self, on)?;
-        }
-        if !self.shown.is_empty() {
-            on(Event::Rollback(self.shown.len()));
-            self.shown.clear();
-        }
-        self.stats.decode_secs = start.elapsed().as_secs_f64();
-        Ok(())
     }
 
     pub(crate) fn target(&mut self) -> &mut dyn LanguageModel {
