@@ -18,6 +18,8 @@ macro_rules! delegate_to_inner {
     };
 }
 
+pub mod models;
+
 /// `logits` times `by` (a sharper, flatter or, negative, adversarial model).
 pub fn scaled(mut logits: arbor_model::Logits, by: f32) -> arbor_model::Logits {
     logits.data.iter_mut().for_each(|v| *v *= by);
