@@ -4,6 +4,13 @@
 //! ([`measure_quality`]), and one request served at a chosen pair with its
 //! latency measured ([`serve_pair`]).
 
+mod tables;
+
+pub use tables::{
+    Calibration, HEADROOM, PROFILE_DECODE, PROFILE_LENGTHS, PROFILE_REPS, SloFiles, SloReport,
+    SloTables, read_json,
+};
+
 use std::time::Instant;
 
 use arbor_model::LanguageModel;
