@@ -5,11 +5,9 @@
 //! else is in its pass.
 #![cfg(feature = "wgpu")]
 
-mod common;
 use arbor_backend_burn::BurnBackend;
+use arbor_tensor::suite::{Rng, Tol, assert_close, bits, host_matmul, random_blocks, weight_data};
 use arbor_tensor::{Backend, GgmlType, HeadOrder, Heads, Mask, Rope, RopeStyle};
-use common::{Rng, weight_data};
-use half::{bf16, f16};
 
 const FORMATS: [GgmlType; 10] = [
     GgmlType::F16,
@@ -23,67 +21,6 @@ const FORMATS: [GgmlType; 10] = [
     GgmlType::Q5_K,
     GgmlType::Q6_K,
 ];
-
-/// Random blocks of `ty` for a `[rows, cols]` weight: random quants and
-/// scale bytes, with the `f16` scales and minimums set to small finite
-/// values (random bytes would include infinities and NaNs).
-fn random_blocks(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
-    let n = rows * cols;
-    match ty {
-        GgmlType::F16 => {
-            return (0..n)
-                .flat_map(|_| f16::from_f32(rng.f32()).to_le_bytes())
-                .collect();
-        }
-        GgmlType::BF16 => {
-            return (0..n)
-                .flat_map(|_| bf16::from_f32(rng.f32()).to_le_bytes())
-                .collect();
-        }
-        _ => {}
-    }
-    let halves: &[usize] = match ty {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
-        GgmlType::Q6_K => &[208],
-        _ => &[0, 2],
-    };
-    let (len, size) = (ty.block_len(), ty.block_bytes());
-    let mut out = Vec::with_capacity(n / len * size);
-    for _ in 0..n / len {
-        let mut block = rng.bytes(size);
-        for &at in halves {
-            let h = f16::from_f32(0.002 + 0.02 * rng.f32().abs());
-            block[at..at + 2].copy_from_slice(&h.to_le_bytes());
-        }
-        out.extend(block);
-    }
-    out
-}
-
-/// `x [n, k] · wᵀ` for `w [m, k]` on the host, in f64.
-fn host_matmul(x: &[f32], w: &[f32], n: usize, k: usize, m: usize) -> Vec<f32> {
-    let mut out = vec![0.0; n * m];
-    for i in 0..n {
-        for j in 0..m {
-            let s: f64 = (0..k)
-                .map(|l| x[i * k + l] as f64 * w[j * k + l] as f64)
-                .sum();
-            out[i * m + j] = s as f32;
-        }
-    }
-    out
-}
-
-#[track_caller]
-fn assert_close(got: &[f32], want: &[f32], scale: f32, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= 1e-4 * scale.max(w.abs()),
-            "{what}: element {i}: got {g}, want {w}"
-        );
-    }
-}
 
 #[test]
 fn every_format_multiplies_as_the_host_dequantizes() {
@@ -106,7 +43,7 @@ fn every_format_multiplies_as_the_host_dequantizes() {
             assert_close(
                 &be.to_vec(&y).unwrap(),
                 &want,
-                scale,
+                Tol::each(1e-4, scale),
                 &format!("{ty:?} n={n}"),
             );
         }
@@ -172,12 +109,22 @@ fn parts_of_a_block_weight() {
             let want = host_matmul(&x_part, &w_part, n, cols.len(), rows);
             let what = format!("{ty:?} rows {rows} cols {cols:?}");
             let got = be.matmul_part(&xt, &w, rows, cols.clone()).unwrap();
-            assert_close(&be.to_vec(&got).unwrap(), &want, 10.0, &what);
+            assert_close(
+                &be.to_vec(&got).unwrap(),
+                &want,
+                Tol::each(1e-4, 10.0),
+                &what,
+            );
             // x only as wide as the columns used (a leading range).
             if cols.start == 0 {
                 let narrow = be.tensor(&x_part, n, cols.len()).unwrap();
                 let got = be.matmul_part(&narrow, &w, rows, cols.clone()).unwrap();
-                assert_close(&be.to_vec(&got).unwrap(), &want, 10.0, &what);
+                assert_close(
+                    &be.to_vec(&got).unwrap(),
+                    &want,
+                    Tol::each(1e-4, 10.0),
+                    &what,
+                );
             }
         }
         assert!(be.matmul_part(&xt, &w, m + 1, 0..k).is_err());
@@ -236,10 +183,6 @@ fn a_block_count_that_disagrees_with_the_shape_is_an_error() {
         be.weight(weight_data(GgmlType::Q4_K, 3, 256, &bytes))
             .is_err()
     );
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|f| f.to_bits()).collect()
 }
 
 #[test]

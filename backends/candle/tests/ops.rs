@@ -1,97 +1,150 @@
-//! The candle backend against the host reference implementations.
+//! The candle backend under arbor-tensor's op suite (`arbor_tensor::suite`),
+//! with our kernels and with candle's, then what only candle does: Q5_0
+//! repacked for candle's kernels, attention on f16 operands.
 
 use arbor_backend_candle::CandleBackend;
-use arbor_tensor::{Backend, GgmlType, Heads, Mask, Rope, RopeStyle, WeightData, reference};
+use arbor_tensor::suite::{self, Rng, Tol, assert_close, bits, host, q5_0, tensor};
+use arbor_tensor::{Backend, GgmlType, Heads, Mask, WeightData};
 use half::f16;
 
-/// A small deterministic generator (xorshift) for test data in [-1, 1).
-struct Gen(u64);
-impl Gen {
-    fn next(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.next()).collect()
-    }
+fn ours() -> CandleBackend {
+    CandleBackend::new()
 }
 
-/// Q5_0 blocks whose values are `(q - 16) * d` for the given 5-bit `q`s.
-fn q5_0(qs: &[u8], d: f32) -> Vec<u8> {
-    let mut out = Vec::new();
-    for block in qs.chunks(32) {
-        out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
-        let mut qh = 0u32;
-        for (j, &q) in block.iter().enumerate() {
-            qh |= ((q as u32 >> 4) & 1) << j;
-        }
-        out.extend_from_slice(&qh.to_le_bytes());
-        for j in 0..16 {
-            out.push((block[j] & 0x0F) | ((block[j + 16] & 0x0F) << 4));
-        }
-    }
-    out
+/// Quantized weights multiplied by candle's kernels instead of ours.
+fn candles() -> CandleBackend {
+    CandleBackend::new().with_candle_kernels()
 }
 
-fn host_matmul(x: &[f32], w: &[f32], n: usize, k: usize, m: usize) -> Vec<f32> {
-    let mut out = vec![0.0; n * m];
-    for i in 0..n {
-        for j in 0..m {
-            out[i * m + j] = (0..k).map(|t| x[i * k + t] * w[j * k + t]).sum();
-        }
-    }
-    out
+/// The suite's attention checks are against f32 math; the default rounds
+/// the operands to f16 (see the last test).
+fn f32_attention() -> CandleBackend {
+    CandleBackend::with_f32_attention()
 }
 
-fn assert_close(a: &[f32], b: &[f32], tol: f32, what: &str) {
-    assert_eq!(a.len(), b.len(), "{what}: lengths");
-    let scale = b.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert!(
-            (x - y).abs() <= tol * scale,
-            "{what}[{i}]: {x} vs {y} (scale {scale})"
-        );
-    }
+/// Candle rounds the activations to 8 bits against quantized weights.
+const QUANTIZED: Tol = Tol::largest(2e-2);
+/// The same for a part's shorter sums.
+const QUANTIZED_PART: Tol = Tol::largest(0.05);
+
+#[test]
+fn matmul_f32() {
+    suite::matmul_f32(&ours());
 }
 
 #[test]
-fn matmul_on_f32_and_quantized_weights_matches_host_math() {
-    let be = CandleBackend::new();
-    let mut g = Gen(1);
-    let (n, k, m) = (3, 64, 40);
-    let x = g.vec(n * k);
-    let w = g.vec(m * k);
-    let xt = be.tensor(&x, n, k).unwrap();
+fn matmul_f16() {
+    suite::matmul_f16(&ours());
+}
 
-    let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let wf = be
-        .weight(WeightData {
-            name: "w",
-            ty: GgmlType::F32,
-            rows: m,
-            cols: k,
-            bytes: &bytes,
-        })
-        .unwrap();
-    let got = be.to_vec(&be.matmul(&xt, &wf).unwrap()).unwrap();
-    assert_close(&got, &host_matmul(&x, &w, n, k, m), 1e-5, "f32 matmul");
+#[test]
+fn matmul_q8_0() {
+    suite::matmul_q8_0(&ours(), QUANTIZED);
+    suite::matmul_q8_0(&candles(), QUANTIZED);
+}
 
-    // Quantized weights: compare against the dequantized weight; candle
-    // also quantizes the activations to 8 bits, hence the looser bound.
-    let q = arbor_gguf::quantize_q8_0(&w);
-    let wq_data = WeightData {
-        name: "wq",
-        ty: GgmlType::Q8_0,
-        rows: m,
-        cols: k,
-        bytes: &q,
-    };
-    let deq = wq_data.to_f32().unwrap();
-    let wq = be.weight(wq_data).unwrap();
-    let got = be.to_vec(&be.matmul(&xt, &wq).unwrap()).unwrap();
-    assert_close(&got, &host_matmul(&x, &deq, n, k, m), 2e-2, "q8_0 matmul");
+#[test]
+fn batched_rows_equal_single_rows_bit_for_bit() {
+    use GgmlType::*;
+    let types = [Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K];
+    suite::batched_rows_equal_single_rows(&ours(), &types);
+}
+
+#[test]
+fn weight_parts() {
+    suite::weight_parts(&ours(), GgmlType::F32, Tol::largest(1e-5));
+    suite::weight_parts(&ours(), GgmlType::Q8_0, QUANTIZED_PART);
+    suite::weight_parts(&candles(), GgmlType::Q8_0, QUANTIZED_PART);
+    suite::part_inside_a_block_is_refused(&ours());
+}
+
+#[test]
+fn segment_sums_equal_parts_bit_for_bit() {
+    for ty in [
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+        GgmlType::Q6_K,
+        GgmlType::F32,
+    ] {
+        suite::segment_sums_equal_parts(&ours(), ty);
+    }
+    suite::segment_sums_equal_parts(&candles(), GgmlType::Q8_0);
+}
+
+#[test]
+fn embed() {
+    suite::embed(&ours());
+}
+
+#[test]
+fn add() {
+    suite::add(&ours());
+}
+
+#[test]
+fn swiglu() {
+    suite::swiglu(&ours());
+}
+
+#[test]
+fn scale_cols() {
+    suite::scale_cols(&ours());
+}
+
+#[test]
+fn rms_norm() {
+    suite::rms_norm(&ours());
+}
+
+#[test]
+fn select_rows() {
+    suite::select_rows(&ours());
+}
+
+#[test]
+fn matmul_tensor() {
+    suite::matmul_tensor(&ours());
+}
+
+#[test]
+fn rope() {
+    suite::rope(&ours());
+}
+
+#[test]
+fn shape_errors() {
+    suite::shape_errors(&ours());
+}
+
+#[test]
+fn narrow_and_concat_cols() {
+    suite::narrow_and_concat_cols(&ours());
+}
+
+#[test]
+fn attention_over_a_growing_cache() {
+    suite::attention_over_a_growing_cache(&f32_attention());
+}
+
+#[test]
+fn attention_and_cache_edits() {
+    suite::attention_and_cache_edits(&f32_attention());
+}
+
+#[test]
+fn kv_truncate_and_keep() {
+    suite::kv_truncate_and_keep(&f32_attention());
+}
+
+#[test]
+fn interleaved_heads() {
+    suite::interleaved_heads(&f32_attention());
+}
+
+/// Large enough for the thread-pool path of attention.
+#[test]
+fn long_causal_attention() {
+    suite::long_causal_attention(&f32_attention());
 }
 
 #[test]
@@ -108,14 +161,11 @@ fn q5_0_weights_are_held_or_repacked_losslessly() {
     };
     let expected: Vec<f32> = qs.iter().map(|&q| (q as f32 - 16.0) * 0.25).collect();
     assert_eq!(data.to_f32().unwrap(), expected);
-    let x = Gen(5).vec(3 * k);
+    let x = Rng(5).vec(3 * k);
     let mut products = Vec::new();
     // Our kernel multiplies the Q5_0 blocks as they are; candle's are given
     // them repacked to Q8_0.
-    for be in [
-        CandleBackend::new(),
-        CandleBackend::new().with_candle_kernels(),
-    ] {
+    for be in [ours(), candles()] {
         let w = be.weight(data).unwrap();
         // F32: an aarch64 core without dotprod, where candle's Q8_0 kernel
         // cannot run (it issues sdot) and the values are held dequantized.
@@ -125,12 +175,11 @@ fn q5_0_weights_are_held_or_repacked_losslessly() {
             GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::F32
         ));
         // Embedding rows come straight from the stored blocks: exact.
-        let rows = be.to_vec(&be.embed(&w, &[2, 0]).unwrap()).unwrap();
+        let rows = host(&be, &be.embed(&w, &[2, 0]).unwrap());
         assert_eq!(rows[..k], expected[2 * k..3 * k]);
         assert_eq!(rows[k..], expected[..k]);
         assert!(be.embed(&w, &[4]).is_err(), "id past the table is an error");
-        let y = be.matmul(&be.tensor(&x, 3, k).unwrap(), &w).unwrap();
-        let y = be.to_vec(&y).unwrap();
+        let y = host(&be, &be.matmul(&tensor(&be, &x, 3, k), &w).unwrap());
         if held == GgmlType::F32 {
             // Unquantized activations against exact values: the float
             // product, to f32 rounding.
@@ -148,7 +197,6 @@ fn q5_0_weights_are_held_or_repacked_losslessly() {
             products.push(y);
         }
     }
-    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     if let [ours, candles] = &products[..] {
         assert_eq!(
             bits(ours),
@@ -159,174 +207,11 @@ fn q5_0_weights_are_held_or_repacked_losslessly() {
 }
 
 #[test]
-fn elementwise_ops_match_host_math() {
-    let be = CandleBackend::new();
-    let mut g = Gen(2);
-    let (a, b, w) = (g.vec(12), g.vec(4), g.vec(4));
-    let at = be.tensor(&a, 3, 4).unwrap();
-    let bt = be.tensor(&b, 1, 4).unwrap();
-    let sum = be.to_vec(&be.add(&at, &bt).unwrap()).unwrap();
-    assert_close(
-        &sum,
-        &a.iter()
-            .enumerate()
-            .map(|(i, v)| v + b[i % 4])
-            .collect::<Vec<_>>(),
-        1e-6,
-        "add",
-    );
-
-    let sw = be.to_vec(&be.swiglu(&at, &at).unwrap()).unwrap();
-    let expect: Vec<f32> = a.iter().map(|&v| v / (1.0 + (-v).exp()) * v).collect();
-    assert_close(&sw, &expect, 1e-6, "swiglu");
-
-    let wt = be.tensor(&w, 1, 4).unwrap();
-    let sc = be.to_vec(&be.scale_cols(&at, &wt).unwrap()).unwrap();
-    let expect: Vec<f32> = a.iter().enumerate().map(|(i, v)| v * w[i % 4]).collect();
-    assert_eq!(sc, expect, "scale_cols");
-    assert!(be.scale_cols(&at, &at).is_err());
-    let n = be.to_vec(&be.rms_norm(&at, &wt, 1e-6).unwrap()).unwrap();
-    for r in 0..3 {
-        let row = &a[r * 4..r * 4 + 4];
-        let rms = (row.iter().map(|v| v * v).sum::<f32>() / 4.0 + 1e-6).sqrt();
-        let expect: Vec<f32> = row.iter().zip(&w).map(|(v, w)| v / rms * w).collect();
-        assert_close(&n[r * 4..r * 4 + 4], &expect, 1e-5, "rms_norm");
-    }
-    let sel = be.to_vec(&be.select_rows(&at, &[2, 0]).unwrap()).unwrap();
-    assert_eq!(sel[..4], a[8..12]);
-    assert_eq!(sel[4..], a[..4]);
-    assert!(be.add(&at, &be.tensor(&a[..8], 2, 4).unwrap()).is_err());
-
-    // [3, 4] · [4, 2], and a row alone gives the same bits as in the batch.
-    let m = g.vec(8);
-    let mt = be.tensor(&m, 4, 2).unwrap();
-    let prod = be.to_vec(&be.matmul_tensor(&at, &mt).unwrap()).unwrap();
-    let expect: Vec<f32> = (0..6)
-        .map(|o| (0..4).map(|j| a[o / 2 * 4 + j] * m[j * 2 + o % 2]).sum())
-        .collect();
-    assert_close(&prod, &expect, 1e-6, "matmul_tensor");
-    let row = be.tensor(&a[4..8], 1, 4).unwrap();
-    assert_eq!(
-        be.to_vec(&be.matmul_tensor(&row, &mt).unwrap()).unwrap(),
-        prod[2..4]
-    );
-    assert!(be.matmul_tensor(&at, &at).is_err());
-}
-
-#[test]
-fn rope_matches_reference_in_both_styles() {
-    let be = CandleBackend::new();
-    let mut g = Gen(3);
-    for style in [RopeStyle::Interleaved, RopeStyle::Halves] {
-        let rope = Rope {
-            style,
-            theta: 10000.0,
-            head_dim: 8,
-        };
-        let x = g.vec(3 * 16);
-        let pos = [0, 5, 1000];
-        let got = be
-            .to_vec(
-                &be.rope(&be.tensor(&x, 3, 16).unwrap(), &pos, &rope)
-                    .unwrap(),
-            )
-            .unwrap();
-        let mut expect = x.clone();
-        reference::rope(&mut expect, 16, &pos, &rope);
-        assert_close(&got, &expect, 1e-5, "rope");
-    }
-}
-
-#[test]
-fn attention_and_cache_edits_match_reference() {
-    let be = CandleBackend::with_f32_attention();
-    let mut g = Gen(4);
-    let h = Heads::grouped(4, 2, 8);
-    let kvd = 16;
-    let mut kv = be.kv_new(&h).unwrap();
-    let (mut ks, mut vs) = (Vec::new(), Vec::new());
-    for rows in [3, 1, 4] {
-        let (k, v) = (g.vec(rows * kvd), g.vec(rows * kvd));
-        be.kv_append(
-            &mut kv,
-            &be.tensor(&k, rows, kvd).unwrap(),
-            &be.tensor(&v, rows, kvd).unwrap(),
-        )
-        .unwrap();
-        ks.extend(k);
-        vs.extend(v);
-    }
-    assert_eq!(be.kv_len(&kv), 8);
-    // A tree-shaped mask: every row sees the first 3 positions plus some.
-    let q = g.vec(2 * 32);
-    let mut allowed = vec![false; 16];
-    for c in [0, 1, 2, 4, 6] {
-        allowed[c] = true;
-    }
-    for c in [0, 1, 2, 3, 5, 7] {
-        allowed[8 + c] = true;
-    }
-    let mask = Mask {
-        rows: 2,
-        cols: 8,
-        allowed,
-    };
-    let qt = be.tensor(&q, 2, 32).unwrap();
-    let got = be
-        .to_vec(&be.attention(&qt, &kv, &mask, &h).unwrap())
-        .unwrap();
-    assert_close(
-        &got,
-        &reference::attention(&q, &ks, &vs, &mask, &h),
-        1e-5,
-        "attention",
-    );
-
-    // Keep positions 0, 2, 5 and compare with the gathered reference.
-    let keep = [0, 2, 5];
-    be.kv_keep(&mut kv, &keep).unwrap();
-    let gather = |src: &[f32]| {
-        keep.iter()
-            .flat_map(|&p| src[p * kvd..(p + 1) * kvd].to_vec())
-            .collect::<Vec<_>>()
-    };
-    let full = Mask::causal(2, 1);
-    let q1 = be.tensor(&q[..32], 1, 32).unwrap();
-    let got = be
-        .to_vec(&be.attention(&q1, &kv, &full, &h).unwrap())
-        .unwrap();
-    assert_close(
-        &got,
-        &reference::attention(&q[..32], &gather(&ks), &gather(&vs), &full, &h),
-        1e-5,
-        "kept",
-    );
-
-    be.kv_truncate(&mut kv, 1).unwrap();
-    assert_eq!(be.kv_len(&kv), 1);
-    assert!(be.kv_truncate(&mut kv, 2).is_err());
-    assert!(be.kv_keep(&mut kv, &[3]).is_err());
-    assert!(
-        be.attention(
-            &q1,
-            &kv,
-            &Mask {
-                rows: 1,
-                cols: 1,
-                allowed: vec![false]
-            },
-            &h
-        )
-        .is_err()
-    );
-}
-
-#[test]
 fn default_attention_rounds_operands_to_f16() {
-    let (f16, f32) = (CandleBackend::new(), CandleBackend::with_f32_attention());
+    let (f16, f32) = (ours(), f32_attention());
     let h = Heads::grouped(2, 1, 4);
-    let mut g = Gen(5);
-    let (k, v, q) = (g.vec(3 * 4), g.vec(3 * 4), g.vec(8));
+    let mut rng = Rng(5);
+    let (k, v, q) = (rng.vec(3 * 4), rng.vec(3 * 4), rng.vec(8));
     let round = |x: &[f32]| {
         x.iter()
             .map(|v| f16::from_f32(*v).to_f32())
@@ -334,294 +219,15 @@ fn default_attention_rounds_operands_to_f16() {
     };
     let run = |be: &CandleBackend, k: &[f32], v: &[f32], q: &[f32]| {
         let mut kv = be.kv_new(&h).unwrap();
-        be.kv_append(
-            &mut kv,
-            &be.tensor(k, 3, 4).unwrap(),
-            &be.tensor(v, 3, 4).unwrap(),
-        )
-        .unwrap();
-        be.to_vec(
-            &be.attention(&be.tensor(q, 1, 8).unwrap(), &kv, &Mask::causal(2, 1), &h)
-                .unwrap(),
-        )
-        .unwrap()
+        be.kv_append(&mut kv, &tensor(be, k, 3, 4), &tensor(be, v, 3, 4))
+            .unwrap();
+        let y = be.attention(&tensor(be, q, 1, 8), &kv, &Mask::causal(2, 1), &h);
+        host(be, &y.unwrap())
     };
     let a = run(&f16, &k, &v, &q);
     // The same as f32 attention over rounded operands, up to the rounding
     // of the attention weights.
     let b = run(&f32, &round(&k), &round(&v), &round(&q));
-    assert_close(&a, &b, 2e-3, "f16 attention");
+    assert_close(&a, &b, Tol::largest(2e-3), "f16 attention");
     assert_ne!(a, run(&f32, &k, &v, &q));
-}
-
-/// Large enough for the thread-pool path of attention.
-#[test]
-fn parallel_attention_matches_reference() {
-    let be = CandleBackend::with_f32_attention();
-    let mut g = Gen(6);
-    let h = Heads::grouped(4, 2, 8);
-    let (n, past) = (96, 96);
-    let t = n + past;
-    let (k, v, q) = (g.vec(t * 16), g.vec(t * 16), g.vec(n * 32));
-    let mut kv = be.kv_new(&h).unwrap();
-    be.kv_append(
-        &mut kv,
-        &be.tensor(&k, t, 16).unwrap(),
-        &be.tensor(&v, t, 16).unwrap(),
-    )
-    .unwrap();
-    let mask = Mask::causal(past, n);
-    assert!(n * t * h.n_heads >= 1 << 16, "exercises the parallel path");
-    let got = be
-        .to_vec(
-            &be.attention(&be.tensor(&q, n, 32).unwrap(), &kv, &mask, &h)
-                .unwrap(),
-        )
-        .unwrap();
-    assert_close(
-        &got,
-        &reference::attention(&q, &k, &v, &mask, &h),
-        1e-5,
-        "parallel attention",
-    );
-}
-
-/// Blocks of `ty` from random bytes, with every f16 scale set to a sane
-/// value (random bits would include NaNs and infinities).
-fn random_blocks(ty: GgmlType, n_blocks: usize, g: &mut Gen) -> Vec<u8> {
-    let size = ty.block_bytes();
-    let mut out: Vec<u8> = (0..n_blocks * size)
-        .map(|_| ((g.next() + 1.0) * 127.9) as u8)
-        .collect();
-    let scale = f16::from_f32(0.01).to_le_bytes();
-    for block in out.chunks_mut(size) {
-        let scale_offsets: &[usize] = match ty {
-            GgmlType::Q6_K => &[208],
-            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
-            _ => &[0],
-        };
-        for &o in scale_offsets {
-            block[o..o + 2].copy_from_slice(&scale);
-        }
-    }
-    out
-}
-
-/// Speculative decoding verifies many tokens in one pass and must
-/// reproduce one-token decoding exactly, so a row's matmul result may not
-/// depend on the other rows of the batch.
-#[test]
-fn batched_matmul_rows_equal_single_row_matmuls_bit_for_bit() {
-    let be = CandleBackend::new();
-    let mut g = Gen(0x5eed);
-    let (rows, cols) = (64, 512);
-    for ty in [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q8_0,
-        GgmlType::Q4_K,
-        GgmlType::Q5_K,
-        GgmlType::Q6_K,
-    ] {
-        let bytes = random_blocks(ty, rows * cols / ty.block_len(), &mut g);
-        let w = be
-            .weight(WeightData {
-                name: "w",
-                ty,
-                rows,
-                cols,
-                bytes: &bytes,
-            })
-            .unwrap();
-        for n in [2usize, 5, 16, 33] {
-            let x = g.vec(n * cols);
-            let batch = be
-                .to_vec(&be.matmul(&be.tensor(&x, n, cols).unwrap(), &w).unwrap())
-                .unwrap();
-            for i in 0..n {
-                let one = be
-                    .to_vec(
-                        &be.matmul(&be.tensor(&x[i * cols..][..cols], 1, cols).unwrap(), &w)
-                            .unwrap(),
-                    )
-                    .unwrap();
-                let got = &batch[i * rows..][..rows];
-                assert!(
-                    one.iter().zip(got).all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "{ty}: row {i} of a {n}-row batch differs from the same row alone"
-                );
-            }
-        }
-    }
-}
-
-/// Elastic parts: float weights and weights under our kernels read their
-/// part in place, candle-held weights through the padded default; all
-/// equal the host product of the slice. Interleaved heads read the KV
-/// head the reference says.
-#[test]
-fn weight_parts_and_interleaved_heads_match_host_math() {
-    let (m, k) = (24, 64);
-    let mut g = Gen(21);
-    let w = g.vec(m * k);
-    let q8 = arbor_gguf::quantize_q8_0(&w);
-    let values = arbor_gguf::dequantize(GgmlType::Q8_0, &q8, m * k).unwrap();
-    let f32_bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
-    for (be, ty, bytes, vals, tol) in [
-        (CandleBackend::new(), GgmlType::F32, &f32_bytes, &w, 1e-5),
-        (CandleBackend::new(), GgmlType::Q8_0, &q8, &values, 0.05),
-        (
-            CandleBackend::new().with_candle_kernels(),
-            GgmlType::Q8_0,
-            &q8,
-            &values,
-            0.05,
-        ),
-    ] {
-        let wt = be
-            .weight(WeightData {
-                name: "w",
-                ty,
-                rows: m,
-                cols: k,
-                bytes,
-            })
-            .unwrap();
-        for (rows, cols, xk) in [(8, 0..64, 64), (16, 32..64, 64), (24, 0..32, 40)] {
-            let x = g.vec(3 * xk);
-            let got = be
-                .to_vec(
-                    &be.matmul_part(&be.tensor(&x, 3, xk).unwrap(), &wt, rows, cols.clone())
-                        .unwrap(),
-                )
-                .unwrap();
-            let xs: Vec<f32> = x
-                .chunks_exact(xk)
-                .flat_map(|r| r[cols.clone()].to_vec())
-                .collect();
-            let ws: Vec<f32> = (vals.chunks_exact(k).take(rows))
-                .flat_map(|r| r[cols.clone()].to_vec())
-                .collect();
-            let want = host_matmul(&xs, &ws, 3, cols.len(), rows);
-            assert_close(&got, &want, tol, &format!("{ty} part ..{rows} {cols:?}"));
-        }
-        let x = be.tensor(&g.vec(2 * k), 2, k).unwrap();
-        assert!(be.matmul_part(&x, &wt, 25, 0..k).is_err());
-        assert!(be.matmul_part(&x, &wt, 8, 0..k + 32).is_err());
-    }
-    // Columns inside a quantization block are refused.
-    let be = CandleBackend::new();
-    let wt = be
-        .weight(WeightData {
-            name: "w",
-            ty: GgmlType::Q8_0,
-            rows: m,
-            cols: k,
-            bytes: &q8,
-        })
-        .unwrap();
-    let x = be.tensor(&g.vec(2 * k), 2, k).unwrap();
-    assert!(be.matmul_part(&x, &wt, 8, 4..36).is_err());
-    // Columns side by side, and rows that disagree refused.
-    let (a, c) = (g.vec(2 * 3), g.vec(2 * 5));
-    let joined = be
-        .concat_cols(&be.tensor(&a, 2, 3).unwrap(), &be.tensor(&c, 2, 5).unwrap())
-        .unwrap();
-    let want: Vec<f32> = [&a[..3], &c[..5], &a[3..], &c[5..]].concat();
-    assert_eq!(
-        (be.shape(&joined), be.to_vec(&joined).unwrap()),
-        ((2, 8), want)
-    );
-    let three = be.tensor(&g.vec(3 * 5), 3, 5).unwrap();
-    assert!(
-        be.concat_cols(&be.tensor(&a, 2, 3).unwrap(), &three)
-            .is_err()
-    );
-
-    let be = CandleBackend::with_f32_attention();
-    let grouped = Heads::grouped(4, 2, 8);
-    let mut kv = be.kv_new(&grouped).unwrap();
-    let (ks, vs) = (g.vec(5 * 16), g.vec(5 * 16));
-    be.kv_append(
-        &mut kv,
-        &be.tensor(&ks, 5, 16).unwrap(),
-        &be.tensor(&vs, 5, 16).unwrap(),
-    )
-    .unwrap();
-    for (n_heads, run) in [(4, 1), (4, 2), (2, 1)] {
-        let h = Heads {
-            n_heads,
-            order: arbor_tensor::HeadOrder::Interleaved { run },
-            ..grouped
-        };
-        let q = g.vec(2 * n_heads * 8);
-        let mask = Mask::causal(3, 2);
-        let got = be
-            .to_vec(
-                &be.attention(&be.tensor(&q, 2, n_heads * 8).unwrap(), &kv, &mask, &h)
-                    .unwrap(),
-            )
-            .unwrap();
-        let want = reference::attention(&q, &ks, &vs, &mask, &h);
-        assert_close(&got, &want, 1e-5, &format!("{h:?}"));
-    }
-}
-
-/// A sum over segments (an elastic layer's down projection held whole)
-/// gives the bits of its parts multiplied one at a time and added in
-/// order — fused under our kernels, part by part for candle-held, float
-/// and interleaved K-quant weights — and bad segment ends are errors.
-#[test]
-fn segment_sums_equal_their_parts_added_bit_for_bit() {
-    let mut g = Gen(0x5e9);
-    let (m, k) = (24, 512);
-    for (be, ty) in [
-        (CandleBackend::new(), GgmlType::Q8_0),
-        (CandleBackend::new(), GgmlType::Q5_0),
-        (CandleBackend::new(), GgmlType::Q6_K),
-        (CandleBackend::new(), GgmlType::F32),
-        (CandleBackend::new().with_candle_kernels(), GgmlType::Q8_0),
-    ] {
-        let bytes = match ty {
-            GgmlType::F32 => g.vec(m * k).iter().flat_map(|v| v.to_le_bytes()).collect(),
-            _ => random_blocks(ty, m * k / ty.block_len(), &mut g),
-        };
-        let w = be
-            .weight(WeightData {
-                name: "w",
-                ty,
-                rows: m,
-                cols: k,
-                bytes: &bytes,
-            })
-            .unwrap();
-        let ends: &[usize] = match ty {
-            GgmlType::Q6_K => &[256, 512],
-            _ => &[64, 96, 256, 512],
-        };
-        for (rows, upto, n) in [(24, ends.len(), 1), (16, ends.len() - 1, 5), (8, 1, 9)] {
-            let x = be.tensor(&g.vec(n * k), n, k).unwrap();
-            let got = be.to_vec(&be.matmul_sum(&x, &w, rows, &ends[..upto]).unwrap());
-            let want = be
-                .to_vec(&arbor_tensor::matmul_sum_parts(&be, &x, &w, rows, &ends[..upto]).unwrap());
-            let (got, want) = (got.unwrap(), want.unwrap());
-            assert_eq!(got.len(), n * rows);
-            assert!(
-                got.iter()
-                    .zip(&want)
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
-                "{ty}: rows ..{rows}, ends {:?}, {n} tokens",
-                &ends[..upto]
-            );
-        }
-        let x = be.tensor(&g.vec(2 * k), 2, k).unwrap();
-        for bad in [&[][..], &[64, 64], &[96, 64], &[0, 64], &[64, k + 32]] {
-            assert!(be.matmul_sum(&x, &w, 8, bad).is_err(), "{ty}: ends {bad:?}");
-        }
-        assert!(
-            be.matmul_sum(&x, &w, m + 1, &[64]).is_err(),
-            "{ty}: too many rows"
-        );
-    }
 }

@@ -505,3 +505,7 @@ pub fn matmul_sum_parts<B: Backend>(
 /// Reference implementations on host slices, used by backends for the odd op
 /// and by tests as ground truth.
 pub mod reference;
+
+/// The op tests every backend runs (the `suite` feature, for tests).
+#[cfg(feature = "suite")]
+pub mod suite;
