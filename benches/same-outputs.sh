@@ -6,6 +6,9 @@
 # Used to show that a refactor changed no token (issue 12). Needs the
 # default model pair and the mt-bench dataset (`arbor fetch`,
 # `arbor fetch --dataset mt-bench`). About 40 minutes per build on 2 cores.
+# SAME_OUTPUTS_ONLY=old|new runs one half into OUTDIR (the other half can
+# run later into the same OUTDIR, e.g. before and after a rebuild); the
+# comparison runs when both halves are there.
 set -u
 OLD=$1 NEW=$2 OUT=${3:-$(mktemp -d)}
 home=${ARBOR_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/arbor}
@@ -50,8 +53,10 @@ run() { # BIN DIR
     echo "$bin: prompt $i done" >&2
   done < <(prompts)
 }
-run "$OLD" "$OUT/old"
-run "$NEW" "$OUT/new"
+only=${SAME_OUTPUTS_ONLY:-}
+[ "$only" != new ] && run "$OLD" "$OUT/old"
+[ "$only" != old ] && run "$NEW" "$OUT/new"
+[ -d "$OUT/old" ] && [ -d "$OUT/new" ] || { echo "one half done (outputs in $OUT)"; exit 0; }
 same=0 differ=0
 for f in "$OUT"/old/*.txt; do
   if cmp -s "$f" "$OUT/new/$(basename "$f")"; then same=$((same + 1)); else
