@@ -216,3 +216,15 @@ fn perplexity(config: &RunConfig, file: &str, ctx: usize, max_tokens: Option<usi
     println!("{ppl:.4}");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// clap's own consistency checks over every command's flags, those
+    /// arbor-bench's option structs contribute included.
+    #[test]
+    fn flags_are_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

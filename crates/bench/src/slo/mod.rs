@@ -5,7 +5,7 @@
 //! device profile and quality table; every chosen pair is then served in
 //! rounds beside the original model on the same prompt and its objective
 //! is held against the original's latency measured next to it (see
-//! [`rounds`]). Policies: the elastic model with
+//! `rounds.rs`). Policies: the elastic model with
 //! bigram-scored prompt levels; the same pairs with tokens dropped at
 //! random; always the full (original) model; whole layers dropped; and
 //! prefixes of the unreordered file. Reports the share of objectives met, quality
@@ -56,7 +56,7 @@ struct Row {
 
 /// A served (prompt, pair): its median run, how close it stayed to the
 /// full model's answer, and its latency over the original model's beside
-/// it (see [`rounds`]).
+/// it (see `rounds.rs`).
 #[derive(Debug, Clone)]
 struct Outcome {
     served: slo::Served,
