@@ -4,11 +4,11 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
+use arbor_bench::{TuningArgs, calibration, progress, sys, trace};
 use arbor_engine::{Engine, RunConfig, Sampling};
 use clap::Args;
 
-use crate::args::TuningArgs;
-use crate::{live, progress, sys, trace};
+use crate::live;
 
 #[derive(Args)]
 pub struct GenerateArgs {
@@ -134,7 +134,7 @@ pub fn run(args: &GenerateArgs, device: RunConfig) -> Result<()> {
     let mut live = live::Live::new();
     let (g, report) = match &args.slo {
         Some(slo) => {
-            let tables = crate::slo::tables(&mut run, 6, 16, false)?;
+            let tables = calibration::tables(&mut run, 6, 16, false)?;
             let prompt = run.slo_prompt(&args.prompt, args.chat)?;
             let on_miss = match args.slo_refuse {
                 true => arbor_engine::slo::OnMiss::Refuse,

@@ -2,25 +2,20 @@
 //! runs a model turns its flags (over a device config) into an
 //! [`arbor_engine::RunConfig`] and opens it with [`arbor_engine::Engine::open`].
 
-mod args;
 mod bench;
 mod elastic;
 mod generate;
 mod live;
 mod profile;
-mod progress;
-mod prompts;
-mod report;
 mod serve;
 mod slim;
 mod slo;
-mod sys;
-mod trace;
 mod train;
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
+use arbor_bench::progress;
 use arbor_engine::{DEFAULT_DRAFT, DEFAULT_TARGET, Engine, RunConfig};
 use clap::{Parser, Subcommand};
 
@@ -220,4 +215,16 @@ fn perplexity(config: &RunConfig, file: &str, ctx: usize, max_tokens: Option<usi
     );
     println!("{ppl:.4}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// clap's own consistency checks over every command's flags, those
+    /// arbor-bench's option structs contribute included.
+    #[test]
+    fn flags_are_consistent() {
+        super::Cli::command().debug_assert();
+    }
 }

@@ -4,10 +4,9 @@
 //! missing or asked to (`--refresh`).
 
 use anyhow::Result;
+use arbor_bench::progress;
 use arbor_engine::{DEFAULT_DRAFT, DEFAULT_TARGET, Engine, ProfileStore, RunConfig};
 use clap::Args;
-
-use crate::progress;
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true)]

@@ -4,12 +4,10 @@
 use std::time::Duration;
 
 use anyhow::Result;
+use arbor_bench::{TuningArgs, calibration, progress};
 use arbor_engine::{Engine, RunConfig, Sampling};
 use arbor_serve::ServeOptions;
 use clap::Args;
-
-use crate::args::TuningArgs;
-use crate::progress;
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -96,17 +94,6 @@ pub fn default_slots(slots: Option<usize>, budget: bool) -> usize {
     slots.unwrap_or(if budget { 4 } else { 1 }).max(1)
 }
 
-/// The config planned for `slots` requests at once: `auto` plans passes
-/// carrying every slot's rows, and under a budget the context of every
-/// slot is planned.
-pub fn for_slots(mut config: RunConfig, slots: usize) -> RunConfig {
-    if slots > 1 && config.memory_budget.is_some() {
-        config.context = Some(config.planned_context() * slots);
-    }
-    config.slots = Some(slots);
-    config
-}
-
 /// The key from --api-key-file, ARBOR_API_KEY or --api-key (one of them).
 fn api_key(args: &ServeArgs) -> Result<Option<String>> {
     let env = std::env::var("ARBOR_API_KEY").ok();
@@ -158,7 +145,7 @@ pub fn run(args: &ServeArgs, device: RunConfig) -> Result<()> {
         ..RunConfig::default()
     });
     let slots = default_slots(args.slots, config.memory_budget.is_some());
-    let config = for_slots(config, slots);
+    let config = arbor_serve::slots::for_slots(config, slots);
     let options = ServeOptions {
         slots,
         host: args.host.clone(),
@@ -182,7 +169,9 @@ pub fn run(args: &ServeArgs, device: RunConfig) -> Result<()> {
         // read (or measured once, minutes) before it serves.
         let elastic = crate::slo::is_elastic(run.engine().path()).map_err(|e| format!("{e:#}"))?;
         let slo = match elastic {
-            true => Some(crate::slo::tables(&mut run, 6, 16, false).map_err(|e| format!("{e:#}"))?),
+            true => {
+                Some(calibration::tables(&mut run, 6, 16, false).map_err(|e| format!("{e:#}"))?)
+            }
             false => None,
         };
         let verb = if first { "loaded" } else { "reloaded" };

@@ -6,12 +6,11 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use arbor_bench::progress::{self, human_bytes};
 use arbor_drafts::slim::{Quant, SlimOptions, TokenCounts, derive, vocabulary_fingerprint};
 use arbor_engine::{DEFAULT_DRAFT, Tokenizer};
 use clap::Args;
 use rayon::prelude::*;
-
-use crate::progress::{self, human_bytes};
 
 #[derive(Args, Debug)]
 pub struct SlimArgs {

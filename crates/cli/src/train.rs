@@ -10,15 +10,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use arbor_bench::progress;
+use arbor_bench::prompts::sharegpt_exchanges;
 use arbor_engine::{ChatMessage, LanguageModel, Role, Tokenizer};
 use arbor_plot::{LineChart, LineSeries, line_chart};
 use arbor_ppd::PromptFile;
 use arbor_train::{Example, Run, Settings, Validation};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-
-use crate::progress;
-use crate::prompts::sharegpt_exchanges;
 
 #[derive(Subcommand)]
 pub enum TrainCommand {

@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc as std_mpsc;
 
 use arbor_engine::slots::{Batch, Call, SlotKit, SlotModel, generate_in_slot};
-use arbor_engine::{GenerateOptions, LanguageModel, Run};
+use arbor_engine::{GenerateOptions, LanguageModel, Run, RunConfig};
 use tokio::sync::mpsc;
 
 use crate::error::ApiError;
@@ -29,6 +29,17 @@ use crate::metrics::Metrics;
 use crate::status::{Phase, Status};
 use crate::worker::{Generated, Job, Out, answer, open, panic_message};
 use crate::{Loader, ServeOptions};
+
+/// The config planned for `slots` requests at once: `auto` plans passes
+/// carrying every slot's rows, and under a budget the context of every
+/// slot is planned.
+pub fn for_slots(mut config: RunConfig, slots: usize) -> RunConfig {
+    if slots > 1 && config.memory_budget.is_some() {
+        config.context = Some(config.planned_context() * slots);
+    }
+    config.slots = Some(slots);
+    config
+}
 
 enum Msg {
     Job(Box<Job>),

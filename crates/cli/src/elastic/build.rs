@@ -5,12 +5,13 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use arbor_bench::calibration::{default_importance, in_home};
+use arbor_bench::progress;
 use arbor_elastic::{BuildOptions, DownType, Order, Scores};
 use arbor_train::ImportanceFile;
 use clap::Args;
 
-use super::{ImportanceArgs, default_importance};
-use crate::progress;
+use super::ImportanceArgs;
 
 #[derive(Args)]
 pub struct BuildArgs {
@@ -68,7 +69,7 @@ pub(crate) fn default_out(model: &Path, order: Order) -> PathBuf {
         Order::Importance => String::new(),
         o => format!("-{}", o.name()),
     };
-    super::in_home(model, &format!(".elastic{tag}.gguf"))
+    in_home(model, &format!(".elastic{tag}.gguf"))
 }
 
 /// `order`'s elastic file of `model` at its default place, built with the

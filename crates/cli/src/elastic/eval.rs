@@ -4,12 +4,13 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use arbor_bench::calibration::{calibration_text, default_importance};
+use arbor_bench::progress;
 use arbor_engine::{LanguageModel, Tokenizer};
 use arbor_plot::{LineChart, LineSeries, line_chart};
 use arbor_train::ImportanceFile;
 
-use super::{EvalArgs, calibration_text, default_importance};
-use crate::progress;
+use super::EvalArgs;
 
 pub(super) fn eval(args: &EvalArgs) -> Result<()> {
     use arbor_train::prune::{Order, keep_at, masks};

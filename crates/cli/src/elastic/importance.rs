@@ -6,12 +6,13 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use arbor_bench::calibration::{calibration_text, default_importance};
+use arbor_bench::progress;
 use arbor_engine::{LanguageModel, Tokenizer};
 use arbor_plot::{BarChart, Series, bar_chart};
 use arbor_train::{Importance, ImportanceFile, layer_costs};
 
-use super::{ImportanceArgs, calibration_text, default_importance};
-use crate::progress;
+use super::ImportanceArgs;
 
 pub(super) fn importance(args: &ImportanceArgs) -> Result<()> {
     if args.chunk < 2 || args.tokens < args.chunk || args.layer_tokens < 2 {

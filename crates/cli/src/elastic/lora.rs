@@ -8,15 +8,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use arbor_bench::calibration::{calibration_text, in_home};
+use arbor_bench::progress;
 use arbor_elastic::{LoraFile, Order};
 use arbor_engine::{LanguageModel, Tokenizer};
 use arbor_model::Proj;
 use arbor_plot::{LineChart, LineSeries, line_chart};
 use arbor_train::{AdamState, AdamW, attach_lora, cosine_at, lora_step, mean_loss};
 use clap::Args;
-
-use super::calibration_text;
-use crate::progress;
 
 #[derive(Args)]
 pub struct LoraArgs {
@@ -267,7 +266,7 @@ pub(super) fn lora(args: &LoraArgs) -> Result<()> {
 
 /// Where a level's adapters of `elastic` go by default.
 fn default_out(elastic: &Path, level: f64) -> PathBuf {
-    super::in_home(elastic, &format!(".lora-{level}.safetensors"))
+    in_home(elastic, &format!(".lora-{level}.safetensors"))
 }
 
 fn meta_num(meta: &BTreeMap<String, String>, key: &str) -> f64 {

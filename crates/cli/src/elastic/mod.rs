@@ -12,12 +12,10 @@ mod lora;
 
 pub(crate) use build::ensure_built;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use clap::{Args, Subcommand};
-
-use crate::progress;
 
 #[derive(Subcommand)]
 pub enum ElasticCommand {
@@ -102,30 +100,4 @@ pub fn run(which: ElasticCommand) -> Result<()> {
         ElasticCommand::Build(args) => build::build(&args),
         ElasticCommand::Lora(args) => lora::lora(&args),
     }
-}
-
-pub(crate) fn default_importance(model: &Path) -> PathBuf {
-    in_home(model, ".importance.safetensors")
-}
-
-/// `$ARBOR_HOME/elastic/<file stem of model><suffix>`: where the elastic
-/// commands keep what they derive from a model.
-pub(crate) fn in_home(model: &Path, suffix: &str) -> PathBuf {
-    let stem = model
-        .file_stem()
-        .map_or("model".into(), |s| s.to_string_lossy().into_owned());
-    arbor_fetch::arbor_home()
-        .join("elastic")
-        .join(format!("{stem}{suffix}"))
-}
-
-pub(crate) fn calibration_text(name: &str) -> Result<String> {
-    let path = if Path::new(name).exists() {
-        PathBuf::from(name)
-    } else if arbor_fetch::dataset_entry(name).is_some() {
-        arbor_fetch::fetch_dataset(name, &mut progress::fetch_bar())?
-    } else {
-        bail!("no file `{name}` (and it is not a dataset name: mt-bench, sharegpt, brown)");
-    };
-    std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
 }

@@ -10,10 +10,10 @@ use arbor_engine::slo::{
 };
 use arbor_engine::{LanguageModel, ProfileStore, Run, RunConfig};
 
-pub(super) use crate::bench::elastic::open;
-
-use super::BenchSloArgs;
-use crate::{elastic, progress};
+use crate::calibration::calibration_text;
+use crate::elastic::layer_masks;
+use crate::progress;
+use crate::slo::args::BenchSloArgs;
 
 /// The models the policies are served with.
 pub(super) struct Families<'a> {
@@ -63,7 +63,7 @@ pub(super) fn layer_family(original: &Path, base: &Run, elastic_run: &Run) -> Re
         .levels()
         .context("the elastic model has no levels")?
         .to_vec();
-    let masks = crate::bench::elastic::layer_masks(original, &levels)?;
+    let masks = layer_masks(original, &levels)?;
     let out = (levels.iter().zip(&masks))
         .map(|(&level, keep)| Ok((level, base.engine().model().without_layers(keep)?)))
         .collect::<Result<_>>()?;
@@ -85,7 +85,7 @@ pub(super) fn family_tables(
     let text = arbor_engine::Tokenizer::from_gguf(
         arbor_gguf::GgufFile::open(&arbor_fetch::resolve_model(&args.model)?)?.header(),
     )?
-    .encode(&elastic::calibration_text("brown")?)?;
+    .encode(&calibration_text("brown")?)?;
     let profile: DeviceProfile = cached(
         &store
             .dir()

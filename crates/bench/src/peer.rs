@@ -12,8 +12,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use super::budget::BudgetRow;
-use super::cgroup::Hierarchy;
+use crate::budgeted::{BudgetRow, limits, measured_peak, settle_storage};
+use crate::cgroup::Hierarchy;
 
 /// A peer engine to run: where its binaries are.
 pub struct Peer {
@@ -78,14 +78,14 @@ fn tool_row(peer: &Peer, job: &PeerRun<'_>, budget: u64, speculative: bool) -> R
         ..BudgetRow::default()
     };
     let (mut tokens, mut secs) = (0usize, 0f64);
-    super::budget::settle_storage(job.target)?;
+    settle_storage(job.target)?;
     for prompt in job.prompts {
         // llama.cpp maps the file: pages another process left in the page
         // cache (charged to a group that is gone) would serve it without
         // counting against this limit (measured: "33 tok/s" under 800 MiB).
         // Best effort: only root may drop them.
         let _ = std::fs::write("/proc/sys/vm/drop_caches", "1");
-        let limits = super::budget::limits(job.target, Some(budget), job.read_limit)?;
+        let limits = limits(job.target, Some(budget), job.read_limit)?;
         let group = job.cgroups.map(|h| h.group(&limits)).transpose()?;
         let mut cmd = command(peer, job, prompt, speculative);
         if let Some(g) = &group {
@@ -93,7 +93,7 @@ fn tool_row(peer: &Peer, job: &PeerRun<'_>, budget: u64, speculative: bool) -> R
         }
         let (out, rss) =
             output_and_peak_rss(&mut cmd).with_context(|| format!("running {name}"))?;
-        let (peak, source) = super::budget::measured_peak(group.as_ref(), rss);
+        let (peak, source) = measured_peak(group.as_ref(), rss);
         row.peak_bytes = row.peak_bytes.max(peak);
         row.peak_source = source;
         let log = String::from_utf8_lossy(&out.stderr).into_owned()

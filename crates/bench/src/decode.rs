@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use arbor_engine::{Engine, LanguageModel, RunConfig};
 
 use crate::{progress, sys};
@@ -12,29 +12,35 @@ use crate::{progress, sys};
 const FILLER: &str = "The quick brown fox jumps over the lazy dog. \
 def add(a, b):\n    return a + b\n\nIn 1887 the committee met in the old town hall to discuss the budget. ";
 
-#[derive(serde::Serialize)]
+/// One model's measurements.
+#[derive(Debug, serde::Serialize)]
 pub struct DecodeRow {
-    model: String,
-    backend: String,
-    threads: usize,
-    prompt_tokens: usize,
-    decode_tokens: usize,
-    load_secs: f64,
+    pub model: String,
+    pub backend: String,
+    pub threads: usize,
+    pub prompt_tokens: usize,
+    pub decode_tokens: usize,
+    pub load_secs: f64,
     /// Weight bytes the backend holds, by its own accounting.
-    weight_bytes: Option<u64>,
+    pub weight_bytes: Option<u64>,
     /// The model file's size.
-    file_bytes: u64,
-    prefill_tok_s: f64,
-    decode_tok_s: f64,
-    peak_rss_bytes: u64,
+    pub file_bytes: u64,
+    pub prefill_tok_s: f64,
+    pub decode_tok_s: f64,
+    pub peak_rss_bytes: u64,
 }
 
+/// Opens `model` (a path or short name) alone under `device`, prefills
+/// `prompt_tokens` of a fixed text and decodes `tokens` more, timing each.
 pub fn decode(
     model: &str,
     device: &RunConfig,
     tokens: usize,
     prompt_tokens: usize,
 ) -> Result<DecodeRow> {
+    if tokens == 0 || prompt_tokens == 0 {
+        bail!("--tokens and --prompt-tokens must be at least 1");
+    }
     // Resolved (and fetched) before the clock starts: load time is loading.
     let path = arbor_engine::resolve_or_fetch(model, &mut progress::open_bar())?;
     let config = device.clone().merge(RunConfig {

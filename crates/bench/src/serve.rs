@@ -17,63 +17,62 @@ use arbor_engine::{Engine, RunConfig};
 use arbor_plot::{LineChart, LineSeries, line_chart};
 use arbor_serve::ServeOptions;
 use arbor_serve::client::{Events, http, metric};
-use clap::Args;
 use serde_json::json;
 
-use crate::args::TuningArgs;
+use crate::tuning::TuningArgs;
 use crate::{progress, prompts, sys};
 
-#[derive(Args)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct BenchServeArgs {
     /// Model path or short name.
-    #[arg(long, default_value = "smollm2-135m")]
-    model: String,
-    #[arg(long)]
-    draft: Option<String>,
-    #[arg(long, default_value = "autoregressive")]
-    strategy: String,
-    #[command(flatten)]
-    tuning: TuningArgs,
-    #[arg(long)]
-    memory_budget: Option<String>,
+    #[cfg_attr(feature = "clap", arg(long, default_value = "smollm2-135m"))]
+    pub model: String,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub draft: Option<String>,
+    #[cfg_attr(feature = "clap", arg(long, default_value = "autoregressive"))]
+    pub strategy: String,
+    #[cfg_attr(feature = "clap", command(flatten))]
+    pub tuning: TuningArgs,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub memory_budget: Option<String>,
     /// Longest prompt + new tokens one request may hold under a memory
     /// budget (per slot) [default: max tokens + 512].
-    #[arg(long)]
-    context: Option<usize>,
-    #[arg(long)]
-    backend: Option<String>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub context: Option<usize>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub backend: Option<String>,
     /// Concurrent streaming clients.
-    #[arg(long, default_value_t = 8)]
-    clients: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 8))]
+    pub clients: usize,
     /// Requests the server runs at once (see `arbor serve --slots`).
-    #[arg(long, default_value_t = 1)]
-    slots: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1))]
+    pub slots: usize,
     /// After the clients: each prompt they sent, asked again with nothing
     /// else running; every text must equal what it got under load.
-    #[arg(long)]
-    check_alone: bool,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub check_alone: bool,
     /// How long the clients keep sending requests.
-    #[arg(long, default_value_t = 60)]
-    seconds: u64,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 60))]
+    pub seconds: u64,
     /// New tokens per request.
-    #[arg(long, default_value_t = 64)]
-    max_tokens: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 64))]
+    pub max_tokens: usize,
     /// mt-bench, sharegpt, or a file with one JSON string per line.
-    #[arg(long, default_value = "mt-bench")]
-    prompts: String,
+    #[cfg_attr(feature = "clap", arg(long, default_value = "mt-bench"))]
+    pub prompts: String,
     /// Then this many clients that disconnect mid-stream (or while queued).
-    #[arg(long, default_value_t = 0)]
-    kill: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0))]
+    pub kill: usize,
     /// Rounds of `--kill` clients, one after another (a second round
     /// tells a bounded step in memory from growth).
-    #[arg(long, default_value_t = 1)]
-    kill_rounds: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1))]
+    pub kill_rounds: usize,
     /// One JSON object on stdout (the table goes to stderr).
-    #[arg(long)]
-    json: bool,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub json: bool,
     /// Where to draw resident memory and threads over time.
-    #[arg(long, default_value = "arbor-bench-serve.png")]
-    plot: std::path::PathBuf,
+    #[cfg_attr(feature = "clap", arg(long, default_value = "arbor-bench-serve.png"))]
+    pub plot: std::path::PathBuf,
 }
 
 /// One finished streaming request.
@@ -189,7 +188,7 @@ pub fn run(args: &BenchServeArgs, device: &RunConfig) -> Result<()> {
         context: args.context,
         ..RunConfig::default()
     });
-    let config = crate::serve::for_slots(config, slots);
+    let config = arbor_serve::slots::for_slots(config, slots);
     let run = Engine::open(&config, &mut progress::open_bar_with(false))?;
     let strategy = run.strategy().name();
     let server = arbor_serve::start(

@@ -1,21 +1,12 @@
-//! `arbor bench`: speed measurements. `decode` times one model's prefill
-//! and decode; `spec` compares decoding strategies on a prompt set, on one
-//! loaded pair ([`spec`]) or, under memory budgets, one process per
-//! strategy inside a cgroup limit ([`budget`]); `ppd` measures prompt
-//! tokens ([`ppd`]); `serve` loads an `arbor serve` with clients
-//! ([`serve`]).
+//! `arbor bench`: the flags of each benchmark and what it prints; the
+//! benchmarks themselves are `arbor_bench`'s. `decode` times one model's
+//! prefill and decode; `spec` compares decoding strategies on a prompt set,
+//! on one loaded pair or, under memory budgets, one process per strategy
+//! inside a cgroup limit; `ppd` measures prompt tokens; `serve` loads an
+//! `arbor serve` with clients.
 
-mod budget;
-mod cgroup;
-mod decode;
-mod elastic;
-mod peer;
-mod ppd;
-mod serve;
-mod slo;
-mod spec;
-
-use anyhow::{Result, bail};
+use anyhow::Result;
+use arbor_bench::{budget, decode, elastic, ppd, random_model, serve, slo, spec};
 use arbor_engine::RunConfig;
 use clap::Subcommand;
 
@@ -68,6 +59,9 @@ pub enum BenchCommand {
 }
 
 pub fn run(which: BenchCommand, device: RunConfig) -> Result<()> {
+    // The benchmarks that need an elastic file build it as `arbor elastic
+    // build` would, with its defaults, when it is missing.
+    let elastic_file = &crate::elastic::ensure_built;
     match which {
         BenchCommand::Decode {
             model,
@@ -76,9 +70,6 @@ pub fn run(which: BenchCommand, device: RunConfig) -> Result<()> {
             backend,
             level,
         } => {
-            if tokens == 0 || prompt_tokens == 0 {
-                bail!("--tokens and --prompt-tokens must be at least 1");
-            }
             let device = device.merge(RunConfig {
                 backend,
                 level,
@@ -95,43 +86,9 @@ pub fn run(which: BenchCommand, device: RunConfig) -> Result<()> {
         }
         BenchCommand::Spec(args) => spec::run(&args, &device),
         BenchCommand::Ppd(args) => ppd::run(&args, &device),
-        BenchCommand::Elastic(args) => elastic::run(&args, &device),
+        BenchCommand::Elastic(args) => elastic::run(&args, &device, elastic_file),
         BenchCommand::Serve(args) => serve::run(&args, &device),
-        BenchCommand::Slo(args) => slo::run(&args, &device),
-        BenchCommand::RandomModel { shape, out } => random_model(&shape, &out),
+        BenchCommand::Slo(args) => slo::run(&args, &device, elastic_file),
+        BenchCommand::RandomModel { shape, out } => random_model::write(&shape, &out),
     }
-}
-
-/// `arbor bench random-model`.
-fn random_model(shape: &str, out: &std::path::Path) -> Result<()> {
-    use arbor_model::testing::{TinyModel, add_padded_byte_tokenizer};
-    // (vocab, hidden, heads, kv heads, ffn, layers, tied) of the released models.
-    let (vocab, hidden, heads, kv_heads, ffn, layers, tied) = match shape {
-        "qwen2.5-7b" => (152_064, 3584, 28, 4, 18_944, 28, false),
-        "qwen2.5-1.5b" => (151_936, 1536, 12, 2, 8960, 28, true),
-        "qwen2.5-0.5b" => (151_936, 896, 14, 2, 4864, 24, true),
-        _ => bail!("unknown --shape {shape} (qwen2.5-7b, qwen2.5-1.5b or qwen2.5-0.5b)"),
-    };
-    let model = TinyModel {
-        arch: "qwen2",
-        vocab,
-        hidden,
-        heads,
-        kv_heads,
-        ffn,
-        layers,
-        weight_type: arbor_gguf::GgmlType::Q4_K,
-        tied,
-        seed: 7,
-    };
-    eprintln!(
-        "writing random {shape} weights (Q4_K_M layout) to {}",
-        out.display()
-    );
-    let mut w = model.writer();
-    add_padded_byte_tokenizer(&mut w, Some(256), vocab);
-    w.write(out)?;
-    let bytes = std::fs::metadata(out)?.len();
-    eprintln!("wrote {}", arbor_engine::format_bytes(bytes));
-    Ok(())
 }

@@ -9,28 +9,28 @@
 use anyhow::Result;
 use arbor_engine::{Engine, RunConfig, Sampling};
 use arbor_ppd::AccuracyTally;
-use clap::Args;
 
 use crate::progress;
 use crate::prompts::load_prompts;
 use crate::report::print_results;
 
-#[derive(Args, Debug)]
+#[derive(Debug)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct BenchPpdArgs {
-    #[arg(long, default_value = "qwen2.5-coder-1.5b")]
+    #[cfg_attr(feature = "clap", arg(long, default_value = "qwen2.5-coder-1.5b"))]
     pub model: String,
     /// mt-bench, sharegpt, or a file with one JSON string per line.
-    #[arg(long, default_value = "mt-bench")]
+    #[cfg_attr(feature = "clap", arg(long, default_value = "mt-bench"))]
     pub prompts: String,
     /// Use at most N prompts (spread over the categories).
-    #[arg(long)]
+    #[cfg_attr(feature = "clap", arg(long))]
     pub limit: Option<usize>,
-    #[arg(long, default_value_t = 64)]
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 64))]
     pub max_tokens: usize,
     /// One JSON object on stdout (the table goes to stderr).
-    #[arg(long)]
+    #[cfg_attr(feature = "clap", arg(long))]
     pub json: bool,
-    #[arg(long)]
+    #[cfg_attr(feature = "clap", arg(long))]
     pub backend: Option<String>,
 }
 

@@ -12,48 +12,51 @@ use anyhow::{Context, Result, bail};
 use arbor_elastic::Order;
 use arbor_engine::{Engine, LanguageModel, RunConfig};
 use arbor_plot::{LineChart, LineSeries, line_chart};
-use clap::Args;
 
-use crate::{elastic, progress, prompts, report};
+use crate::calibration::{ElasticFile, calibration_text, default_importance};
+use crate::{progress, prompts, report};
 
-#[derive(Args)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct BenchElasticArgs {
     /// The original model (path or short name); its elastic files are
     /// built when missing (`arbor elastic build` with its defaults).
-    #[arg(long)]
-    model: String,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub model: String,
     /// Held-out text for perplexity: a file or a dataset name.
-    #[arg(long, default_value = "brown")]
-    text: String,
+    #[cfg_attr(feature = "clap", arg(long, default_value = "brown"))]
+    pub text: String,
     /// Tokens of it to skip first (past the calibration tokens).
-    #[arg(long, default_value_t = 8192)]
-    skip: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 8192))]
+    pub skip: usize,
     /// Tokens evaluated.
-    #[arg(long, default_value_t = 2048)]
-    tokens: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 2048))]
+    pub tokens: usize,
     /// Perplexity window.
-    #[arg(long, default_value_t = 256)]
-    ctx: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 256))]
+    pub ctx: usize,
     /// Prompts for greedy agreement: mt-bench, sharegpt or a file.
-    #[arg(long, default_value = "mt-bench")]
-    prompts: String,
-    #[arg(long, default_value_t = 8)]
-    limit: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value = "mt-bench"))]
+    pub prompts: String,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 8))]
+    pub limit: usize,
     /// Tokens of the original model's greedy continuation each level is
     /// compared on.
-    #[arg(long, default_value_t = 32)]
-    max_tokens: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 32))]
+    pub max_tokens: usize,
     /// Tokens decoded for the speed columns (0: no speed).
-    #[arg(long, default_value_t = 32)]
-    speed_tokens: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 32))]
+    pub speed_tokens: usize,
     /// Baselines: file, magnitude, layers (whole layers dropped).
-    #[arg(long, value_delimiter = ',', default_value = "file,magnitude,layers")]
-    baselines: Vec<String>,
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_delimiter = ',', default_value = "file,magnitude,layers")
+    )]
+    pub baselines: Vec<String>,
     /// JSON lines on stdout (the table goes to stderr).
-    #[arg(long)]
-    json: bool,
-    #[arg(long, default_value = "arbor-bench-elastic.png")]
-    plot: PathBuf,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub json: bool,
+    #[cfg_attr(feature = "clap", arg(long, default_value = "arbor-bench-elastic.png"))]
+    pub plot: PathBuf,
 }
 
 /// One row of the table: a level under one way of choosing units.
@@ -71,7 +74,7 @@ struct Row {
     decode_tok_s: Option<f64>,
 }
 
-pub fn run(args: &BenchElasticArgs, device: &RunConfig) -> Result<()> {
+pub fn run(args: &BenchElasticArgs, device: &RunConfig, elastic_file: ElasticFile) -> Result<()> {
     if args.tokens < 2 || args.ctx < 2 || args.limit == 0 || args.max_tokens == 0 {
         bail!("--tokens, --ctx, --limit and --max-tokens must be positive (windows of ≥ 2)");
     }
@@ -80,7 +83,7 @@ pub fn run(args: &BenchElasticArgs, device: &RunConfig) -> Result<()> {
         let file = arbor_gguf::GgufFile::open(&original)?;
         arbor_engine::Tokenizer::from_gguf(file.header())?
     };
-    let text = elastic::calibration_text(&args.text)?;
+    let text = calibration_text(&args.text)?;
     let all = tokenizer.encode(&text)?;
     if all.len() < args.skip + args.tokens {
         bail!(
@@ -129,7 +132,7 @@ pub fn run(args: &BenchElasticArgs, device: &RunConfig) -> Result<()> {
     }
     let mut levels = Vec::new();
     for order in orders {
-        let path = elastic::ensure_built(&original, order)?;
+        let path = elastic_file(&original, order)?;
         let mut run = open(device, &path)?;
         let (layout, e) = elastic_layout(&path)?;
         levels = e.levels.clone();
@@ -206,7 +209,7 @@ pub fn run(args: &BenchElasticArgs, device: &RunConfig) -> Result<()> {
 }
 
 /// `path` opened as a target-only run with the device's settings.
-pub(super) fn open(device: &RunConfig, path: &Path) -> Result<arbor_engine::Run> {
+pub fn open(device: &RunConfig, path: &Path) -> Result<arbor_engine::Run> {
     let config = device.clone().merge(RunConfig {
         target: Some(path.display().to_string()),
         ..RunConfig::default()
@@ -274,8 +277,8 @@ fn switching(m: &mut dyn LanguageModel, levels: &[f64]) -> Result<()> {
 /// Per level, the layers the layer-dropping baseline keeps: the cheapest
 /// whole non-anchor layers to remove (by the importance file's layer
 /// costs) are dropped, as many as the level drops of their units.
-pub(super) fn layer_masks(original: &Path, levels: &[f64]) -> Result<Vec<Vec<bool>>> {
-    let imp = elastic::default_importance(original);
+pub fn layer_masks(original: &Path, levels: &[f64]) -> Result<Vec<Vec<bool>>> {
+    let imp = default_importance(original);
     let f = arbor_train::ImportanceFile::from_bytes(
         &std::fs::read(&imp).with_context(|| format!("reading {}", imp.display()))?,
     )?;

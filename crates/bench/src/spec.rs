@@ -1,92 +1,95 @@
 //! `arbor bench spec` without a memory budget: every strategy on one
 //! loaded target and draft, prompt by prompt, against autoregressive
 //! decoding (speed and identical output); a table (or JSON lines) and a
-//! bar chart. With `--memory-budget` the sweep in [`super::budget`] runs.
+//! bar chart. With `--memory-budget` the sweep in [`crate::budget`] runs.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use arbor_engine::{Engine, LatencyProfile, RunConfig, Sampling};
-use clap::Args;
 
-use crate::args::TuningArgs;
 use crate::prompts::load_prompts;
 use crate::report::{print_results, title};
+use crate::tuning::TuningArgs;
 use crate::{progress, sys};
 
-#[derive(Args, Debug)]
+#[derive(Debug)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct BenchSpecArgs {
-    #[arg(long, default_value = "qwen2.5-coder-1.5b")]
+    #[cfg_attr(feature = "clap", arg(long, default_value = "qwen2.5-coder-1.5b"))]
     pub target: String,
-    #[arg(long, default_value = "qwen2.5-coder-0.5b")]
+    #[cfg_attr(feature = "clap", arg(long, default_value = "qwen2.5-coder-0.5b"))]
     pub draft: String,
     /// mt-bench, sharegpt, or a file with one JSON string per line.
-    #[arg(long, default_value = "mt-bench")]
+    #[cfg_attr(feature = "clap", arg(long, default_value = "mt-bench"))]
     pub prompts: String,
     /// Use at most N prompts (spread over the categories).
-    #[arg(long)]
+    #[cfg_attr(feature = "clap", arg(long))]
     pub limit: Option<usize>,
-    #[arg(long, default_value_t = 128)]
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 128))]
     pub max_tokens: usize,
     /// Strategies to compare, each optionally with its draft after `@`
     /// (`tree@lookup`), or `auto`. The baseline always runs first:
     /// autoregressive (the reference for speed and output), or under
     /// `--memory-budget` autoregressive-pipelined (outputs are then
     /// compared with an unlimited target-only run).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "autoregressive,chain,tree"
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_delimiter = ',',
+            default_value = "autoregressive,chain,tree"
+        )
     )]
     pub strategies: Vec<String>,
     /// One JSON object per strategy on stdout (the table goes to stderr).
-    #[arg(long)]
+    #[cfg_attr(feature = "clap", arg(long))]
     pub json: bool,
     /// Where to draw the bar chart.
-    #[arg(long, default_value = "arbor-bench-spec.png")]
+    #[cfg_attr(feature = "clap", arg(long, default_value = "arbor-bench-spec.png"))]
     pub plot: PathBuf,
-    #[arg(long)]
+    #[cfg_attr(feature = "clap", arg(long))]
     pub backend: Option<String>,
-    #[command(flatten)]
+    #[cfg_attr(feature = "clap", command(flatten))]
     pub tuning: TuningArgs,
     /// Memory budgets (e.g. `1.3GiB` or a sweep `0.9GiB,1.3GiB,2GiB`): each
     /// strategy runs in its own process, inside a cgroup memory limit of the
     /// budget without swap (cgroup v2 or v1; needs root). Where no group can
     /// be made the benchmark refuses to run (see `--unconfined`).
     /// Strategies then include `autoregressive-pipelined`.
-    #[arg(long, value_delimiter = ',')]
+    #[cfg_attr(feature = "clap", arg(long, value_delimiter = ','))]
     pub memory_budget: Vec<String>,
     /// Run `--memory-budget` rows without a cgroup: nothing but arbor's own
     /// plan holds them (and nothing holds a peer) to the budget; peaks are
     /// each process's own peak RSS, and the rows say so.
-    #[arg(long)]
+    #[cfg_attr(feature = "clap", arg(long))]
     pub unconfined: bool,
     /// Where the cgroup filesystem is: cgroup v2 if DIR/cgroup.controllers
     /// exists, else cgroup v1 (DIR/memory, DIR/blkio).
-    #[arg(long, default_value = super::cgroup::SYSTEM_ROOT)]
+    #[cfg_attr(feature = "clap", arg(long, default_value = crate::cgroup::SYSTEM_ROOT))]
     pub cgroup_root: PathBuf,
     /// Cap the block device's read bandwidth for every budgeted process
     /// (`1GB/s`; cgroup v2 io.max or v1 blkio): emulates a device's storage
     /// where this machine's disk is faster or cached below the page cache.
-    #[arg(long)]
+    #[cfg_attr(feature = "clap", arg(long))]
     pub read_limit: Option<String>,
     /// Other engines to run beside arbor under each memory budget, in the
     /// same cgroup: `llama.cpp=DIR` (DIR holds `llama-completion` and
     /// `llama-speculative`; `benches/build-llama-cpp.sh` builds them).
-    #[arg(long)]
+    #[cfg_attr(feature = "clap", arg(long))]
     pub peer: Vec<String>,
     /// Prompts (the first ones) and new tokens per prompt the peers run: at
     /// under 1 tok/s a few suffice.
-    #[arg(long, default_value_t = 2)]
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 2))]
     pub peer_prompts: usize,
-    #[arg(long, default_value_t = 32)]
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 32))]
     pub peer_tokens: usize,
     /// Internal: run one strategy and write a report (used by the budget
     /// benchmark for its child processes).
-    #[arg(long, hide = true)]
+    #[cfg_attr(feature = "clap", arg(long, hide = true))]
     pub child: bool,
-    #[arg(long, hide = true)]
+    #[cfg_attr(feature = "clap", arg(long, hide = true))]
     pub report: Option<PathBuf>,
 }
 

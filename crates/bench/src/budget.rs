@@ -3,6 +3,8 @@
 //! holds every row to the same wall; outputs are compared with an unlimited
 //! target-only run. Where no group can be made the benchmark refuses to run,
 //! unless `--unconfined` asks for rows held by nothing but arbor's own plan.
+//! Each process is this program started again as `bench spec --child`
+//! with the same flags ([`run`] with `child` set answers it).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -11,50 +13,13 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use arbor_engine::{Engine, RunConfig, Trace, format_bytes, parse_bytes};
 
-use super::cgroup::{Group, Hierarchy, Limits, ReadCap};
-use super::peer::{self, Peer, PeerRun};
-use super::spec::BenchSpecArgs;
+use crate::budgeted::{BudgetRow, limits, measured_peak, settle_storage};
+use crate::cgroup::{Hierarchy, Limits, Version};
+use crate::peer::{self, Peer, PeerRun};
 use crate::prompts::load_prompts;
 use crate::report::print_results;
-use crate::{progress, sys};
-
-/// One strategy under one budget.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-pub struct BudgetRow {
-    pub strategy: String,
-    pub budget_bytes: u64,
-    pub prompts: usize,
-    pub identical: usize,
-    pub tok_s: f64,
-    pub speedup_vs_autoregressive: f64,
-    /// The cgroup's peak usage (v2 `memory.peak`, v1
-    /// `memory.max_usage_in_bytes`) when run in one and readable, else the
-    /// process's peak RSS; `peak_source` says which (`cgroup v2`,
-    /// `cgroup v1`, `rss (unconfined)`, `rss (cgroup v2 has no memory.peak)`).
-    pub peak_bytes: u64,
-    pub peak_source: String,
-    /// Killed by the OOM killer (or any signal).
-    pub killed: bool,
-    pub streamed_gib_per_100: f64,
-    pub mean_accepted: f64,
-    /// Time split over the decode phase, seconds.
-    pub draft_secs: f64,
-    pub target_compute_secs: f64,
-    pub target_io_secs: f64,
-    pub provisional_secs: f64,
-    /// Draft tokens made while the target waited for weights, and how many
-    /// of them the target accepted later.
-    #[serde(default)]
-    pub provisional_tokens: usize,
-    #[serde(default)]
-    pub provisional_accepted: usize,
-    pub decode_secs: f64,
-    pub generated: usize,
-    /// Another engine's row (llama.cpp): run on fewer prompts and tokens,
-    /// outputs not compared; `mean_accepted` is its acceptance rate.
-    #[serde(default)]
-    pub peer: bool,
-}
+use crate::spec::{BenchSpecArgs, entry_label};
+use crate::{progress, sys, trace};
 
 /// What a child process reports: its row (without comparison fields) and
 /// the tokens of every prompt.
@@ -95,14 +60,10 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
         let mut ar_tok_s = None;
         let first = rows.len();
         for name in &names {
-            eprintln!(
-                "{} inside {}",
-                super::spec::entry_label(name),
-                format_bytes(budget)
-            );
+            eprintln!("{} inside {}", entry_label(name), format_bytes(budget));
             let report = spawn(args, device, name, Some(budget), Some(cgroups.as_ref()))?;
             let mut row = report.row;
-            row.strategy = super::spec::entry_label(name);
+            row.strategy = entry_label(name);
             row.identical = report
                 .tokens
                 .iter()
@@ -124,7 +85,7 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
                     "{name} inside {}: first prompt, first 8 target passes",
                     format_bytes(budget)
                 );
-                match crate::trace::draw(trace, &title, 8, &path) {
+                match trace::draw(trace, &title, 8, &path) {
                     Ok(()) => eprintln!("  trace: {}", path.display()),
                     Err(e) => eprintln!("  no trace drawn: {e:#}"),
                 }
@@ -157,7 +118,7 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
     }
     let table = table(&rows, args, cgroups.as_ref());
     print_results(&table, &rows, args.json)?;
-    let mut lines: Vec<String> = names.iter().map(|n| super::spec::entry_label(n)).collect();
+    let mut lines: Vec<String> = names.iter().map(|n| entry_label(n)).collect();
     for r in rows.iter().filter(|r| r.peer) {
         if !lines.contains(&r.strategy) {
             lines.push(r.strategy.clone());
@@ -203,26 +164,6 @@ fn confinement(args: &BenchSpecArgs, budgets: &[u64]) -> Result<Option<Hierarchy
         hierarchy.root().display()
     );
     Ok(Some(hierarchy))
-}
-
-/// A group's limits: `memory` bytes, and reads of the device holding
-/// `file` capped at `read_limit` bytes/s.
-pub(super) fn limits(file: &Path, memory: Option<u64>, read_limit: Option<u64>) -> Result<Limits> {
-    let reads = read_limit
-        .map(|bps| ReadCap::of_file(file, bps))
-        .transpose()
-        .with_context(|| format!("finding the block device of {}", file.display()))?;
-    Ok(Limits { memory, reads })
-}
-
-/// A finished row's peak and what measured it: the group's peak where it
-/// can be read, else `rss` (the process's own peak RSS), saying why.
-pub(super) fn measured_peak(group: Option<&Group>, rss: u64) -> (u64, String) {
-    match group.map(|g| (g.version(), g.peak())) {
-        Some((v, Some(peak))) => (peak, v.to_string()),
-        Some((v, None)) => (rss, format!("rss ({v} has no {})", v.peak_file())),
-        None => (rss, "rss (unconfined)".into()),
-    }
 }
 
 /// `auto` against the other rows of one budget, on one line.
@@ -305,7 +246,7 @@ fn trace_path(plot: &Path, name: &str) -> PathBuf {
     let stem = plot
         .file_stem()
         .map_or("arbor-bench-spec".into(), |s| s.to_string_lossy());
-    let name = super::spec::entry_label(name).replace(['/', '@'], "-");
+    let name = entry_label(name).replace(['/', '@'], "-");
     plot.with_file_name(format!("{stem}-trace-{name}.png"))
 }
 
@@ -325,8 +266,8 @@ fn table(rows: &[BudgetRow], args: &BenchSpecArgs, cgroups: Option<&Hierarchy>) 
     }
     if let (Some(l), Some(h)) = (&args.read_limit, cgroups) {
         let knob = match h.version() {
-            super::cgroup::Version::V2 => "io.max",
-            super::cgroup::Version::V1 => "blkio",
+            Version::V2 => "io.max",
+            Version::V1 => "blkio",
         };
         s += &format!("; disk reads capped at {l} ({knob})");
     }
@@ -397,16 +338,6 @@ fn draw(rows: &[BudgetRow], names: &[String], args: &BenchSpecArgs) -> Result<()
     Ok(())
 }
 
-/// Reads `file` whole with direct IO. Storage below the page cache (a
-/// hypervisor's cache here) keeps what was read recently, so a row that
-/// streams other layers than the row before it would read colder; every
-/// budgeted row starts after this, from the same storage state.
-pub(super) fn settle_storage(file: &Path) -> Result<()> {
-    let reader = arbor_paging::DirectReader::open(file)?;
-    reader.read_through(reader.len(), 16 << 20)?;
-    Ok(())
-}
-
 /// Runs one strategy in a child process and reads its report. `limit`:
 /// a budgeted row, after the storage is settled, inside a group of the
 /// hierarchy limited to the budget (`Some(None)`: `--unconfined`).
@@ -420,7 +351,7 @@ fn spawn(
     let stem = format!(
         "arbor-bench-{}-{}-{}",
         std::process::id(),
-        super::spec::entry_label(name).replace(['/', '@'], "-"),
+        entry_label(name).replace(['/', '@'], "-"),
         budget.unwrap_or(0)
     );
     let out = std::env::temp_dir().join(format!("{stem}.json"));

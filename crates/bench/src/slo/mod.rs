@@ -5,7 +5,7 @@
 //! device profile and quality table; every chosen pair is then served in
 //! rounds beside the original model on the same prompt and its objective
 //! is held against the original's latency measured next to it (see
-//! [`rounds`]). Policies: the elastic model with
+//! `rounds.rs`). Policies: the elastic model with
 //! bigram-scored prompt levels; the same pairs with tokens dropped at
 //! random; always the full (original) model; whole layers dropped; and
 //! prefixes of the unreordered file. Reports the share of objectives met, quality
@@ -13,73 +13,24 @@
 //! count zero, switching overhead and prediction error; a table and a PNG.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use arbor_elastic::Order;
 use arbor_engine::slo::{self, Elastic, OnMiss, Pair, Reference, Scorer, SloPrompt, SloTables};
 use arbor_engine::{ProfileStore, RunConfig};
 use arbor_slo::{TRACE_APPS, draw_trace};
-use clap::Args;
 
-use crate::{elastic, progress, report};
+use crate::calibration::{self, ElasticFile};
+use crate::elastic::open;
+use crate::slo::families::{Families, cached, family_tables, layer_family};
+use crate::{progress, report};
 
+mod args;
 mod families;
 mod rounds;
 
-use families::{Families, cached, family_tables, layer_family, open};
-
-#[derive(Args)]
-pub struct BenchSloArgs {
-    /// The original model; its elastic files are built when missing.
-    #[arg(long, default_value = "qwen2.5-coder-0.5b")]
-    model: String,
-    /// Requests per trace.
-    #[arg(long, default_value_t = 60)]
-    requests: usize,
-    /// Skews α of the app mix (ELMS: −0.25 leans to tight objectives).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        allow_hyphen_values = true,
-        default_value = "-0.25,0,0.25"
-    )]
-    skews: Vec<f64>,
-    /// Mean arrivals per second of the Poisson process.
-    #[arg(long, default_value_t = 0.5)]
-    rate: f64,
-    /// Distinct held-out prompts the requests ask.
-    #[arg(long, default_value_t = 16)]
-    pool: usize,
-    /// Tokens decoded per request (the time per output token is timed over them).
-    #[arg(long, default_value_t = 16)]
-    tokens: usize,
-    /// Rounds per prompt: each round serves the original model and, two at
-    /// a time between its runs, every pair a policy chose on the prompt;
-    /// the median over rounds of each pair's latency over the original's
-    /// beside it counts (this host is noisy).
-    #[arg(long, default_value_t = 3)]
-    reps: usize,
-    /// Baselines beside the elastic policy: random (its pairs, tokens
-    /// dropped at random), full, layers, file.
-    #[arg(long, value_delimiter = ',', default_value = "random,full,layers,file")]
-    baselines: Vec<String>,
-    /// Calibration prompts and answer tokens of the quality tables.
-    #[arg(long, default_value_t = 6)]
-    calibration: usize,
-    #[arg(long, default_value_t = 16)]
-    answer_tokens: usize,
-    /// Measure tables again even where cached.
-    #[arg(long)]
-    refresh: bool,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// JSON lines on stdout (the table goes to stderr).
-    #[arg(long)]
-    json: bool,
-    #[arg(long, default_value = "arbor-bench-slo.png")]
-    plot: PathBuf,
-}
+pub use args::BenchSloArgs;
 
 /// One (skew, policy) row.
 #[derive(Debug, serde::Serialize)]
@@ -105,7 +56,7 @@ struct Row {
 
 /// A served (prompt, pair): its median run, how close it stayed to the
 /// full model's answer, and its latency over the original model's beside
-/// it (see [`rounds`]).
+/// it (see `rounds.rs`).
 #[derive(Debug, Clone)]
 struct Outcome {
     served: slo::Served,
@@ -144,7 +95,7 @@ struct Policy {
     pairs_of: Option<usize>,
 }
 
-pub fn run(args: &BenchSloArgs, device: &RunConfig) -> Result<()> {
+pub fn run(args: &BenchSloArgs, device: &RunConfig, elastic_file: ElasticFile) -> Result<()> {
     if args.requests == 0
         || args.pool == 0
         || args.tokens < 2
@@ -159,20 +110,20 @@ pub fn run(args: &BenchSloArgs, device: &RunConfig) -> Result<()> {
         }
     }
     let original = arbor_fetch::resolve_model(&args.model)?;
-    let elastic_path = elastic::ensure_built(&original, Order::Importance)?;
+    let elastic_path = elastic_file(&original, Order::Importance)?;
     let mut run = open(device, &elastic_path)?;
     // The original model: what objectives are fractions of and answers
     // are compared with.
     let mut orig_run = open(device, &original)?;
-    let tables = crate::slo::tables(&mut run, args.calibration, args.answer_tokens, args.refresh)?;
-    eprint!("{}", crate::slo::profile_table(&tables));
+    let tables = calibration::tables(&mut run, args.calibration, args.answer_tokens, args.refresh)?;
+    eprint!("{}", calibration::profile_table(&tables));
     let bigram = tables.scorer.clone();
-    let texts = crate::slo::held_out(args.pool)?;
+    let texts = calibration::held_out(args.pool)?;
     let prompts: Vec<SloPrompt> = (texts.iter())
         .map(|t| run.slo_prompt(t, true))
         .collect::<arbor_engine::Result<_>>()?;
     let stop = run.engine().tokenizer().stop_ids();
-    let calibration: Vec<SloPrompt> = (crate::slo::sharegpt_slice(0, args.calibration)?.iter())
+    let calibration: Vec<SloPrompt> = (calibration::sharegpt_slice(0, args.calibration)?.iter())
         .map(|t| run.slo_prompt(t, true))
         .collect::<arbor_engine::Result<_>>()?;
 
@@ -184,10 +135,7 @@ pub fn run(args: &BenchSloArgs, device: &RunConfig) -> Result<()> {
         layers_run = Some(layer_family(&original, &orig_run, &run)?);
     }
     if want("file") {
-        file_run = Some(open(
-            device,
-            &elastic::ensure_built(&original, Order::File)?,
-        )?);
+        file_run = Some(open(device, &elastic_file(&original, Order::File)?)?);
     }
     let store = ProfileStore::default();
     let stem = |p: &Path| {

@@ -1,41 +1,42 @@
-//! Flags shared by the commands that open runs, and what they become in a
-//! [`RunConfig`].
+//! Flags shared by the commands that open runs with a speculative
+//! strategy, and what they become in an [`arbor_engine::RunConfig`].
 
 use arbor_engine::Tuning;
-use clap::Args;
 
 /// Flags that shape the speculative strategies (`generate`, `bench spec`).
 /// Unset flags keep the device config's value, else the strategy's default.
-#[derive(Args, Debug, Clone, Default)]
+#[derive(Debug, Clone, Default)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct TuningArgs {
     /// Draft tokens per verification for `chain` [default: 5].
-    #[arg(long)]
+    #[cfg_attr(feature = "clap", arg(long))]
     pub gamma: Option<usize>,
     /// Initial verification threshold α of `tree` [default: 0.01].
-    #[arg(long)]
+    #[cfg_attr(feature = "clap", arg(long))]
     pub alpha: Option<f32>,
     /// Most draft tokens one `tree` verification may carry [default: 32];
     /// for `ppd`, the most rows of a pass, candidates and prompt tokens
     /// [default: 48].
-    #[arg(long)]
+    #[cfg_attr(feature = "clap", arg(long))]
     pub max_tree: Option<usize>,
     /// Draft probability above which a candidate opens a branch (`tree`)
     /// [default: 0.3].
-    #[arg(long)]
+    #[cfg_attr(feature = "clap", arg(long))]
     pub branch_threshold: Option<f32>,
     /// `exact` (lossless) or `typical` (typical acceptance) [default: exact].
-    #[arg(long)]
+    #[cfg_attr(feature = "clap", arg(long))]
     pub verify: Option<String>,
     /// Do not size trees with the measured latency profiles.
-    #[arg(long)]
+    #[cfg_attr(feature = "clap", arg(long))]
     pub no_profile: bool,
     /// Under a memory budget, cost passes as reads added to compute (the
     /// ablation of IO-aware tree sizing).
-    #[arg(long)]
+    #[cfg_attr(feature = "clap", arg(long))]
     pub no_io_aware: bool,
 }
 
 impl TuningArgs {
+    /// These settings as the engine's [`Tuning`].
     pub fn tuning(&self) -> Tuning {
         Tuning {
             gamma: self.gamma,

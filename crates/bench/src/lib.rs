@@ -1,0 +1,50 @@
+//! arbor's benchmarks as a library: what `arbor bench` runs, callable from
+//! other programs and tests. Each benchmark takes its options (a struct;
+//! with the `clap` feature they are the command's flags too) and a device
+//! [`arbor_engine::RunConfig`], runs its measurements, and writes its
+//! table (or JSON lines) and chart.
+//!
+//! - [`decode`]: prefill and decode speed of one model.
+//! - [`spec`]: speculative strategies against autoregressive decoding on
+//!   one loaded pair; under memory budgets [`budget`] runs one process per
+//!   strategy inside a cgroup limit ([`cgroup`], rows in [`budgeted`]) with
+//!   llama.cpp beside them ([`peer`]).
+//! - [`ppd`]: PPD prompt tokens' accuracy by distance, then their decoding.
+//! - [`elastic`]: elastic levels against unreordered prefixes, magnitude
+//!   order and dropped layers.
+//! - [`serve`]: an `arbor serve` on loopback under streaming clients.
+//! - [`slo`]: latency objectives on a request trace, the elastic policy
+//!   against baselines.
+//! - [`random_model`]: a model file of a real shape with random weights.
+//!
+//! Beside them, what the benchmarks (and the `arbor` command) share:
+//! prompt sets ([`prompts`]), calibration material and objective tables
+//! ([`calibration`]), progress bars ([`progress`]), result printing
+//! ([`report`]), trace timelines ([`trace`]), process memory ([`sys`]) and
+//! the speculative tuning options ([`TuningArgs`]).
+//!
+//! Errors are [`anyhow`]'s: a benchmark reports them, it does not match on
+//! them. The budget benchmark runs each strategy by starting this
+//! program again as `bench spec --child` (see [`budget`]), so it needs a
+//! program that answers those flags, like `arbor`.
+
+pub mod budget;
+pub mod budgeted;
+pub mod calibration;
+pub mod cgroup;
+pub mod decode;
+pub mod elastic;
+pub mod peer;
+pub mod ppd;
+pub mod progress;
+pub mod prompts;
+pub mod random_model;
+pub mod report;
+pub mod serve;
+pub mod slo;
+pub mod spec;
+pub mod sys;
+pub mod trace;
+pub mod tuning;
+
+pub use tuning::TuningArgs;
