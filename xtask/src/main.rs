@@ -66,13 +66,22 @@ fn build(args: &[&str]) -> Result<(), String> {
             },
         }
     }
-    let mut cargo = vec!["build", "-p", "arbor-cli"];
-    match device {
-        Some("cpu") => {} // default features: candle + burn flex
-        Some("wgpu") => cargo.extend(["--features", "wgpu"]),
-        // The CPU backends, our NEON kernels chosen at run time.
-        Some("arm64") => cargo.extend(["--target", ARM64]),
-        _ => return Err(format!("--device must be cpu, wgpu or arm64\n{USAGE}")),
+    let features = match device {
+        Some(d) => {
+            device_features(d).ok_or(format!("--device must be cpu, wgpu or arm64\n{USAGE}"))?
+        }
+        None => return Err(format!("--device must be cpu, wgpu or arm64\n{USAGE}")),
+    };
+    let mut cargo = vec![
+        "build",
+        "-p",
+        "arbor-cli",
+        "--no-default-features",
+        "--features",
+    ];
+    cargo.push(&features);
+    if device == Some("arm64") {
+        cargo.extend(["--target", ARM64]);
     }
     if release {
         cargo.push("--release");
@@ -85,6 +94,24 @@ fn build(args: &[&str]) -> Result<(), String> {
         return Ok(());
     }
     step(&cargo)
+}
+
+/// The `arbor` command's features besides its backends: every command.
+const CLI_COMMANDS: &str = "fetch,plot,serve,train,bench";
+
+/// Exactly the features a device's `arbor` build needs: its backends and
+/// every command (`cargo xtask build --device D` builds with these alone).
+fn device_features(device: &str) -> Option<String> {
+    let backends = match device {
+        // candle (our x86 kernels) and burn flex.
+        "cpu" => "candle,flex",
+        // burn on wgpu alone: no CPU backend is linked.
+        "wgpu" => "wgpu",
+        // The CPU backends, our NEON kernels chosen at run time.
+        "arm64" => "candle,flex",
+        _ => return None,
+    };
+    Some(format!("{backends},{CLI_COMMANDS}"))
 }
 
 /// The `arbor` library's feature combinations CI checks: each backend
@@ -355,6 +382,26 @@ fn ci() -> Result<(), String> {
             features,
         ])?;
     }
+    // The `arbor` command with one backend and no other feature (no
+    // training, serving, plotting, downloads or benchmarks), and the wgpu
+    // device build (no CPU backend).
+    step(&[
+        "check",
+        "-p",
+        "arbor-cli",
+        "--no-default-features",
+        "--features",
+        "candle",
+    ])?;
+    let wgpu = device_features("wgpu").unwrap_or_default();
+    step(&[
+        "check",
+        "-p",
+        "arbor-cli",
+        "--no-default-features",
+        "--features",
+        &wgpu,
+    ])?;
     // The library's documentation, warnings denied (its dependencies were
     // just checked by clippy with these features).
     step_with(

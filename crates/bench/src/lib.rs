@@ -23,27 +23,42 @@
 //! ([`report`]), trace timelines ([`trace`]), process memory ([`sys`]) and
 //! the speculative tuning options ([`TuningArgs`]).
 //!
+//! The benchmarks are compiled with the `suite` feature, the charts and
+//! timelines with `plot` (which `suite` turns on).
+//!
 //! Errors are [`anyhow`]'s: a benchmark reports them, it does not match on
 //! them. The budget benchmark runs each strategy by starting this
 //! program again as `bench spec --child` (see [`budget`]), so it needs a
 //! program that answers those flags, like `arbor`.
 
+#[cfg(feature = "suite")]
 pub mod budget;
+#[cfg(feature = "suite")]
 pub mod budgeted;
 pub mod calibration;
+#[cfg(feature = "suite")]
 pub mod cgroup;
+#[cfg(feature = "suite")]
 pub mod decode;
+#[cfg(feature = "suite")]
 pub mod elastic;
+#[cfg(feature = "suite")]
 pub mod peer;
+#[cfg(feature = "suite")]
 pub mod ppd;
 pub mod progress;
 pub mod prompts;
+#[cfg(feature = "suite")]
 pub mod random_model;
 pub mod report;
+#[cfg(feature = "suite")]
 pub mod serve;
+#[cfg(feature = "suite")]
 pub mod slo;
+#[cfg(feature = "suite")]
 pub mod spec;
 pub mod sys;
+#[cfg(feature = "plot")]
 pub mod trace;
 pub mod tuning;
 

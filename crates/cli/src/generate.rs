@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use arbor_bench::{TuningArgs, calibration, progress, sys, trace};
+#[cfg(feature = "plot")]
+use arbor_bench::trace;
+use arbor_bench::{TuningArgs, calibration, progress, sys};
 use arbor_engine::{Engine, RunConfig, Sampling};
 use clap::Args;
 
@@ -122,6 +124,10 @@ impl GenerateArgs {
 }
 
 pub fn run(args: &GenerateArgs, device: RunConfig) -> Result<()> {
+    #[cfg(not(feature = "plot"))]
+    if args.trace.is_some() {
+        anyhow::bail!("--trace draws a PNG, and this build has no plotting (the `plot` feature)");
+    }
     let mut config = device.merge(args.config());
     if args.slo.is_some() {
         let model = config
@@ -205,6 +211,7 @@ pub fn run(args: &GenerateArgs, device: RunConfig) -> Result<()> {
             );
         }
     }
+    #[cfg(feature = "plot")]
     if let Some(path) = &args.trace {
         let title = format!("arbor generate: {strategy}, first 12 target passes");
         trace::draw(&g.trace, &title, 12, path)?;

@@ -2,21 +2,27 @@
 //! runs a model turns its flags (over a device config) into an
 //! [`arbor_engine::RunConfig`] and opens it with [`arbor_engine::Engine::open`].
 
+#[cfg(feature = "bench")]
 mod bench;
+#[cfg(feature = "train")]
 mod elastic;
 mod generate;
 mod live;
 mod profile;
+#[cfg(feature = "serve")]
 mod serve;
 mod slim;
 mod slo;
+#[cfg(feature = "train")]
 mod train;
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use arbor_bench::progress;
-use arbor_engine::{DEFAULT_DRAFT, DEFAULT_TARGET, Engine, RunConfig};
+#[cfg(feature = "fetch")]
+use arbor_engine::{DEFAULT_DRAFT, DEFAULT_TARGET};
+use arbor_engine::{Engine, RunConfig};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -40,6 +46,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Download models (default: the default pair and smollm2-135m) or datasets into the cache.
+    #[cfg(feature = "fetch")]
     Fetch {
         /// Short model names.
         names: Vec<String>,
@@ -51,6 +58,7 @@ enum Command {
     Generate(Box<generate::GenerateArgs>),
     /// Serve an OpenAI-compatible HTTP API (chat and text completions,
     /// streamed or not) until SIGTERM or Ctrl-C.
+    #[cfg(feature = "serve")]
     Serve(Box<serve::ServeArgs>),
     /// Print the token ids of a text as a JSON array.
     Tokenize {
@@ -89,16 +97,19 @@ enum Command {
     Slim(slim::SlimArgs),
     /// Elastic sub-models (ELMS): unit importance, masked levels, and the
     /// elastic file whose weight prefixes are smaller models.
+    #[cfg(feature = "train")]
     Elastic {
         #[command(subcommand)]
         which: elastic::ElasticCommand,
     },
     /// Train what a model's decoding learns (PPD prompt tokens).
+    #[cfg(feature = "train")]
     Train {
         #[command(subcommand)]
         which: train::TrainCommand,
     },
     /// Benchmarks.
+    #[cfg(feature = "bench")]
     Bench {
         #[command(subcommand)]
         which: bench::BenchCommand,
@@ -128,8 +139,10 @@ fn run() -> Result<()> {
     });
     device.apply_threads()?;
     match cli.command {
+        #[cfg(feature = "fetch")]
         Command::Fetch { names, datasets } => fetch(names, datasets),
         Command::Generate(args) => generate::run(&args, device),
+        #[cfg(feature = "serve")]
         Command::Serve(args) => serve::run(&args, device),
         Command::Tokenize { model, text } => {
             let path = arbor_fetch::resolve_model(&model)?;
@@ -158,12 +171,16 @@ fn run() -> Result<()> {
         }
         Command::Profile(args) => profile::run(&args, device),
         Command::Slim(args) => slim::run(&args),
+        #[cfg(feature = "train")]
         Command::Elastic { which } => elastic::run(which),
+        #[cfg(feature = "train")]
         Command::Train { which } => train::run(which),
+        #[cfg(feature = "bench")]
         Command::Bench { which } => bench::run(which, device),
     }
 }
 
+#[cfg(feature = "fetch")]
 fn fetch(names: Vec<String>, datasets: Vec<String>) -> Result<()> {
     let names = if names.is_empty() && datasets.is_empty() {
         vec![

@@ -9,12 +9,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use arbor_bench::calibration::{held_out, profile_table, tables};
 use arbor_bench::progress;
-use arbor_elastic::Order;
 use arbor_engine::slo::{self, Elastic, SloTables};
 use arbor_engine::{Engine, Run, RunConfig};
 use clap::Args;
-
-use crate::elastic;
 
 #[derive(Args)]
 pub struct DeviceArgs {
@@ -48,7 +45,14 @@ pub fn elastic_file(model: &str) -> Result<PathBuf> {
     if is_elastic(&path)? {
         return Ok(path);
     }
-    elastic::ensure_built(&path, Order::Importance)
+    #[cfg(feature = "train")]
+    return crate::elastic::ensure_built(&path, arbor_elastic::Order::Importance);
+    #[cfg(not(feature = "train"))]
+    anyhow::bail!(
+        "{} is not an elastic model, and this build cannot make one (its importance \
+         is trained: the `train` feature); pass an elastic file",
+        path.display()
+    )
 }
 
 pub fn is_elastic(path: &Path) -> Result<bool> {

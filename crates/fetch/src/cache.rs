@@ -3,7 +3,7 @@
 //! into place and marked with a `<file>.sha256-ok` file.
 
 use std::fs::{self, File};
-use std::io::{self, BufReader, BufWriter, Write};
+use std::io::{self, BufReader, Write};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -56,6 +56,7 @@ pub(crate) fn is_cached(
 
 /// Writes `dest` through `produce` into a temporary file, checks its size
 /// and sha256, then renames it into place and writes its marker.
+#[cfg(feature = "download")]
 pub(crate) fn install(
     dest: &Path,
     what: &str,
@@ -75,7 +76,7 @@ pub(crate) fn install(
             what: format!("extracting {what}"),
             total_bytes: size,
         });
-        let mut out = HashingWriter::new(BufWriter::with_capacity(1 << 20, file), progress);
+        let mut out = HashingWriter::new(io::BufWriter::with_capacity(1 << 20, file), progress);
         produce(&mut out)?;
         let (out, written, actual) = out.finish();
         progress(Progress::Done);

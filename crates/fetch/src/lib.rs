@@ -18,11 +18,14 @@
 //! unpacking of wheels and tarballs in `archive` (`brown` converts the
 //! Brown corpus); this file ties them together.
 
+#[cfg(feature = "download")]
 mod archive;
+#[cfg(feature = "download")]
 mod brown;
 mod cache;
 #[macro_use]
 mod catalog;
+#[cfg(feature = "download")]
 mod download;
 
 use std::ffi::OsString;
@@ -34,8 +37,11 @@ pub use catalog::{
     model_entry, model_path, resolve_model,
 };
 
-use cache::{install, is_cached};
+#[cfg(feature = "download")]
+use cache::install;
+use cache::is_cached;
 use catalog::names;
+#[cfg(feature = "download")]
 use download::{Fetcher, Package};
 
 /// Where arbor caches models and datasets: `$ARBOR_HOME`, else
@@ -99,6 +105,11 @@ pub enum FetchError {
     UnknownDataset { name: String, known: String },
     #[error("model `{name}` is not fetched yet (no {path}); run `arbor fetch {name}`")]
     NotFetched { name: String, path: PathBuf },
+    #[error(
+        "`{name}` is not fetched (no {path}) and this build downloads nothing (built without \
+         the `fetch` feature): run `arbor fetch {name}` with a full build, or pass a file path"
+    )]
+    NoDownloads { name: String, path: PathBuf },
     #[error("{path}: no member under `{prefix}`")]
     MissingMember { path: PathBuf, prefix: String },
     #[error("{path}: unreadable archive ({message}); delete it and retry")]
@@ -117,6 +128,7 @@ impl FetchError {
 }
 
 /// Fetches a model into [`model_path`] (idempotent) and returns that path.
+#[cfg(feature = "download")]
 pub fn fetch_model(
     entry: &ModelEntry,
     progress: &mut dyn FnMut(Progress),
@@ -125,6 +137,7 @@ pub fn fetch_model(
 }
 
 /// Fetches a dataset by name (see [`DATASETS`]) and returns its cached path.
+#[cfg(feature = "download")]
 pub fn fetch_dataset(
     name: &str,
     progress: &mut dyn FnMut(Progress),
@@ -136,6 +149,7 @@ pub fn fetch_dataset(
     fetch_dataset_with(&arbor_home(), entry, &mut Fetcher::registry(), progress)
 }
 
+#[cfg(feature = "download")]
 fn fetch_model_with(
     home: &Path,
     entry: &ModelEntry,
@@ -172,6 +186,7 @@ fn fetch_model_with(
     Ok(dest)
 }
 
+#[cfg(feature = "download")]
 fn fetch_dataset_with(
     home: &Path,
     entry: &DatasetEntry,
@@ -224,7 +239,45 @@ fn fetch_dataset_with(
     Ok(dest)
 }
 
-#[cfg(test)]
+/// The cached model file of `entry` (verified), or an error saying it is
+/// not fetched: this build downloads nothing (the `download` feature is off).
+#[cfg(not(feature = "download"))]
+pub fn fetch_model(
+    entry: &ModelEntry,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<PathBuf, FetchError> {
+    let dest = model_path(entry);
+    match is_cached(&dest, entry.name, entry.size, entry.sha256, progress)? {
+        true => Ok(dest),
+        false => Err(FetchError::NoDownloads {
+            name: entry.name.to_owned(),
+            path: dest,
+        }),
+    }
+}
+
+/// The cached dataset `name` (verified), or an error saying it is not
+/// fetched: this build downloads nothing (the `download` feature is off).
+#[cfg(not(feature = "download"))]
+pub fn fetch_dataset(
+    name: &str,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<PathBuf, FetchError> {
+    let entry = dataset_entry(name).ok_or_else(|| FetchError::UnknownDataset {
+        name: name.to_owned(),
+        known: names(DATASETS.iter().map(|d| d.name)),
+    })?;
+    let dest = dataset_path(entry);
+    match is_cached(&dest, entry.name, entry.size, entry.sha256, progress)? {
+        true => Ok(dest),
+        false => Err(FetchError::NoDownloads {
+            name: entry.name.to_owned(),
+            path: dest,
+        }),
+    }
+}
+
+#[cfg(all(test, feature = "download"))]
 mod tests;
 
 /// Helpers for tests that use real models.
