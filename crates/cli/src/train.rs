@@ -2,20 +2,19 @@
 //! from the model itself, on ShareGPT exchanges in the model's chat form.
 //! A run is budgeted in minutes or steps, checkpoints every minute and
 //! goes on from its checkpoint when run again; it ends with the prompt
-//! tokens, their accuracy table, a loss plot and an accuracy plot.
+//! tokens, their accuracy table, a loss plot and an accuracy plot. The
+//! loop and those files are `arbor_train`'s ([`arbor_train::PpdJob`]);
+//! this command reads the flags, prepares the sequences and prints.
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use arbor_bench::progress;
 use arbor_bench::prompts::sharegpt_exchanges;
-use arbor_engine::{ChatMessage, LanguageModel, Role, Tokenizer};
-use arbor_plot::{LineChart, LineSeries, line_chart};
-use arbor_ppd::PromptFile;
-use arbor_train::{Example, Run, Settings, Validation};
+use arbor_engine::{ChatMessage, Role, Tokenizer};
+use arbor_train::{Budget, Cadence, Event, Example, PpdJob, Settings, Validation};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -128,53 +127,31 @@ fn ppd(args: &PpdArgs) -> Result<()> {
     }
     let model_path = arbor_fetch::resolve_model(&args.model)?;
     let out = (args.out.clone()).unwrap_or_else(|| arbor_engine::ppd::trained_path(&model_path));
-    let ckpt = out.with_extension("ckpt.safetensors");
+    let ckpt = arbor_train::checkpoint_path(&out);
+    let budget = Budget::from_flags(args.minutes, args.steps, 45.0);
     let settings = Settings {
         count: args.prompt_tokens,
         epts: args.epts,
         points: args.points,
         seed: args.seed,
-        steps: args.steps,
-        seconds: match (args.minutes, args.steps) {
-            (None, Some(_)) => None,
-            (m, _) => Some(m.unwrap_or(45.0) * 60.0),
-        },
+        steps: budget.steps,
+        seconds: budget.seconds,
         ..Settings::default()
     };
     let file = arbor_gguf::GgufFile::open(&model_path)?;
     let tok = Tokenizer::from_gguf(file.header())?;
     let mut model = arbor_train::load_model(&file, &mut progress::load_bar(&model_path))?;
-    let hidden = model.config().hidden;
-
-    let mut run = match PromptFile::load(&ckpt) {
-        Ok(f) if !args.restart => {
-            let mut run = Run::from_file(&f)?;
-            if run.hidden != hidden || run.settings.count != settings.count {
-                bail!(
-                    "{} holds {} prompt tokens of width {}, not {} of {hidden} (--restart to start afresh)",
-                    ckpt.display(),
-                    run.settings.count,
-                    run.hidden,
-                    settings.count
-                );
-            }
-            eprintln!(
-                "going on from {} (step {}, {:.1} min)",
-                ckpt.display(),
-                run.step,
-                run.seconds / 60.0
-            );
-            run.settings.steps = settings.steps;
-            run.settings.seconds = settings.seconds;
-            run
-        }
-        _ => {
-            // The thesis starts prompt tokens from a short text's embeddings.
-            let ids = tok.encode("Next 2 word")?;
-            let ids: Vec<u32> = (0..settings.count).map(|i| ids[i % ids.len()]).collect();
-            Run::new(settings, hidden, model.embeddings(&ids)?)?
-        }
-    };
+    // The thesis starts prompt tokens from a short text's embeddings.
+    let init = tok.encode("Next 2 word")?;
+    let (run, resumed) = arbor_train::open_run(&mut model, settings, &ckpt, args.restart, &init)?;
+    if resumed {
+        eprintln!(
+            "going on from {} (step {}, {:.1} min)",
+            ckpt.display(),
+            run.clock.step,
+            run.clock.seconds / 60.0
+        );
+    }
     let data = examples(&tok, args.max_len, 4000, args.seed)?;
     let (held_out, train) = data.split_at(args.validate.min(data.len() / 2));
     let mut meta = BTreeMap::new();
@@ -189,17 +166,8 @@ fn ppd(args: &PpdArgs) -> Result<()> {
         "threads".to_string(),
         rayon::current_num_threads().to_string(),
     );
+    let mut job = PpdJob::new(run, model, train.to_vec(), held_out.to_vec(), ckpt, meta)?;
 
-    if run.validations.is_empty() {
-        let t = Instant::now();
-        let (v, _) = run.validate(&mut model, held_out)?;
-        eprintln!(
-            "{} ({:.0} s)",
-            validation_line(&v),
-            t.elapsed().as_secs_f64()
-        );
-        run.validations.push(v);
-    }
     let bar = ProgressBar::new(1000).with_style(
         ProgressStyle::with_template("training [{bar:30}] {percent}% {elapsed} {msg}")
             .expect("valid template")
@@ -207,66 +175,51 @@ fn ppd(args: &PpdArgs) -> Result<()> {
     );
     // Without a terminal the bar is hidden: a line every 20 steps instead.
     let tty = std::io::stderr().is_terminal();
-    let (mut saved, mut validated) = (Instant::now(), run.seconds);
-    let session = Instant::now();
-    while !run.done() {
-        let t = Instant::now();
-        let ex = &train[run.step as usize % train.len()];
-        let loss = run.step(&mut model, ex)?;
-        let secs = t.elapsed().as_secs_f64();
-        run.seconds += secs;
-        run.step_seconds += secs;
-        let status = format!(
-            "step {} loss {loss:.3} lr {:.4} {secs:.1} s/step",
-            run.step,
-            run.lr()
-        );
-        bar.set_position((run.fraction() * 1000.0) as u64);
-        bar.set_message(status.clone());
-        if !tty && run.step % 20 == 0 {
-            eprintln!("{:.1} min: {status}", run.seconds / 60.0);
-        }
-        if run.seconds - validated >= args.validate_every * 60.0 {
-            let t = Instant::now();
-            let (v, _) = run.validate(&mut model, held_out)?;
-            run.seconds += t.elapsed().as_secs_f64();
-            validated = run.seconds;
-            match tty {
-                true => bar.println(validation_line(&v)),
-                false => eprintln!("{}", validation_line(&v)),
+    let cadence = Cadence {
+        validate_every: Some(args.validate_every * 60.0),
+        save_every: 60.0,
+    };
+    let mut now = arbor_train::wall_clock();
+    let session = arbor_train::train(&mut job, &cadence, &mut now, &mut |event| match event {
+        Event::Validated {
+            validation,
+            seconds,
+            first: true,
+        } => eprintln!("{} ({seconds:.0} s)", validation_line(validation)),
+        Event::Validated { validation, .. } => match tty {
+            true => bar.println(validation_line(validation)),
+            false => eprintln!("{}", validation_line(validation)),
+        },
+        Event::Stepped {
+            loss,
+            seconds,
+            clock,
+            fraction,
+            lr,
+        } => {
+            let status = format!(
+                "step {} loss {loss:.3} lr {lr:.4} {seconds:.1} s/step",
+                clock.step
+            );
+            bar.set_position((fraction * 1000.0) as u64);
+            bar.set_message(status.clone());
+            if !tty && clock.step % 20 == 0 {
+                eprintln!("{:.1} min: {status}", clock.seconds / 60.0);
             }
-            run.validations.push(v);
         }
-        if saved.elapsed().as_secs() >= 60 {
-            run.to_file(&meta).save(&ckpt)?;
-            saved = Instant::now();
-        }
-    }
+        Event::Saved => {}
+    })?;
     bar.finish_and_clear();
-    let t = Instant::now();
-    let (v, table) = run.validate(&mut model, held_out)?;
-    if run
-        .validations
-        .last()
-        .is_none_or(|last| last.seconds < run.seconds)
-    {
-        run.seconds += t.elapsed().as_secs_f64();
-        run.validations.push(v.clone());
-    }
-    run.to_file(&meta).save(&ckpt)?;
-    meta.insert(
-        "seconds_per_step".to_string(),
-        format!("{:.2}", mean_step_seconds(&run)),
-    );
-    run.to_prompts_file(table, &meta).save(&out)?;
-    plots(&run, &out)?;
+    let t = now();
+    let v = job.finish(&out, &mut now)?;
+    let clock = job.run.clock;
     eprintln!("{}", validation_line(&v));
     eprintln!(
         "{} steps in {:.1} min of training, {:.2} s/step; this session {:.1} min",
-        run.step,
-        run.seconds / 60.0,
-        mean_step_seconds(&run),
-        session.elapsed().as_secs_f64() / 60.0
+        clock.step,
+        clock.seconds / 60.0,
+        clock.seconds_per_step(),
+        (session.seconds + now() - t) / 60.0
     );
     println!("{}", out.display());
     Ok(())
@@ -275,11 +228,6 @@ fn ppd(args: &PpdArgs) -> Result<()> {
 fn command_line() -> String {
     let args: Vec<String> = std::env::args().skip(1).collect();
     format!("arbor {}", args.join(" "))
-}
-
-/// Mean seconds of a step (validation not counted).
-fn mean_step_seconds(run: &Run) -> f64 {
-    run.step_seconds / run.step.max(1) as f64
 }
 
 fn validation_line(v: &Validation) -> String {
@@ -296,74 +244,4 @@ fn validation_line(v: &Validation) -> String {
         f(&v.top1),
         f(&v.top5)
     )
-}
-
-/// Each point's `y` replaced by the mean of the last `window` points' (the
-/// loss curves' smoothed line).
-pub(crate) fn running_mean(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
-    (0..points.len())
-        .map(|i| {
-            let w = &points[i.saturating_sub(window.max(1) - 1)..=i];
-            (
-                points[i].0,
-                w.iter().map(|p| p.1).sum::<f64>() / w.len() as f64,
-            )
-        })
-        .collect()
-}
-
-/// `<out>.loss.png` (each step's loss and a running mean against minutes)
-/// and `<out>.accuracy.png` (validation top-1 and top-5 by distance).
-fn plots(run: &Run, out: &Path) -> Result<()> {
-    let raw: Vec<(f64, f64)> = run
-        .losses
-        .iter()
-        .map(|&(s, l)| (s / 60.0, l as f64))
-        .collect();
-    let window = 25;
-    let smooth = running_mean(&raw, window);
-    line_chart(
-        &LineChart {
-            title: "PPD prompt tokens: training loss (sum over prompt tokens of 0.8^i KL)".into(),
-            x_label: "minutes of training".into(),
-            y_label: "loss".into(),
-            series: vec![
-                LineSeries {
-                    name: "step".into(),
-                    points: raw,
-                },
-                LineSeries {
-                    name: format!("mean of {window}"),
-                    points: smooth,
-                },
-            ],
-        },
-        &out.with_extension("loss.png"),
-    )?;
-    let mut series = Vec::new();
-    for (k, pick) in [(1, 0usize), (5, 1)] {
-        for d in 0..run.settings.count {
-            series.push(LineSeries {
-                name: format!("top-{k} @{}", d + 1),
-                points: run
-                    .validations
-                    .iter()
-                    .map(|v| {
-                        let xs = if pick == 0 { &v.top1 } else { &v.top5 };
-                        (v.seconds / 60.0, xs[d])
-                    })
-                    .collect(),
-            });
-        }
-    }
-    line_chart(
-        &LineChart {
-            title: "PPD prompt tokens: held-out accuracy by distance".into(),
-            x_label: "minutes of training".into(),
-            y_label: "accuracy".into(),
-            series,
-        },
-        &out.with_extension("accuracy.png"),
-    )?;
-    Ok(())
 }

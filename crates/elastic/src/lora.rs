@@ -2,11 +2,13 @@
 //! safetensors file with `blk.N.PROJ.lora_a` (`[in, rank]`) and
 //! `blk.N.PROJ.lora_b` (`[rank, out]`) in f32, the level and rank in its
 //! metadata, and — in a training checkpoint — AdamW's moments (`adam.m`,
-//! `adam.v`, flat in [`LoraFile::flatten`]'s order) beside them.
+//! `adam.v`, flat in [`LoraFile::flatten`]'s order) beside them; read and
+//! written through [`arbor_ppd::TensorFile`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use arbor_model::{Config, Elastic, HostMatrix, Lora, LoraPair, Proj};
+use arbor_ppd::TensorFile;
 
 use crate::{ElasticError, Result};
 
@@ -160,69 +162,55 @@ impl LoraFile {
     }
 
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        use safetensors::tensor::{Dtype, TensorView};
-        let f32s = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
-        let mut owned: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+        self.to_tensors().to_bytes().map_err(bad)
+    }
+
+    fn to_tensors(&self) -> TensorFile {
+        let mut file = TensorFile::with_meta(self.meta.clone());
+        file.meta.insert(LEVEL.into(), self.level.to_string());
+        file.meta.insert(RANK.into(), self.rank.to_string());
         for (i, l) in self.layers.iter().enumerate() {
             for (p, pair) in Proj::ALL.iter().zip(l) {
                 if let Some(h) = pair {
                     let n = format!("blk.{i}.{}", p.name());
-                    owned.push((format!("{n}.lora_a"), vec![h.inputs, self.rank], f32s(&h.a)));
-                    owned.push((
+                    file.put_f32(
+                        format!("{n}.lora_a"),
+                        vec![h.inputs, self.rank],
+                        h.a.clone(),
+                    );
+                    file.put_f32(
                         format!("{n}.lora_b"),
                         vec![self.rank, h.outputs],
-                        f32s(&h.b),
-                    ));
+                        h.b.clone(),
+                    );
                 }
             }
         }
         if let Some((m, v)) = &self.adam {
-            owned.push(("adam.m".into(), vec![m.len()], f32s(m)));
-            owned.push(("adam.v".into(), vec![v.len()], f32s(v)));
+            file.put_f32("adam.m", vec![m.len()], m.clone());
+            file.put_f32("adam.v", vec![v.len()], v.clone());
         }
-        let views = owned
-            .iter()
-            .map(|(n, s, b)| TensorView::new(Dtype::F32, s.clone(), b).map(|v| (n.as_str(), v)))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(bad)?;
-        let mut meta: HashMap<String, String> = self.meta.clone().into_iter().collect();
-        meta.insert(LEVEL.into(), self.level.to_string());
-        meta.insert(RANK.into(), self.rank.to_string());
-        safetensors::serialize(views, Some(meta)).map_err(bad)
+        file
     }
 
     /// Reads a file written by [`LoraFile::to_bytes`]; its shapes are
     /// checked against a model when attached.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        use safetensors::tensor::{Dtype, SafeTensors};
-        let (_, header) = SafeTensors::read_metadata(bytes).map_err(bad)?;
-        let st = SafeTensors::deserialize(bytes).map_err(bad)?;
-        let mut meta: BTreeMap<String, String> = header
-            .metadata()
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
+        let mut file = TensorFile::from_bytes(bytes).map_err(bad)?;
         let mut num = |k: &str| -> Result<f64> {
-            let v = meta.remove(k).ok_or_else(|| bad(format!("no `{k}`")))?;
+            let v = file
+                .meta
+                .remove(k)
+                .ok_or_else(|| bad(format!("no `{k}`")))?;
             v.parse().map_err(|_| bad(format!("`{k}` is `{v}`")))
         };
         let (level, rank) = (num(LEVEL)?, num(RANK)? as usize);
         if !(level > 0.0 && level <= 1.0) || rank == 0 {
             return Err(bad(format!("level {level}, rank {rank}")));
         }
-        let read = |name: &str| -> Result<(Vec<usize>, Vec<f32>)> {
-            let t = st.tensor(name).map_err(|e| bad(format!("{name}: {e}")))?;
-            if t.dtype() != Dtype::F32 {
-                return Err(bad(format!("{name} is {:?}, not F32", t.dtype())));
-            }
-            let v = (t.data().chunks_exact(4))
-                .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-                .collect();
-            Ok((t.shape().to_vec(), v))
-        };
         let mut layers: Vec<[Option<HostPair>; 7]> = Vec::new();
-        for name in st.names() {
+        let names: Vec<String> = file.tensors.keys().cloned().collect();
+        for name in &names {
             let Some(rest) = name.strip_prefix("blk.") else {
                 continue;
             };
@@ -234,8 +222,8 @@ impl LoraFile {
                 .ok_or_else(|| bad(format!("tensor `{name}`")))?;
             let i: usize = i.parse().map_err(|_| bad(format!("tensor `{name}`")))?;
             let p = Proj::parse(p).ok_or_else(|| bad(format!("tensor `{name}`")))?;
-            let (sa, a) = read(name)?;
-            let (sb, b) = read(&format!("blk.{stem}.lora_b"))?;
+            let (sa, a) = file.take_f32(name).map_err(bad)?;
+            let (sb, b) = file.take_f32(&format!("blk.{stem}.lora_b")).map_err(bad)?;
             match (&sa[..], &sb[..]) {
                 ([inputs, ra], [rb, outputs]) if *ra == rank && *rb == rank => {
                     if layers.len() <= i {
@@ -254,17 +242,26 @@ impl LoraFile {
         if layers.is_empty() {
             return Err(bad("no adapters"));
         }
-        let adam = match st.names().contains(&"adam.m") {
-            true => Some((read("adam.m")?.1, read("adam.v")?.1)),
+        let adam = match file.contains("adam.m") {
+            true => Some((
+                file.take_f32("adam.m").map_err(bad)?.1,
+                file.take_f32("adam.v").map_err(bad)?.1,
+            )),
             false => None,
         };
         Ok(Self {
             level,
             rank,
             layers,
-            meta,
+            meta: file.meta,
             adam,
         })
+    }
+
+    /// Writes the file whole (through a temporary file beside it, so that
+    /// an interrupted save leaves the old one).
+    pub fn save(&self, path: &std::path::Path) -> Result<()> {
+        self.to_tensors().save(path).map_err(bad)
     }
 }
 

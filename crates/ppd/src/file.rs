@@ -6,13 +6,13 @@
 //! Tensors: `prompts` (`[count, hidden]`, or `[count, epts, hidden]` with
 //! ensemble prompt tokens; f32), `accuracy`
 //! (`[distances, ranks]`, f64, optional) and any extra 1-D f32 vectors;
-//! the provenance is the file's string metadata.
+//! the provenance is the file's string metadata. Reading and writing go
+//! through [`TensorFile`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 
-use safetensors::tensor::{Dtype, SafeTensors, TensorView};
-
+use crate::tensors::TensorFile;
 use crate::{Accuracy, PpdError, Result};
 
 const PROMPTS: &str = "prompts";
@@ -39,10 +39,6 @@ fn bad(m: impl Into<String>) -> PpdError {
     PpdError::File(m.into())
 }
 
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
 impl PromptFile {
     /// Prompt tokens in the file.
     pub fn count(&self) -> usize {
@@ -50,6 +46,10 @@ impl PromptFile {
     }
 
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        self.to_tensors()?.to_bytes().map_err(|e| bad(e.0))
+    }
+
+    fn to_tensors(&self) -> Result<TensorFile> {
         let width = self.hidden * self.epts.max(1);
         if width == 0 || self.vectors.is_empty() || !self.vectors.len().is_multiple_of(width) {
             return Err(bad(format!(
@@ -66,50 +66,26 @@ impl PromptFile {
         if self.extra.contains_key(PROMPTS) || self.extra.contains_key(ACCURACY) {
             return Err(bad("an extra vector takes a reserved name"));
         }
-        let mut owned: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> =
-            vec![(PROMPTS.into(), Dtype::F32, shape, f32_bytes(&self.vectors))];
+        let mut file = TensorFile::with_meta(self.meta.clone());
+        file.put_f32(PROMPTS, shape, self.vectors.clone());
         if let Some(a) = &self.accuracy {
-            let bytes = (1..=a.distances())
+            let values = (1..=a.distances())
                 .flat_map(|d| (1..=a.ranks()).map(move |k| a.top(d, k)))
-                .flat_map(|x| x.to_le_bytes())
                 .collect();
-            owned.push((
-                ACCURACY.into(),
-                Dtype::F64,
-                vec![a.distances(), a.ranks()],
-                bytes,
-            ));
+            file.put_f64(ACCURACY, vec![a.distances(), a.ranks()], values);
         }
         for (name, v) in &self.extra {
-            owned.push((name.clone(), Dtype::F32, vec![v.len()], f32_bytes(v)));
+            file.put_f32(name.clone(), vec![v.len()], v.clone());
         }
-        let views = owned
-            .iter()
-            .map(|(name, dtype, shape, bytes)| {
-                TensorView::new(*dtype, shape.clone(), bytes).map(|v| (name.as_str(), v))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| bad(e.to_string()))?;
-        let meta: HashMap<String, String> = self.meta.clone().into_iter().collect();
-        safetensors::serialize(views, Some(meta)).map_err(|e| bad(e.to_string()))
+        Ok(file)
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| bad(e.to_string()))?;
-        let st = SafeTensors::deserialize(bytes).map_err(|e| bad(e.to_string()))?;
-        let read = |name: &str, dtype: Dtype| -> Result<(Vec<usize>, &[u8])> {
-            let t = st.tensor(name).map_err(|e| bad(format!("{name}: {e}")))?;
-            if t.dtype() != dtype {
-                return Err(bad(format!("{name} is {:?}, not {dtype:?}", t.dtype())));
-            }
-            Ok((t.shape().to_vec(), t.data()))
-        };
-        let f32s = |b: &[u8]| -> Vec<f32> {
-            b.chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect()
-        };
-        let (shape, data) = read(PROMPTS, Dtype::F32)?;
+        Self::from_tensors(TensorFile::from_bytes(bytes).map_err(|e| bad(e.0))?)
+    }
+
+    fn from_tensors(mut file: TensorFile) -> Result<Self> {
+        let (shape, vectors) = file.take_f32(PROMPTS).map_err(|e| bad(e.0))?;
         let (count, epts, hidden) = match shape[..] {
             [count, hidden] => (count, 1, hidden),
             [count, epts, hidden] => (count, epts, hidden),
@@ -122,65 +98,44 @@ impl PromptFile {
         if count == 0 || epts == 0 || hidden == 0 {
             return Err(bad("no prompt tokens"));
         }
-        let vectors = f32s(data);
         if vectors.iter().any(|x| !x.is_finite()) {
             return Err(bad("a prompt-token value is not finite"));
         }
-        let mut accuracy = None;
-        let mut extra = BTreeMap::new();
-        for name in st.names() {
-            match name {
-                PROMPTS => {}
-                ACCURACY => {
-                    let (shape, data) = read(ACCURACY, Dtype::F64)?;
-                    let [_, ranks] = shape[..] else {
-                        return Err(bad(format!("accuracy has shape {shape:?}")));
-                    };
-                    let values: Vec<f64> = data
-                        .chunks_exact(8)
-                        .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
-                        .collect();
-                    let rows = values.chunks(ranks.max(1)).map(<[f64]>::to_vec).collect();
-                    accuracy = Some(Accuracy::new(rows)?);
-                }
-                other => {
-                    let (_, data) = read(other, Dtype::F32)?;
-                    extra.insert(other.to_string(), f32s(data));
-                }
+        let accuracy = match file.contains(ACCURACY) {
+            true => {
+                let (shape, values) = file.take_f64(ACCURACY).map_err(|e| bad(e.0))?;
+                let [_, ranks] = shape[..] else {
+                    return Err(bad(format!("accuracy has shape {shape:?}")));
+                };
+                let rows = values.chunks(ranks.max(1)).map(<[f64]>::to_vec).collect();
+                Some(Accuracy::new(rows)?)
             }
+            false => None,
+        };
+        let mut extra = BTreeMap::new();
+        for name in file.tensors.keys().cloned().collect::<Vec<_>>() {
+            let (_, v) = file.take_f32(&name).map_err(|e| bad(e.0))?;
+            extra.insert(name, v);
         }
-        let meta = header
-            .metadata()
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
         Ok(Self {
             hidden,
             epts,
             vectors,
             accuracy,
             extra,
-            meta,
+            meta: file.meta,
         })
     }
 
     /// Writes the file whole (through a temporary file beside it, so an
     /// interrupted save leaves the old file).
     pub fn save(&self, path: &Path) -> Result<()> {
-        let bytes = self.to_bytes()?;
-        let io = |e: std::io::Error| bad(format!("{}: {e}", path.display()));
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(io)?;
-        }
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, bytes).map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
+        self.to_tensors()?.save(path).map_err(|e| bad(e.0))
     }
 
     pub fn load(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
-        Self::from_bytes(&bytes).map_err(|e| bad(format!("{}: {e}", path.display())))
+        let file = TensorFile::load(path).map_err(|e| bad(e.0))?;
+        Self::from_tensors(file).map_err(|e| bad(format!("{}: {e}", path.display())))
     }
 }
 

@@ -11,15 +11,19 @@
 //!
 //! Trained prompt tokens travel as a [`PromptFile`]. The pass that carries
 //! them and the decoding strategy live with the model and strategy crates;
-//! this crate only plans and stores.
+//! this crate only plans and stores. [`tensors`] is the safetensors
+//! reader and writer that arbor's other files (LoRA adapters, importance)
+//! share with it.
 
 pub mod dynamic;
 pub mod file;
 pub mod sparse;
+pub mod tensors;
 
 pub use dynamic::{Plan, State, plan};
 pub use file::PromptFile;
 pub use sparse::{Candidate, CandidateTree, optimal_tree};
+pub use tensors::{TensorFile, TensorFileError, Values};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PpdError {

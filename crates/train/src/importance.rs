@@ -15,6 +15,7 @@
 
 use arbor_backend_burn::{BurnBackend, BurnTensor};
 use arbor_model::{Config, Decoder, LanguageModel, Mask, Probes};
+use arbor_ppd::TensorFile;
 use arbor_tensor::Backend;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Int, Tensor, TensorData};
@@ -188,91 +189,63 @@ pub struct ImportanceFile {
 
 impl ImportanceFile {
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        use safetensors::tensor::{Dtype, TensorView};
+        self.to_tensors()?.to_bytes().map_err(file_error)
+    }
+
+    fn to_tensors(&self) -> Result<TensorFile> {
         let imp = &self.importance;
-        let bad = |m: String| TrainError::Input(format!("importance file: {m}"));
         let width = |v: &[Vec<f64>]| v.first().map_or(0, Vec::len);
         if imp.heads.iter().any(|h| h.len() != width(&imp.heads))
             || imp.neurons.iter().any(|n| n.len() != width(&imp.neurons))
             || imp.heads.len() != imp.neurons.len()
         {
-            return Err(bad("ragged per-layer values".into()));
+            return Err(file_error("ragged per-layer values"));
         }
-        let f64s = |v: &mut dyn Iterator<Item = f64>| -> Vec<u8> {
-            v.flat_map(|x| x.to_le_bytes()).collect()
-        };
-        let mut owned = vec![
-            (
-                "heads",
-                vec![imp.heads.len(), width(&imp.heads)],
-                f64s(&mut imp.heads.iter().flatten().copied()),
-            ),
-            (
-                "neurons",
-                vec![imp.neurons.len(), width(&imp.neurons)],
-                f64s(&mut imp.neurons.iter().flatten().copied()),
-            ),
-        ];
+        let mut file = TensorFile::with_meta(self.meta.clone());
+        file.meta.insert("tokens".into(), imp.tokens.to_string());
+        file.meta
+            .insert("loss_sum".into(), imp.loss_sum.to_string());
+        let flat = |v: &[Vec<f64>]| v.iter().flatten().copied().collect();
+        file.put_f64(
+            "heads",
+            vec![imp.heads.len(), width(&imp.heads)],
+            flat(&imp.heads),
+        );
+        file.put_f64(
+            "neurons",
+            vec![imp.neurons.len(), width(&imp.neurons)],
+            flat(&imp.neurons),
+        );
         if !self.layer_costs.is_empty() {
-            owned.push((
-                "layer_costs",
-                vec![self.layer_costs.len()],
-                f64s(&mut self.layer_costs.iter().copied()),
-            ));
+            let costs = self.layer_costs.clone();
+            file.put_f64("layer_costs", vec![costs.len()], costs);
         }
-        let views = owned
-            .iter()
-            .map(|(n, shape, bytes)| {
-                TensorView::new(Dtype::F64, shape.clone(), bytes).map(|v| (*n, v))
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| bad(e.to_string()))?;
-        let mut meta: std::collections::HashMap<String, String> =
-            self.meta.clone().into_iter().collect();
-        meta.insert("tokens".into(), imp.tokens.to_string());
-        meta.insert("loss_sum".into(), imp.loss_sum.to_string());
-        safetensors::serialize(views, Some(meta)).map_err(|e| bad(e.to_string()))
+        Ok(file)
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        use safetensors::tensor::{Dtype, SafeTensors};
-        let bad = |m: String| TrainError::Input(format!("importance file: {m}"));
-        let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| bad(e.to_string()))?;
-        let st = SafeTensors::deserialize(bytes).map_err(|e| bad(e.to_string()))?;
-        let read = |name: &str| -> Result<(Vec<usize>, Vec<f64>)> {
-            let t = st.tensor(name).map_err(|e| bad(format!("{name}: {e}")))?;
-            if t.dtype() != Dtype::F64 {
-                return Err(bad(format!("{name} is {:?}, not F64", t.dtype())));
-            }
-            let v = (t.data().chunks_exact(8))
-                .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
-                .collect();
-            Ok((t.shape().to_vec(), v))
-        };
-        let rows = |name: &str| -> Result<Vec<Vec<f64>>> {
-            let (shape, v) = read(name)?;
+        let mut file = TensorFile::from_bytes(bytes).map_err(file_error)?;
+        let mut rows = |name: &str| -> Result<Vec<Vec<f64>>> {
+            let (shape, v) = file.take_f64(name).map_err(file_error)?;
             match shape[..] {
                 [_, w] if w > 0 => Ok(v.chunks(w).map(<[f64]>::to_vec).collect()),
-                _ => Err(bad(format!("{name} has shape {shape:?}"))),
+                _ => Err(file_error(format!("{name} has shape {shape:?}"))),
             }
         };
         let (heads, neurons) = (rows("heads")?, rows("neurons")?);
         if heads.len() != neurons.len() {
-            return Err(bad("heads and neurons cover different layers".into()));
+            return Err(file_error("heads and neurons cover different layers"));
         }
-        let layer_costs = match st.names().contains(&"layer_costs") {
-            true => read("layer_costs")?.1,
+        let layer_costs = match file.contains("layer_costs") {
+            true => file.take_f64("layer_costs").map_err(file_error)?.1,
             false => Vec::new(),
         };
-        let mut meta: std::collections::BTreeMap<String, String> = header
-            .metadata()
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
+        let mut meta = file.meta;
         let mut num = |k: &str| -> Result<f64> {
-            let v = meta.remove(k).ok_or_else(|| bad(format!("no `{k}`")))?;
-            v.parse().map_err(|_| bad(format!("`{k}` is `{v}`")))
+            let v = meta
+                .remove(k)
+                .ok_or_else(|| file_error(format!("no `{k}`")))?;
+            v.parse().map_err(|_| file_error(format!("`{k}` is `{v}`")))
         };
         let (tokens, loss_sum) = (num("tokens")? as usize, num("loss_sum")?);
         Ok(Self {
@@ -286,4 +259,14 @@ impl ImportanceFile {
             meta,
         })
     }
+
+    /// Writes the file whole (through a temporary file beside it, so that
+    /// an interrupted save leaves the old one).
+    pub fn save(&self, path: &std::path::Path) -> Result<()> {
+        self.to_tensors()?.save(path).map_err(file_error)
+    }
+}
+
+fn file_error(m: impl std::fmt::Display) -> TrainError {
+    TrainError::Input(format!("importance file: {m}"))
 }

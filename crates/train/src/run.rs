@@ -16,6 +16,7 @@ use arbor_model::{Decoder, LanguageModel};
 use arbor_ppd::{Accuracy, AccuracyTally, PromptFile, rank_of};
 use arbor_tensor::Backend;
 
+use crate::job::{Budget, Clock};
 use crate::optim::{AdamState, AdamW, cosine_at};
 use crate::ppd::{student_logits, teacher_log_probs};
 use crate::{Result, TrainError, ppd_loss};
@@ -79,17 +80,15 @@ pub struct Validation {
 
 /// A run in progress.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Run {
+pub struct PromptTraining {
     pub settings: Settings,
     pub hidden: usize,
     /// `count × epts × hidden`, prompt token by prompt token.
     pub prompts: Vec<f32>,
     pub adam: AdamState,
-    pub step: u64,
-    /// Seconds spent in steps and validation so far, over every session.
-    pub seconds: f64,
-    /// Seconds spent in steps alone.
-    pub step_seconds: f64,
+    /// Steps, seconds of steps and validation, and seconds of steps
+    /// alone, over every session.
+    pub clock: Clock,
     /// `(seconds, loss)` of every step.
     pub losses: Vec<(f64, f32)>,
     pub validations: Vec<Validation>,
@@ -153,7 +152,7 @@ pub fn choose_points(example: &Example, count: usize, n: usize, seed: u64) -> Ve
     all
 }
 
-impl Run {
+impl PromptTraining {
     /// A new run from the prompt tokens' initial values: `count × hidden`
     /// (each EPT of a prompt token starts there, all but the first moved by
     /// a little seeded noise, so that they can learn apart) or a whole
@@ -191,29 +190,27 @@ impl Run {
             hidden,
             prompts,
             adam: AdamState::default(),
-            step: 0,
-            seconds: 0.0,
-            step_seconds: 0.0,
+            clock: Clock::default(),
             losses: Vec::new(),
             validations: Vec::new(),
         })
     }
 
+    /// The budget of the settings.
+    pub fn budget(&self) -> Budget {
+        Budget {
+            steps: self.settings.steps,
+            seconds: self.settings.seconds,
+        }
+    }
+
     /// How far the run is through its budget, in `[0, 1]`.
     pub fn fraction(&self) -> f64 {
-        let by_steps = self
-            .settings
-            .steps
-            .map_or(0.0, |n| self.step as f64 / n.max(1) as f64);
-        let by_time = self
-            .settings
-            .seconds
-            .map_or(0.0, |s| self.seconds / s.max(1e-9));
-        by_steps.max(by_time).min(1.0)
+        self.budget().fraction(&self.clock)
     }
 
     pub fn done(&self) -> bool {
-        self.fraction() >= 1.0
+        self.budget().done(&self.clock)
     }
 
     /// The learning rate of the next step.
@@ -221,11 +218,17 @@ impl Run {
         cosine_at(self.settings.lr, self.fraction())
     }
 
-    /// One AdamW step on `example`; returns the loss before the update.
-    /// The caller adds the step's time to `seconds` and `step_seconds`.
-    pub fn step(&mut self, model: &mut Decoder<BurnBackend>, example: &Example) -> Result<f32> {
+    /// One AdamW step on `example` at learning rate `lr` (the schedule's
+    /// is [`PromptTraining::lr`]); returns the loss before the update. The caller adds
+    /// the step's time to the clock ([`crate::train`] does).
+    pub fn step(
+        &mut self,
+        model: &mut Decoder<BurnBackend>,
+        example: &Example,
+        lr: f32,
+    ) -> Result<f32> {
         let count = self.settings.count;
-        let seed = mix(self.settings.seed ^ mix(self.step));
+        let seed = mix(self.settings.seed ^ mix(self.clock.step));
         let points = choose_points(example, count, self.settings.points, seed);
         if points.is_empty() {
             return Err(TrainError::Input(format!(
@@ -242,10 +245,9 @@ impl Run {
         let grad = b.gradient(&loss, &leaf)?;
         model.truncate_cache(batch.len)?;
         let grad = grad.ok_or_else(|| TrainError::Input("the loss has no gradient".into()))?;
-        let lr = self.lr();
         AdamW::default().step(&mut self.prompts, &grad, lr, &mut self.adam)?;
-        self.step += 1;
-        self.losses.push((self.seconds, value));
+        self.clock.step += 1;
+        self.losses.push((self.clock.seconds, value));
         Ok(value)
     }
 
@@ -294,7 +296,7 @@ impl Run {
             .accuracy()
             .map_err(|e| TrainError::Input(e.to_string()))?;
         let v = Validation {
-            seconds: self.seconds,
+            seconds: self.clock.seconds,
             loss: loss / n as f32,
             top1: (1..=count).map(|d| acc.top(d, 1)).collect(),
             top5: (1..=count).map(|d| acc.top(d, 5)).collect(),
@@ -316,9 +318,9 @@ impl Run {
             ("seed", s.seed.to_string()),
             ("budget_steps", num(s.steps.map(|n| n as f64))),
             ("budget_seconds", num(s.seconds)),
-            ("step", self.step.to_string()),
-            ("seconds", self.seconds.to_string()),
-            ("step_seconds", self.step_seconds.to_string()),
+            ("step", self.clock.step.to_string()),
+            ("seconds", self.clock.seconds.to_string()),
+            ("step_seconds", self.clock.step_seconds.to_string()),
             ("adam_step", self.adam.step.to_string()),
         ] {
             meta.insert(k.into(), v);
@@ -403,12 +405,12 @@ impl Run {
             v: vec("adam.v")?,
             step: parse("adam_step", get("adam_step")?)?,
         };
-        run.step = parse("step", get("step")?)?;
-        run.seconds = parse("seconds", get("seconds")?)?;
+        run.clock.step = parse("step", get("step")?)?;
+        run.clock.seconds = parse("seconds", get("seconds")?)?;
         // Checkpoints from before step times were kept count all time.
-        run.step_seconds = match file.meta.get("step_seconds") {
+        run.clock.step_seconds = match file.meta.get("step_seconds") {
             Some(v) => parse("step_seconds", v)?,
-            None => run.seconds,
+            None => run.clock.seconds,
         };
         run.losses = secs.iter().map(|&s| s as f64).zip(values).collect();
         run.validations = parse_validations(get("validations")?).map_err(bad)?;
@@ -506,10 +508,12 @@ mod tests {
 
     #[test]
     fn a_run_reads_back_from_its_checkpoint() {
-        let mut run = Run::new(Settings::default(), 2, vec![0.5; 6]).unwrap();
-        run.step = 7;
-        run.seconds = 12.5;
-        run.step_seconds = 10.0;
+        let mut run = PromptTraining::new(Settings::default(), 2, vec![0.5; 6]).unwrap();
+        run.clock = Clock {
+            step: 7,
+            seconds: 12.5,
+            step_seconds: 10.0,
+        };
         run.adam = AdamState {
             m: vec![0.1; 6],
             v: vec![0.2; 6],
@@ -525,7 +529,7 @@ mod tests {
         let meta = [("model".to_string(), "tiny".to_string())].into();
         let file = PromptFile::from_bytes(&run.to_file(&meta).to_bytes().unwrap()).unwrap();
         assert_eq!(file.meta["model"], "tiny");
-        assert_eq!(Run::from_file(&file).unwrap(), run);
+        assert_eq!(PromptTraining::from_file(&file).unwrap(), run);
     }
 
     #[test]
@@ -535,14 +539,14 @@ mod tests {
             seconds: Some(100.0),
             ..Settings::default()
         };
-        let mut run = Run::new(settings, 1, vec![0.0; 3]).unwrap();
+        let mut run = PromptTraining::new(settings, 1, vec![0.0; 3]).unwrap();
         assert_eq!(run.lr(), 0.01);
-        run.step = 5;
+        run.clock.step = 5;
         assert!((run.fraction() - 0.5).abs() < 1e-12);
-        run.seconds = 80.0;
+        run.clock.seconds = 80.0;
         assert!((run.fraction() - 0.8).abs() < 1e-12);
         assert!(run.lr() < 0.005);
-        run.step = 10;
+        run.clock.step = 10;
         assert!(run.done());
         assert_eq!(run.lr(), 0.0);
         let no_budget = Settings {
@@ -550,7 +554,7 @@ mod tests {
             seconds: None,
             ..Settings::default()
         };
-        assert!(Run::new(no_budget, 1, vec![0.0; 3]).is_err());
-        assert!(Run::new(Settings::default(), 2, vec![0.0; 3]).is_err());
+        assert!(PromptTraining::new(no_budget, 1, vec![0.0; 3]).is_err());
+        assert!(PromptTraining::new(Settings::default(), 2, vec![0.0; 3]).is_err());
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use arbor_bench::calibration::{calibration_text, default_importance};
 use arbor_bench::progress;
 use arbor_engine::{LanguageModel, Tokenizer};
@@ -71,10 +71,7 @@ pub(super) fn importance(args: &ImportanceArgs) -> Result<()> {
         layer_costs: costs,
         meta,
     };
-    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&out, f.to_bytes()?).with_context(|| format!("writing {}", out.display()))?;
+    f.save(&out)?;
     report(&f, base, unit_secs, layer_secs);
     let png = out.with_extension("png");
     plot(&f, &png)?;

@@ -2,19 +2,18 @@
 //! (ELMS §3.2), trained on next-token loss of a text, budgeted in minutes
 //! or steps, checkpointed every minute and resumed when run again; the
 //! held-out perplexity of the level before and after, and a loss curve.
+//! The loop and the file are `arbor_train`'s ([`arbor_train::LoraJob`]);
+//! this command reads the flags, prepares the text and prints.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use arbor_bench::calibration::{calibration_text, in_home};
 use arbor_bench::progress;
-use arbor_elastic::{LoraFile, Order};
-use arbor_engine::{LanguageModel, Tokenizer};
+use arbor_elastic::Order;
+use arbor_engine::Tokenizer;
 use arbor_model::Proj;
-use arbor_plot::{LineChart, LineSeries, line_chart};
-use arbor_train::{AdamState, AdamW, attach_lora, cosine_at, lora_step, mean_loss};
+use arbor_train::{Adapters, Budget, Cadence, Event, LoraJob, LoraSettings};
 use clap::Args;
 
 #[derive(Args)]
@@ -82,10 +81,6 @@ pub(super) fn lora(args: &LoraArgs) -> Result<()> {
                 .with_context(|| format!("unknown projection `{p}` (q,k,v,o,gate,up,down)"))
         })
         .collect::<Result<Vec<_>>>()?;
-    let seconds = match (args.minutes, args.steps) {
-        (None, None) => Some(600.0),
-        (m, _) => m.map(|m| m * 60.0),
-    };
     let original = arbor_fetch::resolve_model(&args.model)?;
     let path = match &args.elastic {
         Some(p) => p.clone(),
@@ -118,61 +113,34 @@ pub(super) fn lora(args: &LoraArgs) -> Result<()> {
         );
     }
     let out = args.out.clone().unwrap_or_else(|| default_out(&path, at));
-    let mut lora = match std::fs::read(&out) {
-        Ok(bytes) if !args.restart => {
-            let f = LoraFile::from_bytes(&bytes)?;
-            if f.level != at || f.rank != args.rank {
-                bail!(
-                    "{} holds level {} rank {} (--restart to start afresh)",
-                    out.display(),
-                    f.level,
-                    f.rank
-                );
-            }
-            eprintln!(
-                "going on from {} (step {})",
-                out.display(),
-                meta_num(&f.meta, "step")
-            );
-            f
-        }
-        _ => LoraFile::new(
-            model.config(),
-            model.elastic(),
-            at,
-            args.rank,
-            &projs,
-            args.seed,
-        )?,
+    let adapters = Adapters {
+        level: at,
+        rank: args.rank,
+        projs,
+        seed: args.seed,
     };
-    let mut state = AdamState::default();
-    if let Some((m, v)) = lora.adam.take() {
-        state = AdamState {
-            m,
-            v,
-            step: meta_num(&lora.meta, "step") as u64,
-        };
-    }
-    let mut step = state.step;
-    let mut spent = meta_num(&lora.meta, "seconds");
-    let mut losses = parse_losses(lora.meta.get("losses"));
-    if !lora.meta.contains_key("perplexity_before") {
-        let t = Instant::now();
-        let ppl = mean_loss(&mut model, &held)?.exp();
-        eprintln!(
-            "level {at} without adapters: perplexity {ppl:.2} on {} held-out tokens ({:.0} s)",
-            args.tokens,
-            t.elapsed().as_secs_f64()
-        );
-        lora.meta
-            .insert("perplexity_before".into(), format!("{ppl:.4}"));
+    let settings = LoraSettings {
+        budget: Budget::from_flags(args.minutes, args.steps, 10.0),
+        lr: args.lr,
+        chunk: args.chunk,
+    };
+    let mut job = LoraJob::open(
+        model,
+        &adapters,
+        out.clone(),
+        args.restart,
+        settings,
+        train,
+        held,
+    )?;
+    if let Some(step) = job.resumed_at() {
+        eprintln!("going on from {} (step {step})", out.display());
     }
     let cmd: Vec<String> = std::env::args().skip(1).collect();
-    lora.meta
-        .insert("command".into(), format!("arbor {}", cmd.join(" ")));
-    lora.meta
-        .insert("elastic".into(), path.display().to_string());
-    lora.meta.insert(
+    let meta = &mut job.file.meta;
+    meta.insert("command".into(), format!("arbor {}", cmd.join(" ")));
+    meta.insert("elastic".into(), path.display().to_string());
+    meta.insert(
         "text".into(),
         format!(
             "{} from token {}, chunks of {}",
@@ -181,84 +149,42 @@ pub(super) fn lora(args: &LoraArgs) -> Result<()> {
     );
     eprintln!(
         "{} adapter parameters ({:.1} MB f32) at rank {}",
-        lora.len(),
-        lora.len() as f64 * 4e-6,
+        job.file.len(),
+        job.file.len() as f64 * 4e-6,
         args.rank
     );
 
-    let opt = AdamW::default();
-    let fraction = |step: u64, spent: f64| -> f64 {
-        let by_steps = args.steps.map_or(0.0, |s| step as f64 / s as f64);
-        let by_time = seconds.map_or(0.0, |s| spent / s);
-        by_steps.max(by_time)
-    };
     let mut bar = progress::count_bar("LoRA steps (‰ of the budget)");
-    let mut saved = Instant::now();
-    let save = |lora: &mut LoraFile,
-                state: &AdamState,
-                step: u64,
-                spent: f64,
-                losses: &[(f64, f64)]|
-     -> Result<()> {
-        lora.adam = Some((state.m.clone(), state.v.clone()));
-        lora.meta.insert("step".into(), step.to_string());
-        lora.meta.insert("seconds".into(), format!("{spent:.1}"));
-        lora.meta.insert(
-            "tokens_trained".into(),
-            (step as usize * args.chunk).to_string(),
-        );
-        lora.meta.insert(
-            "losses".into(),
-            losses
-                .iter()
-                .map(|(s, l)| format!("{s:.1}:{l:.4}"))
-                .collect::<Vec<_>>()
-                .join(","),
-        );
-        if let Some(dir) = out.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::write(&out, lora.to_bytes()?)
-            .with_context(|| format!("writing {}", out.display()))?;
-        lora.adam = None;
-        Ok(())
+    let cadence = Cadence {
+        validate_every: None,
+        save_every: 60.0,
     };
-    let session = Instant::now();
-    while fraction(step, spent) < 1.0 {
-        let t = Instant::now();
-        let lr = cosine_at(args.lr, fraction(step, spent));
-        let loss = lora_step(
-            &mut model,
-            &mut lora,
-            &train[step as usize % train.len()],
-            lr,
-            &opt,
-            &mut state,
-        )?;
-        step += 1;
-        spent += t.elapsed().as_secs_f64();
-        losses.push((spent, loss));
-        bar((fraction(step, spent).min(1.0) * 1000.0) as usize, 1000);
-        if saved.elapsed().as_secs() >= 60 {
-            save(&mut lora, &state, step, spent, &losses)?;
-            saved = Instant::now();
-        }
-    }
+    let mut now = arbor_train::wall_clock();
+    let session = arbor_train::train(&mut job, &cadence, &mut now, &mut |event| match event {
+        Event::Validated {
+            validation,
+            seconds,
+            ..
+        } => eprintln!(
+            "level {at} without adapters: perplexity {validation:.2} on {} held-out tokens ({seconds:.0} s)",
+            args.tokens
+        ),
+        Event::Stepped { fraction, .. } => bar((fraction * 1000.0) as usize, 1000),
+        Event::Saved => {}
+    })?;
     bar(1000, 1000);
-    attach_lora(&mut model, &lora)?;
-    let ppl = mean_loss(&mut model, &held)?.exp();
-    lora.meta
-        .insert("perplexity_after".into(), format!("{ppl:.4}"));
-    save(&mut lora, &state, step, spent, &losses)?;
-    plot(&losses, at, &out)?;
+    let t = now();
+    let ppl = job.finish()?;
+    let clock = job.clock;
     eprintln!(
-        "level {at}: perplexity {} → {ppl:.2} with rank-{} adapters; {step} steps × {} tokens in {:.1} min of training ({:.2} s/step; this session {:.1} min)",
-        lora.meta["perplexity_before"],
+        "level {at}: perplexity {} → {ppl:.2} with rank-{} adapters; {} steps × {} tokens in {:.1} min of training ({:.2} s/step; this session {:.1} min)",
+        job.file.meta["perplexity_before"],
         args.rank,
+        clock.step,
         args.chunk,
-        spent / 60.0,
-        spent / step.max(1) as f64,
-        session.elapsed().as_secs_f64() / 60.0
+        clock.seconds / 60.0,
+        clock.seconds_per_step(),
+        (session.seconds + now() - t) / 60.0
     );
     println!("{}", out.display());
     Ok(())
@@ -267,44 +193,4 @@ pub(super) fn lora(args: &LoraArgs) -> Result<()> {
 /// Where a level's adapters of `elastic` go by default.
 fn default_out(elastic: &Path, level: f64) -> PathBuf {
     in_home(elastic, &format!(".lora-{level}.safetensors"))
-}
-
-fn meta_num(meta: &BTreeMap<String, String>, key: &str) -> f64 {
-    meta.get(key).and_then(|v| v.parse().ok()).unwrap_or(0.0)
-}
-
-fn parse_losses(v: Option<&String>) -> Vec<(f64, f64)> {
-    v.map_or_else(Vec::new, |v| {
-        v.split(',')
-            .filter_map(|p| p.split_once(':'))
-            .filter_map(|(s, l)| Some((s.parse().ok()?, l.parse().ok()?)))
-            .collect()
-    })
-}
-
-/// `<out>.loss.png`: each step's loss and a running mean against minutes.
-fn plot(losses: &[(f64, f64)], level: f64, out: &Path) -> Result<()> {
-    let raw: Vec<(f64, f64)> = losses.iter().map(|&(s, l)| (s / 60.0, l)).collect();
-    let w = 10;
-    let mean = crate::train::running_mean(&raw, w);
-    line_chart(
-        &LineChart {
-            title: format!("LoRA recovery of level {level}: next-token loss"),
-            x_label: "minutes of training".into(),
-            y_label: "loss (nats per token)".into(),
-            series: vec![
-                LineSeries {
-                    name: "step".into(),
-                    points: raw,
-                },
-                LineSeries {
-                    name: format!("mean of {w}"),
-                    points: mean,
-                },
-            ],
-        },
-        &out.with_extension("loss.png"),
-    )
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(())
 }
