@@ -178,10 +178,7 @@ const ARM64_TESTS: &[(&str, &str, &[&str])] = &[
     (
         "backends/candle",
         "ops",
-        &[
-            "--skip",
-            "batched_matmul_rows_equal_single_row_matmuls_bit_for_bit",
-        ],
+        &["--skip", "batched_rows_equal_single_rows_bit_for_bit"],
     ),
     ("crates/model", "arbor_model", &[]),
     ("crates/model", "batch_invariance", &[]),
@@ -189,6 +186,8 @@ const ARM64_TESTS: &[(&str, &str, &[&str])] = &[
     ("crates/model", "embedding_rows", &[]),
     ("crates/model", "slim_head", &[]),
     ("crates/speculative", "lossless", &[]),
+    // Provisional generation (moved out of `lossless`, run as before).
+    ("crates/speculative", "provisional", &[]),
     // The tiny-model split tests; the real-file ones build an elastic
     // SmolLM2 and run it three ways, minutes under emulation.
     ("crates/elastic", "split", &["--skip", "a_real_split"]),
