@@ -6,16 +6,22 @@
 //! in a different order (a few 1e-5 apart on a random model, which is
 //! enough to flip a near tie between two tokens). Speculative verification
 //! feeds many tokens at once and must reproduce one-token decoding bit for
-//! bit, so here every output is one [`dot`] over the whole row, in the same
-//! order at every batch size. Rows are shared out to candle's thread pool;
-//! an F16 or BF16 row is widened once and used for every token.
+//! bit, so here every output is one dot product over the whole row in the
+//! order [`tiles`] fixes, the same at every batch size and on every
+//! instruction set; register tiles of rows × tokens load each value once
+//! for several outputs. Rows are shared out to candle's thread pool; F16 and
+//! BF16 rows are widened (exactly) to f32 once per block of tokens, a long
+//! pass taking its tokens a few hundred KiB of activations at a time.
+
+mod tiles;
 
 use std::ops::Range;
 
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
-use crate::attention::dot;
 use crate::qmm::SendPtr;
+use tiles::Tiles;
 
 /// The values of a float matrix, in the type the file stores.
 pub(crate) enum Values {
@@ -31,7 +37,7 @@ pub(crate) struct FloatWeight {
     pub(crate) cols: usize,
 }
 
-/// Rows per grab from the pool.
+/// Rows per grab from the pool (a multiple of every tile's rows).
 const CHUNK: usize = 16;
 
 impl FloatWeight {
@@ -136,22 +142,67 @@ impl FloatWeight {
         let width = cols.len();
         assert!(rows <= self.rows && cols.end <= self.cols);
         assert!(x.len() == m * width && out.len() == m * rows);
+        let tiles = Tiles::here();
+        let (tile_rows, tile_tokens) = tiles.shape(m);
         let out_at = SendPtr(out.as_mut_ptr());
-        let work = |chunks: Range<usize>| {
-            let mut buf = Vec::new();
-            let end = (chunks.end * CHUNK).min(rows);
-            for r in chunks.start * CHUNK..end {
-                let row = self.row(r, cols.clone(), &mut buf);
-                for (t, xt) in x.chunks_exact(width).enumerate() {
-                    // SAFETY: `out` holds `m * rows` values and each row
-                    // index is handed to one thread only.
-                    unsafe { *out_at.get().add(t * rows + r) = dot(xt, row) };
+        // Tokens per block: their activations stay in the cache while
+        // every row passes over them.
+        let block = (TOKEN_BLOCK_BYTES / (width * 4).max(1)).max(tile_tokens);
+        for first in (0..m).step_by(block) {
+            let tokens = first..(first + block).min(m);
+            let work = |chunks: Range<usize>| {
+                let mut buf = vec![0f32; tile_rows * width];
+                let end = (chunks.end * CHUNK).min(rows);
+                for r0 in (chunks.start * CHUNK..end).step_by(tile_rows) {
+                    // Rows past the end repeat the last (their sums are
+                    // dropped).
+                    let w: Vec<*const f32> = (0..tile_rows)
+                        .map(|i| self.row_ptr((r0 + i).min(end - 1), &cols, &mut buf, i * width))
+                        .collect();
+                    for t0 in tokens.clone().step_by(tile_tokens) {
+                        let xs: Vec<*const f32> = (0..tile_tokens)
+                            .map(|j| x[(t0 + j).min(tokens.end - 1) * width..].as_ptr())
+                            .collect();
+                        let mut sums = [[0f32; 8]; 4];
+                        // SAFETY: every row pointer reaches `width` values
+                        // (a row of the matrix or of `buf`), every token
+                        // pointer a token of `x`.
+                        unsafe { tiles.run(m, &w, &xs, width, &mut sums) };
+                        for (j, s) in sums
+                            .iter()
+                            .enumerate()
+                            .take((tokens.end - t0).min(tile_tokens))
+                        {
+                            for (i, v) in s.iter().enumerate().take((end - r0).min(tile_rows)) {
+                                // SAFETY: `out` holds `m * rows` values and
+                                // each row index is handed to one thread
+                                // only.
+                                unsafe { *out_at.get().add((t0 + j) * rows + r0 + i) = *v };
+                            }
+                        }
+                    }
                 }
-            }
-        };
-        candle_core::utils::barrier_pool().execute_chunked(rows.div_ceil(CHUNK), work);
+            };
+            candle_core::utils::barrier_pool().execute_chunked(rows.div_ceil(CHUNK), work);
+        }
+    }
+
+    /// A pointer to columns `cols` of row `r` as `f32`: into the matrix
+    /// when stored so, else widened into `buf[at..]`.
+    fn row_ptr(&self, r: usize, cols: &Range<usize>, buf: &mut [f32], at: usize) -> *const f32 {
+        let span = r * self.cols + cols.start..r * self.cols + cols.end;
+        let to = &mut buf[at..at + cols.len()];
+        match &self.values {
+            Values::F32(v) => return v[span].as_ptr(),
+            Values::F16(v) => v[span].convert_to_f32_slice(to),
+            Values::BF16(v) => v[span].convert_to_f32_slice(to),
+        }
+        to.as_ptr()
     }
 }
+
+/// Bytes of activations a block of tokens holds at most.
+const TOKEN_BLOCK_BYTES: usize = 512 << 10;
 
 #[cfg(test)]
 mod tests {

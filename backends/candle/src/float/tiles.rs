@@ -1,0 +1,298 @@
+//! The float matmul's arithmetic: one fixed order of fused multiply-adds
+//! per output, the same on every instruction set and at every batch size.
+//!
+//! An output is the dot product of a weight row `w` and a token `x` of
+//! `n` values. Sixteen lanes accumulate it: value `c` (below the last
+//! whole 16) goes into lane `c % 16` as `lane = fma(w[c], x[c], lane)`,
+//! `c` rising. The lanes then fold in halves — `s8[j] = l[j] + l[j+8]`,
+//! `s4[j] = s8[j] + s8[j+4]`, `s2[j] = s4[j] + s4[j+2]`, `s2[0] + s2[1]`
+//! — and the tail values follow one fused multiply-add at a time. One
+//! AVX-512 register holds the sixteen lanes, two AVX2 registers or four
+//! NEON ones hold them in the same places, so every variant gives the same
+//! bits ([`dot`] is the plain definition the tests hold them to).
+//!
+//! A tile multiplies `R` rows by `T` tokens, keeping `R × T` sums in
+//! registers while each 16 values of a row and of a token are loaded
+//! once: rows and tokens past the real ones repeat the last real one (the
+//! caller drops their sums), so the few tile shapes cover any batch.
+
+/// Lanes of every sum.
+pub(crate) const LANES: usize = 16;
+
+/// The folding of sixteen lanes into one sum.
+fn fold(l: &[f32; LANES]) -> f32 {
+    let mut s8 = [0f32; 8];
+    for j in 0..8 {
+        s8[j] = l[j] + l[j + 8];
+    }
+    let s4 = [s8[0] + s8[4], s8[1] + s8[5], s8[2] + s8[6], s8[3] + s8[7]];
+    let s2 = [s4[0] + s4[2], s4[1] + s4[3]];
+    s2[0] + s2[1]
+}
+
+/// The dot product of `w` and `x` (equal lengths) in the order every
+/// variant follows.
+pub(crate) fn dot(w: &[f32], x: &[f32]) -> f32 {
+    let whole = w.len() / LANES * LANES;
+    let mut l = [0f32; LANES];
+    for (wc, xc) in w[..whole]
+        .chunks_exact(LANES)
+        .zip(x[..whole].chunks_exact(LANES))
+    {
+        for j in 0..LANES {
+            l[j] = wc[j].mul_add(xc[j], l[j]);
+        }
+    }
+    let mut s = fold(&l);
+    for c in whole..w.len() {
+        s = w[c].mul_add(x[c], s);
+    }
+    s
+}
+
+/// Which tile code runs: chosen once per matmul from the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tiles {
+    /// [`dot`] itself, one output at a time (any CPU; LLVM vectorises the
+    /// lanes, e.g. into NEON `fmla`).
+    Plain,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+impl Tiles {
+    /// The best this CPU runs (the same choice as the quantized kernels',
+    /// `ARBOR_NO_AVX512` included).
+    pub(crate) fn here() -> Self {
+        match crate::qmm::isa() {
+            #[cfg(target_arch = "x86_64")]
+            Some(crate::qmm::Isa::Vnni) => Self::Avx512,
+            #[cfg(target_arch = "x86_64")]
+            Some(crate::qmm::Isa::Avx2) => Self::Avx2,
+            _ => Self::Plain,
+        }
+    }
+
+    /// `(rows, tokens)` of the tile for passes of `m` tokens.
+    pub(crate) fn shape(self, m: usize) -> (usize, usize) {
+        match (self, m) {
+            (Self::Plain, _) => (1, 1),
+            #[cfg(target_arch = "x86_64")]
+            (Self::Avx512, 1) => (8, 1),
+            #[cfg(target_arch = "x86_64")]
+            (Self::Avx512, _) => (4, 4),
+            #[cfg(target_arch = "x86_64")]
+            (Self::Avx2, 1) => (4, 1),
+            #[cfg(target_arch = "x86_64")]
+            (Self::Avx2, _) => (2, 2),
+        }
+    }
+
+    /// `out[t][r] = w[r] · x[t]` for the tile's shape ([`Tiles::shape`]
+    /// of a pass of `m` tokens): `w` holds that many row pointers and `x`
+    /// that many token pointers, each of `n` values.
+    ///
+    /// # Safety
+    /// Every pointer must be valid for `n` reads.
+    pub(crate) unsafe fn run(
+        self,
+        m: usize,
+        w: &[*const f32],
+        x: &[*const f32],
+        n: usize,
+        out: &mut [[f32; 8]; 4],
+    ) {
+        let (rows, tokens) = self.shape(m);
+        debug_assert!(w.len() == rows && x.len() == tokens);
+        // SAFETY (all arms): the caller's pointers are valid for `n`
+        // reads, and the variant matches what the CPU runs.
+        unsafe {
+            match (self, rows, tokens) {
+                #[cfg(target_arch = "x86_64")]
+                (Self::Avx512, 8, 1) => x86::tile512::<8, 1>(w, x, n, out),
+                #[cfg(target_arch = "x86_64")]
+                (Self::Avx512, 4, 4) => x86::tile512::<4, 4>(w, x, n, out),
+                #[cfg(target_arch = "x86_64")]
+                (Self::Avx2, 4, 1) => x86::tile256::<4, 1>(w, x, n, out),
+                #[cfg(target_arch = "x86_64")]
+                (Self::Avx2, 2, 2) => x86::tile256::<2, 2>(w, x, n, out),
+                _ => {
+                    let w = std::slice::from_raw_parts(w[0], n);
+                    let x = std::slice::from_raw_parts(x[0], n);
+                    out[0][0] = dot(w, x);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::LANES;
+
+    /// Folds the lanes `j` of `lo` and `j + 8` of `hi` and on, as
+    /// [`super::fold`].
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn fold256(lo: __m256, hi: __m256) -> f32 {
+        let s8 = _mm256_add_ps(lo, hi);
+        let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)))
+    }
+
+    /// The tail values `whole..n` after the folded sum `s`.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tail(mut s: f32, w: *const f32, x: *const f32, whole: usize, n: usize) -> f32 {
+        for c in whole..n {
+            // SAFETY: `c < n`, within the caller's reads.
+            s = unsafe { (*w.add(c)).mul_add(*x.add(c), s) };
+        }
+        s
+    }
+
+    /// `R` rows by `T` tokens, sixteen lanes in one `zmm` each.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn tile512<const R: usize, const T: usize>(
+        w: &[*const f32],
+        x: &[*const f32],
+        n: usize,
+        out: &mut [[f32; 8]; 4],
+    ) {
+        let whole = n / LANES * LANES;
+        let mut acc = [[_mm512_setzero_ps(); T]; R];
+        let mut c = 0;
+        while c < whole {
+            // SAFETY: `c + 16 <= n` for every pointer.
+            unsafe {
+                let mut xs = [_mm512_setzero_ps(); T];
+                for t in 0..T {
+                    xs[t] = _mm512_loadu_ps(x[t].add(c));
+                }
+                for r in 0..R {
+                    let wv = _mm512_loadu_ps(w[r].add(c));
+                    for t in 0..T {
+                        acc[r][t] = _mm512_fmadd_ps(wv, xs[t], acc[r][t]);
+                    }
+                }
+            }
+            c += LANES;
+        }
+        for r in 0..R {
+            for t in 0..T {
+                let a = acc[r][t];
+                let lo = _mm512_castps512_ps256(a);
+                let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+                // SAFETY: as above.
+                out[t][r] = unsafe { tail(fold256(lo, hi), w[r], x[t], whole, n) };
+            }
+        }
+    }
+
+    /// `R` rows by `T` tokens, sixteen lanes in two `ymm` each.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn tile256<const R: usize, const T: usize>(
+        w: &[*const f32],
+        x: &[*const f32],
+        n: usize,
+        out: &mut [[f32; 8]; 4],
+    ) {
+        let whole = n / LANES * LANES;
+        let mut lo = [[_mm256_setzero_ps(); T]; R];
+        let mut hi = [[_mm256_setzero_ps(); T]; R];
+        let mut c = 0;
+        while c < whole {
+            // SAFETY: `c + 16 <= n` for every pointer.
+            unsafe {
+                let mut xl = [_mm256_setzero_ps(); T];
+                let mut xh = [_mm256_setzero_ps(); T];
+                for t in 0..T {
+                    xl[t] = _mm256_loadu_ps(x[t].add(c));
+                    xh[t] = _mm256_loadu_ps(x[t].add(c + 8));
+                }
+                for r in 0..R {
+                    let wl = _mm256_loadu_ps(w[r].add(c));
+                    let wh = _mm256_loadu_ps(w[r].add(c + 8));
+                    for t in 0..T {
+                        lo[r][t] = _mm256_fmadd_ps(wl, xl[t], lo[r][t]);
+                        hi[r][t] = _mm256_fmadd_ps(wh, xh[t], hi[r][t]);
+                    }
+                }
+            }
+            c += LANES;
+        }
+        for r in 0..R {
+            for t in 0..T {
+                // SAFETY: as above.
+                out[t][r] = unsafe { tail(fold256(lo[r][t], hi[r][t]), w[r], x[t], whole, n) };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let v = (i as u32).wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(40503);
+                ((v >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * 3.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_variant_gives_the_plain_order_bit_for_bit() {
+        let mut variants = vec![Tiles::Plain];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                variants.push(Tiles::Avx2);
+            }
+            if is_x86_feature_detected!("avx512f") {
+                variants.push(Tiles::Avx512);
+            }
+        }
+        // Widths with and without a tail, shorter than one lane group too.
+        for n in [5, 16, 37, 96, 1536 + 9] {
+            let w: Vec<Vec<f32>> = (0..8).map(|r| values(n, r)).collect();
+            let x: Vec<Vec<f32>> = (0..4).map(|t| values(n, 100 + t)).collect();
+            for &v in &variants {
+                for m in [1, 3] {
+                    let (rows, tokens) = v.shape(m);
+                    let wp: Vec<*const f32> = w[..rows].iter().map(|r| r.as_ptr()).collect();
+                    let xp: Vec<*const f32> = x[..tokens].iter().map(|t| t.as_ptr()).collect();
+                    let mut out = [[0f32; 8]; 4];
+                    // SAFETY: every row and token holds `n` values.
+                    unsafe { v.run(m, &wp, &xp, n, &mut out) };
+                    for t in 0..tokens {
+                        for r in 0..rows {
+                            let want = dot(&w[r], &x[t]);
+                            assert_eq!(
+                                out[t][r].to_bits(),
+                                want.to_bits(),
+                                "{v:?} n={n} r={r} t={t}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_order_is_a_dot_product() {
+        let (w, x) = (values(1000, 1), values(1000, 2));
+        let exact: f64 = w.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
+        assert!(
+            (dot(&w, &x) as f64 - exact).abs() < 1e-3,
+            "{} vs {exact}",
+            dot(&w, &x)
+        );
+    }
+}
