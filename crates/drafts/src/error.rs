@@ -52,8 +52,10 @@ pub enum DraftError {
         cols: usize,
         quant: &'static str,
     },
-    #[error("unknown quantization `{0}` (choose keep, q8_0 or q5_0)")]
+    #[error("unknown quantization `{0}` (choose keep, q8_0, q5_0 or f16)")]
     UnknownQuant(String),
+    #[error("requant needs a storage to write (q8_0, q5_0 or f16): `keep` would copy the file")]
+    RequantKeep,
     #[error("bad slim draft: {0}")]
     BadSlim(String),
 }

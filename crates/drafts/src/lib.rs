@@ -8,6 +8,9 @@
 //!   restricted to the K most frequent tokens of a corpus, the token table
 //!   read by rows, layers requantized to types our kernels run fast.
 //!
+//! [`requant`] rewrites a whole model in another storage (Q8_0, F16): the
+//! larger targets `arbor requant` makes from a released file.
+//!
 //! The third cheap source, the target's own resident layers (self draft),
 //! lives with the decoder (`arbor_model::Decoder::self_draft`) since it
 //! shares the target's weights.
@@ -15,6 +18,7 @@
 pub mod lookup;
 pub use lookup::PromptLookup;
 mod error;
+pub mod requant;
 pub mod slim;
 
 pub use error::DraftError;

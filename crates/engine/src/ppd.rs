@@ -12,6 +12,10 @@ use arbor_speculative::{PromptTokens, ensemble};
 
 use crate::{EngineError, Result};
 
+/// The name PPD's guesses are counted under (see
+/// [`arbor_planner::source_key`]).
+pub const SOURCE: &str = "ppd";
+
 /// Prompt tokens shipped for catalog models, by short name (how each was
 /// trained: `assets/ppd/README.md`).
 const SHIPPED: &[(&str, &[u8])] = &[
@@ -36,8 +40,9 @@ pub fn trained_path(target: &Path) -> PathBuf {
 }
 
 /// The catalog name of the model at `target`: its file name, or its size;
-/// for an elastic file (`arbor elastic build`), its source model's — the
-/// reordering keeps the token embeddings, so the source's prompt tokens fit.
+/// for an elastic file (`arbor elastic build`) or a requantized one
+/// (`arbor requant`), its source model's — both keep the token embeddings
+/// and the model's function, so the source's prompt tokens fit.
 fn catalog_name(target: &Path) -> Option<&'static str> {
     let name = target.file_name()?.to_string_lossy().into_owned();
     let size = std::fs::metadata(target).ok()?.len();
@@ -48,7 +53,11 @@ fn catalog_name(target: &Path) -> Option<&'static str> {
     };
     by(&name, size).or_else(|| {
         let file = arbor_gguf::GgufFile::open(target).ok()?;
-        by(file.header().get_str(ELASTIC_SOURCE).ok()?, 0)
+        let h = file.header();
+        let source = (h.get_str(ELASTIC_SOURCE))
+            .or_else(|_| h.get_str(arbor_drafts::requant::KEY_SOURCE))
+            .ok()?;
+        by(source, 0)
     })
 }
 

@@ -157,9 +157,9 @@ pub fn derive(
 }
 
 /// Fails when `quant` changes the type of `e` and its rows are not whole
-/// 32-value blocks.
+/// blocks of the new type.
 fn check_width(e: &TensorEntry, quant: Quant) -> Result<(), DraftError> {
-    if quant.target(e.ty) != e.ty && !e.cols.is_multiple_of(32) {
+    if quant.target(e.ty) != e.ty && !e.cols.is_multiple_of(quant.block_len(e.ty)) {
         return Err(DraftError::RowWidth {
             tensor: e.name.clone(),
             cols: e.cols,

@@ -6,10 +6,11 @@ use arbor_gguf::{GgmlType, dequantize, quantize_q5_0, quantize_q8_0, repack_q5_0
 
 use crate::DraftError;
 
-/// The storage a tensor is rewritten in. Only Q8_0 and Q5_0 are offered:
-/// they are the quantized types the candle backend multiplies fast whose
-/// blocks (32 values) fit the 0.5B draft's 896-wide rows; K-quants need
-/// rows that are multiples of 256.
+/// The storage a tensor is rewritten in. Q8_0 and Q5_0 are the quantized
+/// types the candle backend multiplies fast whose blocks (32 values) fit
+/// the 0.5B draft's 896-wide rows (K-quants need rows that are multiples of
+/// 256); F16 holds any width (`arbor requant` makes larger targets with
+/// it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Quant {
     /// The source's bytes, unchanged.
@@ -17,6 +18,7 @@ pub enum Quant {
     Keep,
     Q8_0,
     Q5_0,
+    F16,
 }
 
 impl Quant {
@@ -25,6 +27,7 @@ impl Quant {
             Self::Keep => "keep",
             Self::Q8_0 => "q8_0",
             Self::Q5_0 => "q5_0",
+            Self::F16 => "f16",
         }
     }
 
@@ -34,7 +37,13 @@ impl Quant {
             Self::Keep => source,
             Self::Q8_0 => GgmlType::Q8_0,
             Self::Q5_0 => GgmlType::Q5_0,
+            Self::F16 => GgmlType::F16,
         }
+    }
+
+    /// Values per block of the result's type: rows must hold whole blocks.
+    pub fn block_len(self, source: GgmlType) -> usize {
+        self.target(source).block_len()
     }
 
     /// `bytes` (rows of `cols` values of type `ty`) rewritten in this
@@ -51,7 +60,7 @@ impl Quant {
         if out == ty {
             return Ok((ty, bytes.to_vec()));
         }
-        if !cols.is_multiple_of(32) {
+        if !cols.is_multiple_of(out.block_len()) {
             return Err(DraftError::RowWidth {
                 tensor: name.to_string(),
                 cols,
@@ -67,10 +76,14 @@ impl Quant {
     }
 }
 
-/// `values` as `ty` blocks (`ty` is Q8_0 or Q5_0).
+/// `values` as `ty` blocks (`ty` is Q8_0, Q5_0 or F16).
 pub(crate) fn quantize(ty: GgmlType, values: &[f32]) -> Vec<u8> {
     match ty {
         GgmlType::Q5_0 => quantize_q5_0(values),
+        GgmlType::F16 => values
+            .iter()
+            .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+            .collect(),
         _ => quantize_q8_0(values),
     }
 }
@@ -83,6 +96,7 @@ impl FromStr for Quant {
             "keep" => Ok(Self::Keep),
             "q8_0" | "q8" => Ok(Self::Q8_0),
             "q5_0" | "q5" => Ok(Self::Q5_0),
+            "f16" => Ok(Self::F16),
             _ => Err(DraftError::UnknownQuant(s.to_string())),
         }
     }
