@@ -1,21 +1,13 @@
-//! The KV cache ([`HostKv`]) and the arithmetic attention and the norms
-//! share: f16 rounding of what attention sees, and vectorisable dot
-//! products and `axpy`.
+//! Attention over the KV cache ([`crate::HostKv`]), and the arithmetic
+//! attention and the norms share: f16 rounding of what attention sees, and
+//! vectorisable dot products and `axpy`.
 
 use std::borrow::Cow;
 
+use arbor_tensor::{Heads, Mask, Result};
 use half::slice::HalfFloatSliceExt;
 
-use crate::CandleBackend;
-
-/// One layer's KV cache: `len` rows of `kv_dim` keys and values.
-#[derive(Debug, Clone, Default)]
-pub struct HostKv {
-    pub(crate) k: Vec<f32>,
-    pub(crate) v: Vec<f32>,
-    pub(crate) kv_dim: usize,
-    pub(crate) len: usize,
-}
+use crate::{CandleBackend, HostKv, HostTensor, qmm, shape_err};
 
 /// Attention with fewer (query row × key × head) scores than this runs on
 /// the calling thread.
@@ -62,5 +54,161 @@ impl CandleBackend {
         } else {
             x
         }
+    }
+}
+
+impl CandleBackend {
+    /// Scaled dot-product attention of `q` over the whole of `kv` (see
+    /// [`arbor_tensor::Backend::attention`]). Keys and values are read a
+    /// head at a time, widened from the cache's storage.
+    pub(crate) fn attend(
+        &self,
+        q: &HostTensor,
+        kv: &HostKv,
+        mask: &Mask,
+        h: &Heads,
+    ) -> Result<HostTensor> {
+        let d = h.head_dim;
+        if q.cols != h.n_heads * d || kv.kv_dim != h.n_kv_heads * d || !h.is_valid() {
+            return Err(shape_err(
+                "attention",
+                format!("q [{}, {}] with heads {h:?}", q.rows, q.cols),
+            ));
+        }
+        mask.validate(q.rows, kv.len)?;
+        let q = HostTensor {
+            data: self.round(&q.data).into_owned(),
+            ..*q
+        };
+        let (n, t, kvd) = (q.rows, kv.len, kv.kv_dim);
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut out = vec![0f32; n * q.cols];
+        // One task per (query row, head): each writes its own slice of `out`.
+        let one = |(task, o): (usize, &mut [f32])| {
+            let (i, head) = (task / h.n_heads, task % h.n_heads);
+            let at = h.kv_head(head) * d;
+            let qi = &q.data[i * q.cols + head * d..][..d];
+            let allowed = &mask.allowed[i * t..(i + 1) * t];
+            let mut buf = vec![0f32; d];
+            let mut scores: Vec<(usize, f32)> = allowed
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| **a)
+                .map(|(j, _)| (j, dot(qi, kv.k.read(j, kvd, at, d, &mut buf)) * scale))
+                .collect();
+            let max = scores.iter().map(|s| s.1).fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0;
+            for s in scores.iter_mut() {
+                s.1 = (s.1 - max).exp();
+                sum += s.1;
+            }
+            for (j, s) in scores {
+                axpy(
+                    o,
+                    self.round_one(s / sum),
+                    kv.v.read(j, kvd, at, d, &mut buf),
+                );
+            }
+        };
+        // On the matmuls' spinning pool: even one decode step's attention
+        // (tens of microseconds per layer) outweighs its hand-off, and the
+        // pool's other thread would otherwise spin idle meanwhile.
+        if n * t * h.n_heads < PARALLEL_ATTENTION_MIN {
+            out.chunks_mut(d).enumerate().for_each(one);
+        } else {
+            let at = qmm::SendPtr(out.as_mut_ptr());
+            candle_core::utils::barrier_pool().execute_chunked(n * h.n_heads, |tasks| {
+                for task in tasks {
+                    // SAFETY: task `task` owns `out[task * d..][..d]`, and
+                    // `out` outlives the pool call.
+                    let o = unsafe { std::slice::from_raw_parts_mut(at.get().add(task * d), d) };
+                    one((task, o));
+                }
+            });
+        }
+        Ok(HostTensor {
+            data: out,
+            rows: n,
+            cols: q.cols,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arbor_tensor::{Backend, Heads, KvFormat, Mask};
+
+    use crate::CandleBackend;
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let v = (i as u32).wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(97);
+                ((v >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * 4.0
+            })
+            .collect()
+    }
+
+    /// Appends 40 positions in two passes, then attends 5 new rows over all
+    /// 45 with a causal mask; the output and the cache's bytes.
+    fn attend(b: &CandleBackend) -> (Vec<f32>, usize) {
+        let heads = Heads::grouped(4, 2, 64);
+        let width = 2 * 64;
+        let mut kv = b.kv_new(&heads).unwrap();
+        for (n, seed) in [(33, 1), (12, 2)] {
+            let k = b.tensor(&values(n * width, seed), n, width).unwrap();
+            let v = b.tensor(&values(n * width, seed + 10), n, width).unwrap();
+            b.kv_append(&mut kv, &k, &v).unwrap();
+        }
+        let q = b.tensor(&values(5 * 4 * 64, 3), 5, 4 * 64).unwrap();
+        let out = b.attention(&q, &kv, &Mask::causal(40, 5), &heads).unwrap();
+        (out.data, kv.held_bytes())
+    }
+
+    #[test]
+    fn an_f16_cache_gives_the_bits_of_f16_rounded_values_in_half_the_bytes() {
+        let (f16, f16_bytes) = attend(&CandleBackend::new());
+        let (f32, f32_bytes) = attend(&CandleBackend::new().with_kv(KvFormat::F32));
+        assert_eq!(f16, f32, "the same values, read from f16 or from f32");
+        assert_eq!(f16_bytes * 2, f32_bytes);
+        // f32 attention keeps f32 values: other bits.
+        let (exact, _) = attend(&CandleBackend::with_f32_attention());
+        assert_ne!(exact, f16);
+    }
+
+    #[test]
+    fn a_q8_cache_stays_close_in_a_quarter_of_the_bytes() {
+        let (f16, f16_bytes) = attend(&CandleBackend::new());
+        let (q8, q8_bytes) = attend(&CandleBackend::new().with_kv(KvFormat::Q8_0));
+        assert_eq!(
+            q8_bytes * 64,
+            f16_bytes * 34,
+            "34 bytes per 32 values against 64"
+        );
+        let worst = f16
+            .iter()
+            .zip(&q8)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(worst > 0.0 && worst < 0.05, "{worst}");
+        // Keeping positions moves Q8_0 rows as whole blocks.
+        let b = CandleBackend::new().with_kv(KvFormat::Q8_0);
+        let heads = Heads::grouped(2, 1, 64);
+        let mut kv = b.kv_new(&heads).unwrap();
+        let k = b.tensor(&values(4 * 64, 5), 4, 64).unwrap();
+        b.kv_append(&mut kv, &k, &k).unwrap();
+        let q = b.tensor(&values(2 * 64, 6), 1, 128).unwrap();
+        let only_3 = Mask {
+            rows: 1,
+            cols: 4,
+            allowed: vec![false, false, false, true],
+        };
+        let want = b.attention(&q, &kv, &only_3, &heads).unwrap();
+        b.kv_keep(&mut kv, &[1, 3]).unwrap();
+        let last = Mask {
+            rows: 1,
+            cols: 2,
+            allowed: vec![false, true],
+        };
+        assert_eq!(b.attention(&q, &kv, &last, &heads).unwrap(), want);
     }
 }

@@ -3,15 +3,15 @@
 //! candle's thread pool.
 
 use arbor_tensor::{
-    Backend, GgmlType, Heads, Mask, Result, Rope, WeightData, check_part, matmul_part_padded,
-    matmul_sum_parts, reference, sum_segments,
+    Backend, GgmlType, Heads, KvFormat, Mask, Result, Rope, WeightData, check_part,
+    matmul_part_padded, matmul_sum_parts, reference, sum_segments,
 };
 use candle_core::quantized::k_quants;
 use candle_core::{Device, Module, Tensor};
 
-use crate::attention::{PARALLEL_ATTENTION_MIN, axpy, dot};
+use crate::attention::dot;
 use crate::weight::{Held, candle_dtype, check_weight, q6k_blocks};
-use crate::{CandleBackend, CandleWeight, HostKv, HostTensor, NAME, err, packed, qmm, shape_err};
+use crate::{CandleBackend, CandleWeight, HostKv, HostTensor, NAME, err, packed, shape_err};
 
 fn to_candle(x: &HostTensor) -> Result<Tensor> {
     Tensor::from_slice(&x.data, (x.rows, x.cols), &Device::Cpu).map_err(err)
@@ -350,11 +350,12 @@ impl Backend for CandleBackend {
         })
     }
 
+    fn kv_format(&self) -> KvFormat {
+        self.kv
+    }
+
     fn kv_new(&self, heads: &Heads) -> Result<HostKv> {
-        Ok(HostKv {
-            kv_dim: heads.n_kv_heads * heads.head_dim,
-            ..HostKv::default()
-        })
+        HostKv::new(heads, self.kv)
     }
 
     fn kv_len(&self, kv: &HostKv) -> usize {
@@ -371,18 +372,13 @@ impl Backend for CandleBackend {
                 ),
             ));
         }
-        // Capacity grows in steps of KV_STEP tokens, not by doubling: a
-        // memory budget plans the caches for the request rounded up to a
-        // step (`arbor_pipeline::kv_bytes`).
-        let needed = (kv.len + k.rows).div_ceil(arbor_tensor::KV_STEP) * arbor_tensor::KV_STEP;
-        for buf in [&mut kv.k, &mut kv.v] {
-            if buf.capacity() < needed * kv.kv_dim {
-                buf.reserve_exact(needed * kv.kv_dim - buf.len());
-            }
-        }
-        kv.k.extend_from_slice(&self.round(&k.data));
-        kv.v.extend_from_slice(&self.round(&v.data));
-        kv.len += k.rows;
+        // f16 and Q8_0 storage rounds by itself; f32 storage keeps what
+        // attention would read.
+        let (k, v) = match self.kv {
+            KvFormat::F32 => (self.round(&k.data), self.round(&v.data)),
+            _ => (k.data.as_slice().into(), v.data.as_slice().into()),
+        };
+        kv.append(&k, &v, k.len() / kv.kv_dim.max(1));
         Ok(())
     }
 
@@ -393,9 +389,7 @@ impl Backend for CandleBackend {
                 format!("to {len} of {} positions", kv.len),
             ));
         }
-        kv.k.truncate(len * kv.kv_dim);
-        kv.v.truncate(len * kv.kv_dim);
-        kv.len = len;
+        kv.truncate(len);
         Ok(())
     }
 
@@ -408,75 +402,16 @@ impl Backend for CandleBackend {
                 format!("positions must increase and stay below {}", kv.len),
             ));
         }
-        let d = kv.kv_dim;
         // Positions increase, so each row moves down (or stays): copying in
         // order never overwrites a row still to be read.
         for (dst, &src) in positions.iter().enumerate() {
-            kv.k.copy_within(src * d..(src + 1) * d, dst * d);
-            kv.v.copy_within(src * d..(src + 1) * d, dst * d);
+            kv.copy_row(src, dst);
         }
         self.kv_truncate(kv, positions.len())
     }
 
     fn attention(&self, q: &HostTensor, kv: &HostKv, mask: &Mask, h: &Heads) -> Result<HostTensor> {
-        let d = h.head_dim;
-        if q.cols != h.n_heads * d || kv.kv_dim != h.n_kv_heads * d || !h.is_valid() {
-            return Err(shape_err(
-                "attention",
-                format!("q [{}, {}] with heads {h:?}", q.rows, q.cols),
-            ));
-        }
-        mask.validate(q.rows, kv.len)?;
-        let q = HostTensor {
-            data: self.round(&q.data).into_owned(),
-            ..*q
-        };
-        let (n, t, kvd) = (q.rows, kv.len, kv.kv_dim);
-        let scale = 1.0 / (d as f32).sqrt();
-        let mut out = vec![0f32; n * q.cols];
-        // One task per (query row, head): each writes its own slice of `out`.
-        let one = |(task, o): (usize, &mut [f32])| {
-            let (i, head) = (task / h.n_heads, task % h.n_heads);
-            let kvh = h.kv_head(head);
-            let qi = &q.data[i * q.cols + head * d..][..d];
-            let allowed = &mask.allowed[i * t..(i + 1) * t];
-            let mut scores: Vec<(usize, f32)> = allowed
-                .iter()
-                .enumerate()
-                .filter(|(_, a)| **a)
-                .map(|(j, _)| (j, dot(qi, &kv.k[j * kvd + kvh * d..][..d]) * scale))
-                .collect();
-            let max = scores.iter().map(|s| s.1).fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0.0;
-            for s in scores.iter_mut() {
-                s.1 = (s.1 - max).exp();
-                sum += s.1;
-            }
-            for (j, s) in scores {
-                axpy(o, self.round_one(s / sum), &kv.v[j * kvd + kvh * d..][..d]);
-            }
-        };
-        // On the matmuls' spinning pool: even one decode step's attention
-        // (tens of microseconds per layer) outweighs its hand-off, and the
-        // pool's other thread would otherwise spin idle meanwhile.
-        if n * t * h.n_heads < PARALLEL_ATTENTION_MIN {
-            out.chunks_mut(d).enumerate().for_each(one);
-        } else {
-            let at = qmm::SendPtr(out.as_mut_ptr());
-            candle_core::utils::barrier_pool().execute_chunked(n * h.n_heads, |tasks| {
-                for task in tasks {
-                    // SAFETY: task `task` owns `out[task * d..][..d]`, and
-                    // `out` outlives the pool call.
-                    let o = unsafe { std::slice::from_raw_parts_mut(at.get().add(task * d), d) };
-                    one((task, o));
-                }
-            });
-        }
-        Ok(HostTensor {
-            data: out,
-            rows: n,
-            cols: q.cols,
-        })
+        self.attend(q, kv, mask, h)
     }
 }
 

@@ -34,13 +34,14 @@
 mod attention;
 mod backend;
 mod float;
+mod kv;
 mod packed;
 mod qmm;
 mod weight;
 
-use arbor_tensor::Error;
+use arbor_tensor::{Error, KvFormat};
 
-pub use attention::HostKv;
+pub use kv::HostKv;
 pub use weight::CandleWeight;
 
 const NAME: &str = "candle";
@@ -67,7 +68,7 @@ pub struct HostTensor {
 /// The candle CPU backend.
 ///
 /// By default attention follows llama.cpp's CPU numerics: keys and values
-/// are cached as f16, and the query and the attention weights are rounded
+/// are cached as f16 (stored so: [`CandleBackend::with_kv`] changes it), and the query and the attention weights are rounded
 /// to f16 before their products (accumulation stays f32). Greedy outputs
 /// then match llama.cpp's token for token where two candidates are within
 /// a few hundredths of a logit, which f32 attention does not.
@@ -80,6 +81,7 @@ pub struct HostTensor {
 pub struct CandleBackend {
     f16_attention: bool,
     candle_kernels: bool,
+    kv: KvFormat,
 }
 
 impl Default for CandleBackend {
@@ -87,6 +89,7 @@ impl Default for CandleBackend {
         Self {
             f16_attention: true,
             candle_kernels: std::env::var("ARBOR_CANDLE_KERNELS").as_deref() == Ok("1"),
+            kv: KvFormat::F16,
         }
     }
 }
@@ -101,8 +104,17 @@ impl CandleBackend {
     pub fn with_f32_attention() -> Self {
         Self {
             f16_attention: false,
+            kv: KvFormat::F32,
             ..Self::default()
         }
+    }
+
+    /// KV caches stored as `format`. f16 storage holds exactly what
+    /// llama.cpp-style attention reads (the default); with f32 attention
+    /// ([`CandleBackend::with_f32_attention`]) only f32 storage is exact.
+    /// Q8_0 is lossy: a quarter of f32's bytes.
+    pub fn with_kv(self, format: KvFormat) -> Self {
+        Self { kv: format, ..self }
     }
 
     /// Every matmul on candle-core's own kernels (the baseline ours are

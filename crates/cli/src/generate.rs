@@ -103,6 +103,7 @@ impl GenerateArgs {
             draft: self.draft.clone(),
             backend: self.backend.clone(),
             threads: None,
+            kv: None,
             memory_budget: self.memory_budget.clone(),
             gpu_memory_budget: self.gpu_memory_budget.clone(),
             strategy: self.strategy.clone(),

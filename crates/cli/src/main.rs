@@ -9,6 +9,7 @@ mod elastic;
 mod generate;
 mod live;
 mod profile;
+mod requant;
 #[cfg(feature = "serve")]
 mod serve;
 mod slim;
@@ -39,6 +40,11 @@ struct Cli {
     /// Worker threads for the CPU backends.
     #[arg(long, global = true)]
     threads: Option<usize>,
+    /// How KV caches are stored: f16 (the default on candle: exactly what
+    /// attention reads), q8_0 (8-bit blocks: half of f16's bytes, lossy,
+    /// llama.cpp's `-ctk q8_0 -ctv q8_0`) or f32.
+    #[arg(long, global = true)]
+    kv: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -92,6 +98,9 @@ enum Command {
     /// Measure this machine's facts (latency curves, disk bandwidth) and
     /// cache them; runs measure what is missing by themselves.
     Profile(profile::ProfileArgs),
+    /// Rewrite a whole model in another storage (every matrix as q8_0,
+    /// q5_0 or f16): larger files of the same model and tokenizer.
+    Requant(requant::RequantArgs),
     /// Derive a slim draft from a draft model: its output head restricted
     /// to the K most frequent tokens of a corpus, layers requantized.
     Slim(slim::SlimArgs),
@@ -135,6 +144,7 @@ fn run() -> Result<()> {
     };
     let device = device.merge(RunConfig {
         threads: cli.threads,
+        kv: cli.kv,
         ..RunConfig::default()
     });
     device.apply_threads()?;
@@ -171,6 +181,7 @@ fn run() -> Result<()> {
         }
         Command::Profile(args) => profile::run(&args, device),
         Command::Slim(args) => slim::run(&args),
+        Command::Requant(args) => requant::run(&args),
         #[cfg(feature = "train")]
         Command::Elastic { which } => elastic::run(which),
         #[cfg(feature = "train")]

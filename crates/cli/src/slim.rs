@@ -39,6 +39,11 @@ pub struct SlimArgs {
     /// Output file (default: `$ARBOR_HOME/slim/<draft>-k<K>-<quant>.gguf`).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
+    /// Also save the K most frequent ids of the corpus to this file (what
+    /// `auto` derives slim drafts from without the corpus; see
+    /// assets/slim/).
+    #[arg(long)]
+    pub save_ranking: Option<PathBuf>,
 }
 
 pub fn run(args: &SlimArgs) -> Result<()> {
@@ -64,6 +69,15 @@ pub fn run(args: &SlimArgs) -> Result<()> {
     let texts = corpus_texts(&args.corpus, args.corpus_bytes)?;
     let counts = count_tokens(&input, &texts, &args.corpus)?;
     let counted = start.elapsed().as_secs_f64();
+    if let Some(path) = &args.save_ranking {
+        std::fs::write(path, counts.ranking(args.k))
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!(
+            "saved the {} most frequent ids to {}",
+            args.k,
+            path.display()
+        );
+    }
     eprintln!(
         "counted {} tokens in {} texts ({}) of {} in {counted:.1} s",
         counts.total(),

@@ -3,6 +3,8 @@
 use arbor_gguf::GgufFile;
 use arbor_model::LanguageModel;
 
+use arbor_tensor::KvFormat;
+
 use crate::{EngineError, Result};
 
 /// The backends arbor knows; which are usable depends on cargo features.
@@ -57,6 +59,27 @@ impl BackendKind {
     }
 }
 
+/// A backend and how it is set up: its kind, and how it stores KV caches
+/// (`None`: the backend's own choice — f16 on candle, f32 on burn).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BackendSpec {
+    pub kind: BackendKind,
+    pub kv: Option<KvFormat>,
+}
+
+impl From<BackendKind> for BackendSpec {
+    fn from(kind: BackendKind) -> Self {
+        Self { kind, kv: None }
+    }
+}
+
+impl BackendSpec {
+    /// See [`BackendKind::kernels`].
+    pub fn kernels(self) -> &'static str {
+        self.kind.kernels()
+    }
+}
+
 impl std::fmt::Display for BackendKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -73,40 +96,68 @@ impl std::str::FromStr for BackendKind {
     }
 }
 
-/// Evaluates `$body` with `$b` bound to a new backend of kind `$kind`, or
+/// Evaluates `$body` with `$b` bound to a new backend as `$spec` says, or
 /// fails when that backend is not compiled in. The one place that names
 /// each backend's constructor.
 macro_rules! with_backend {
-    ($kind:expr, $b:ident => $body:expr) => {
-        match $kind {
+    ($spec:expr, $b:ident => $body:expr) => {{
+        let spec: BackendSpec = $spec;
+        match spec.kind {
             #[cfg(feature = "candle")]
             BackendKind::Candle => {
                 let $b = arbor_backend_candle::CandleBackend::new();
+                let $b = match spec.kv {
+                    Some(format) => $b.with_kv(format),
+                    None => $b,
+                };
                 $body
             }
             #[cfg(feature = "flex")]
             BackendKind::Flex => {
+                f32_kv(spec)?;
                 let $b = arbor_backend_burn::BurnBackend::flex();
                 $body
             }
             #[cfg(feature = "ndarray")]
             BackendKind::Ndarray => {
+                f32_kv(spec)?;
                 let $b = arbor_backend_burn::BurnBackend::ndarray();
                 $body
             }
             #[cfg(feature = "wgpu")]
             BackendKind::Wgpu => {
+                f32_kv(spec)?;
                 let $b = arbor_backend_burn::BurnBackend::wgpu();
                 $body
             }
             #[allow(unreachable_patterns)]
             other => Err(EngineError::BackendNotCompiled(other)),
         }
-    };
+    }};
+}
+
+/// burn's backends keep f32 KV caches only.
+#[allow(dead_code)]
+fn f32_kv(spec: BackendSpec) -> Result<()> {
+    match spec.kv {
+        None | Some(KvFormat::F32) => Ok(()),
+        Some(other) => Err(EngineError::Invalid(format!(
+            "the {} backend keeps its KV caches as f32; --kv {other} needs --backend candle",
+            spec.kind
+        ))),
+    }
+}
+
+impl BackendSpec {
+    /// How the backend stores its KV caches, or a typed error when it
+    /// cannot store them as asked.
+    pub fn kv_format(self) -> Result<KvFormat> {
+        with_backend!(self, backend => Ok(arbor_tensor::Backend::kv_format(&backend)))
+    }
 }
 
 pub(crate) fn load(
-    kind: BackendKind,
+    kind: BackendSpec,
     file: &GgufFile,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Box<dyn LanguageModel>> {
@@ -132,7 +183,7 @@ pub(crate) type Budgeted = (
 /// draft comes back too). `path` is the one `file` was opened from; the
 /// pipeline reads `file.path()`.
 pub(crate) fn load_budgeted(
-    kind: BackendKind,
+    kind: BackendSpec,
     file: &GgufFile,
     path: &std::path::Path,
     draft: Option<&arbor_model::Config>,
@@ -162,7 +213,7 @@ pub(crate) fn load_budgeted(
 }
 
 pub(crate) fn target_fits(
-    kind: BackendKind,
+    kind: BackendSpec,
     file: &GgufFile,
     options: &crate::MemoryOptions,
 ) -> Result<bool> {
@@ -173,7 +224,7 @@ pub(crate) fn target_fits(
 /// The plan the target of `file` would get with `extra` bytes held by a
 /// draft of config `draft` (see [`arbor_pipeline::plan_with`]).
 pub(crate) fn plan_with(
-    kind: BackendKind,
+    kind: BackendSpec,
     file: &GgufFile,
     draft: Option<&arbor_model::Config>,
     extra: u64,
@@ -184,7 +235,7 @@ pub(crate) fn plan_with(
 }
 
 /// Bytes the weights of `file` hold once loaded as a draft.
-pub(crate) fn model_bytes(kind: BackendKind, file: &GgufFile) -> Result<u64> {
+pub(crate) fn model_bytes(kind: BackendSpec, file: &GgufFile) -> Result<u64> {
     let _ = &file;
     with_backend!(kind, backend => Ok(arbor_pipeline::model_bytes(&backend, file)?))
 }

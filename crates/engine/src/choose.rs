@@ -3,8 +3,9 @@
 //! memory budget, from a one-shot device profile — the disk's direct-read
 //! bandwidth and the target's `L_fp(n)` (both cached by the profile store),
 //! the draft's step cost (its cached curve, else its bytes at the target's
-//! bytes-per-second) — and the acceptance each source reaches with this
-//! target (greedy, per drafted position; measured, see the constants).
+//! bytes-per-second) — and what each source's guesses are worth with this
+//! target (top-k acceptance by depth, as runs counted it; a measured prior
+//! until then).
 //! A draft model is loaded only if it is picked.
 
 use std::path::{Path, PathBuf};
@@ -14,12 +15,10 @@ use arbor_speculative::LatencyProfile;
 
 use arbor_planner::ProfileStore;
 use arbor_planner::auto::{self, Candidate, Device, Estimate};
-use arbor_planner::sources::{
-    Choice, LOOKUP_ACCEPTANCE, MODEL_ACCEPTANCE, SLIM_ACCEPTANCE, choice_for, self_acceptance,
-};
+use arbor_planner::sources::{Choice, choice_for, lookup_prior, model_prior, self_prior};
 
 use crate::drafts::DraftSource;
-use crate::{BackendKind, DEFAULT_DRAFT, DEFAULT_TARGET, OpenEvent, Result, RunConfig, backends};
+use crate::{BackendSpec, DEFAULT_DRAFT, DEFAULT_TARGET, OpenEvent, Result, RunConfig, backends};
 
 /// Estimates every draft source under `config`'s budget (unlimited when
 /// none) and returns those that fit, fastest first, reporting the
@@ -28,7 +27,7 @@ pub(crate) fn choose(
     config: &RunConfig,
     target: &Path,
     budget: Option<u64>,
-    backend: BackendKind,
+    backend: BackendSpec,
     store: &ProfileStore,
     progress: &mut dyn FnMut(OpenEvent<'_>),
 ) -> Result<Vec<Choice>> {
@@ -81,37 +80,47 @@ pub(crate) fn choose(
         sequences: config.slots.unwrap_or(1),
     };
     let c = &layout.config;
+    let kv_format = backend.kv_format()?;
     let draft_overhead = |d: &arbor_model::Config| {
-        arbor_pipeline::kv_bytes(d, options.context)
+        arbor_pipeline::kv_bytes(d, options.context, kv_format)
             + arbor_pipeline::logit_scratch(d, options.draft_logit_rows)
     };
     // What the target reads per pass when `extra` bytes go to a draft.
     let base_plan = backends::plan_with(backend, &file, None, 0, &options)?;
     let streams = base_plan.as_ref().is_some_and(|p| p.streamed() > 0);
+    // What runs counted of a source's guesses with this target, over its
+    // prior.
+    let accuracy =
+        |source: &str, prior: &arbor_ppd::Accuracy| store.accuracy(target, source, prior);
     let mut candidates = vec![Candidate {
         draft: None,
         label: "none".into(),
         memory: 0,
         step_secs: 0.0,
-        acceptance: 0.0,
+        accuracy: lookup_prior(),
+        measured: 0.0,
         ppd: None,
     }];
+    let (table, measured) = accuracy(DraftSource::LOOKUP, &lookup_prior());
     candidates.push(Candidate {
         draft: Some(DraftSource::LOOKUP.into()),
         label: "lookup".into(),
         memory: 0,
         step_secs: 20e-6,
-        acceptance: LOOKUP_ACCEPTANCE,
+        accuracy: table,
+        measured,
         ppd: None,
     });
     // The target's own guesses, when it has trained prompt tokens.
     if let Ok((prompts, _)) = crate::ppd::prompt_tokens_for(target, c.hidden) {
+        let (table, measured) = accuracy(crate::ppd::SOURCE, &prompts.accuracy);
         candidates.push(Candidate {
             draft: None,
             label: "ppd".into(),
             memory: 0,
             step_secs: 0.0,
-            acceptance: 0.0,
+            accuracy: table,
+            measured,
             ppd: Some(prompts),
         });
     }
@@ -122,29 +131,27 @@ pub(crate) fn choose(
             // A step runs the resident layers and the whole head.
             let head = target_bytes.saturating_sub(layer_bytes * layout.layers.len() as u64);
             let share = (plan.resident_bytes as f64 + head as f64) / target_bytes.max(1) as f64;
+            let (table, measured) = accuracy(DraftSource::SELF, &self_prior(running));
             candidates.push(Candidate {
                 draft: Some(DraftSource::SELF.into()),
                 label: "self".into(),
                 memory,
                 step_secs: curve.at(1) * share.min(1.0),
-                acceptance: self_acceptance(running),
+                accuracy: table,
+                measured,
                 ppd: None,
             });
         }
     }
     if let Some(path) = draft_model(config, target, progress)? {
-        let slims = slim_drafts_of(&path);
+        let mut slims = slim_drafts_of(&path);
         if slims.is_empty() {
-            progress(OpenEvent::Explain(&format!(
-                "  (no slim draft of {} derived yet: `arbor slim --draft {}` makes one in \
-                 seconds, holding about half its memory)",
-                path.display(),
-                path.display()
-            )));
+            slims.extend(derive_slim(&path, progress));
         }
         for p in std::iter::once(path).chain(slims) {
             candidates.push(model_candidate(
                 &p,
+                target,
                 backend,
                 store,
                 &curve,
@@ -202,6 +209,42 @@ fn draft_model(
     Ok(cached(DEFAULT_DRAFT).filter(|p| p.exists()))
 }
 
+/// Derives the slim draft of the draft at `path` from the ranking shipped
+/// for its vocabulary, once (`$ARBOR_HOME/slim/`, where later runs find
+/// it), saying so; `None` (with a note) when none ships or it fails.
+fn derive_slim(path: &Path, progress: &mut dyn FnMut(OpenEvent<'_>)) -> Option<PathBuf> {
+    let dir = arbor_fetch::arbor_home().join("slim");
+    let out = arbor_drafts::slim::default_path(path, &dir);
+    progress(OpenEvent::Note(&format!(
+        "auto: deriving a slim draft of {} once (K = {}, the head's most frequent tokens): {}",
+        path.display(),
+        arbor_drafts::slim::DEFAULT_K,
+        out.display()
+    )));
+    match arbor_drafts::slim::derive_default(path, &dir, &mut |_, _| {}) {
+        Ok(Some((out, r))) => {
+            progress(OpenEvent::Note(&format!(
+                "auto: slim draft derived in {:.1} s ({} MiB → {} MiB)",
+                r.secs,
+                r.input_bytes >> 20,
+                r.output_bytes >> 20
+            )));
+            Some(out)
+        }
+        Ok(None) => {
+            progress(OpenEvent::Note(
+                "auto: no token ranking ships for this draft's vocabulary: \
+                 `arbor slim --draft …` derives a slim draft from a corpus",
+            ));
+            None
+        }
+        Err(e) => {
+            progress(OpenEvent::Note(&format!("auto: no slim draft ({e})")));
+            None
+        }
+    }
+}
+
 /// Slim drafts derived from the draft at `path` (`arbor slim` writes them
 /// to `$ARBOR_HOME/slim/`, naming their source in their metadata).
 fn slim_drafts_of(path: &Path) -> Vec<PathBuf> {
@@ -231,7 +274,8 @@ fn slim_drafts_of(path: &Path) -> Vec<PathBuf> {
 /// step cost (cached curve, else its bytes at the target's speed).
 fn model_candidate(
     path: &Path,
-    backend: BackendKind,
+    target: &Path,
+    backend: BackendSpec,
     store: &ProfileStore,
     target_curve: &LatencyProfile,
     target_bytes: u64,
@@ -256,16 +300,15 @@ fn model_candidate(
     let stem = path
         .file_stem()
         .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+    let (accuracy, measured) =
+        store.accuracy(target, &path.display().to_string(), &model_prior(slim));
     Ok(Candidate {
         draft: Some(path.display().to_string()),
         label: if slim { format!("slim {stem}") } else { stem },
         memory: bytes + overhead(&layout.config),
         step_secs: step,
-        acceptance: if slim {
-            SLIM_ACCEPTANCE
-        } else {
-            MODEL_ACCEPTANCE
-        },
+        accuracy,
+        measured,
         ppd: None,
     })
 }

@@ -28,6 +28,10 @@ pub struct RunConfig {
     /// Worker threads of the CPU backends (process-wide: applied once, at
     /// start, by [`RunConfig::apply_threads`]).
     pub threads: Option<usize>,
+    /// How KV caches are stored: `f16` (candle's default: exactly what its
+    /// attention reads), `q8_0` (8-bit blocks, a quarter of f32's bytes,
+    /// lossy) or `f32`; `None` is the backend's own choice.
+    pub kv: Option<String>,
     /// Bytes for the whole process (`1.3GiB`, `900MiB`, a plain number).
     pub memory_budget: Option<String>,
     /// Bytes of GPU memory for the target (`--backend wgpu`): layers that
@@ -119,6 +123,7 @@ impl RunConfig {
             draft: over.draft.or(self.draft),
             backend: over.backend.or(self.backend),
             threads: over.threads.or(self.threads),
+            kv: over.kv.or(self.kv),
             memory_budget: over.memory_budget.or(self.memory_budget),
             gpu_memory_budget: over.gpu_memory_budget.or(self.gpu_memory_budget),
             strategy: over.strategy.or(self.strategy),
@@ -150,6 +155,18 @@ impl RunConfig {
             },
             (host, None) => host.as_deref().map(parse).transpose(),
         }
+    }
+
+    /// The KV cache format asked for, if any (a typed error names the
+    /// formats when it is none of them).
+    pub fn kv_format(&self) -> Result<Option<arbor_tensor::KvFormat>> {
+        self.kv
+            .as_deref()
+            .map(|k| {
+                k.parse()
+                    .map_err(|_| EngineError::Invalid(format!("--kv `{k}`: use f16, q8_0 or f32")))
+            })
+            .transpose()
     }
 
     /// Tokens (prompt + new) a run plans its KV caches for: `context`, or

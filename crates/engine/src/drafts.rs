@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use arbor_speculative::LatencyProfile;
 
 use crate::events::{OpenEvent, load_events, loading, resolve_or_fetch};
-use crate::{BackendKind, Engine, EngineError, Result};
+use crate::{Engine, EngineError, Result};
 
 /// A run's draft source.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,6 +58,18 @@ impl DraftSource {
         })
     }
 
+    /// The name its guesses are counted under with a target
+    /// ([`arbor_planner::source_key`] of `lookup`, `self`, `elastic:L` or
+    /// the model's file).
+    pub fn key(&self) -> String {
+        arbor_planner::source_key(&match self {
+            Self::Model(path) => path.display().to_string(),
+            Self::Lookup => Self::LOOKUP.into(),
+            Self::SelfLayers => Self::SELF.into(),
+            Self::Elastic(level) => format!("{}{level}", Self::ELASTIC),
+        })
+    }
+
     /// The latency curve of a source without a file of its own: prompt
     /// lookup costs next to nothing; a self or elastic draft costs the
     /// target's curve scaled by `running`, the share of the target's
@@ -83,7 +95,7 @@ impl DraftSource {
 pub(crate) fn attach(
     engine: &mut Engine,
     source: &DraftSource,
-    backend: BackendKind,
+    backend: crate::BackendSpec,
     progress: &mut dyn FnMut(OpenEvent<'_>),
 ) -> Result<()> {
     match source {

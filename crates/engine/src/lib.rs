@@ -37,7 +37,7 @@ pub use arbor_speculative::{
     Typical, Verification,
 };
 pub use arbor_tokenizer::{ChatMessage, Infill, Role, Tokenizer, TokenizerError, ToolCall};
-pub use backends::BackendKind;
+pub use backends::{BackendKind, BackendSpec};
 pub use config::{DEFAULT_DRAFT, DEFAULT_TARGET, RunConfig, Sampling, Tuning};
 pub use drafts::DraftSource;
 pub use events::{OpenEvent, resolve_or_fetch};
@@ -140,11 +140,11 @@ fn reuse_freed_memory() {
 
 /// Loads the model of an open GGUF file onto a backend (no tokenizer).
 pub fn load_model(
-    kind: BackendKind,
+    kind: impl Into<BackendSpec>,
     file: &arbor_gguf::GgufFile,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Box<dyn LanguageModel>> {
-    backends::load(kind, file, progress)
+    backends::load(kind.into(), file, progress)
 }
 
 /// A model, its tokenizer, and where they came from; optionally a draft
@@ -162,12 +162,12 @@ impl Engine {
     /// `progress(done, total)` counts tensors.
     pub fn load(
         path: &Path,
-        backend: BackendKind,
+        backend: impl Into<BackendSpec>,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Self> {
         let file = arbor_gguf::GgufFile::open(path)?;
         let tokenizer = Tokenizer::from_gguf(file.header())?;
-        let model = backends::load(backend, &file, progress)?;
+        let model = backends::load(backend.into(), &file, progress)?;
         let model = arbor_drafts::slim::widen_if_slim(file.header(), model)?;
         reuse_freed_memory();
         Ok(Self {
@@ -187,10 +187,11 @@ impl Engine {
     pub fn load_budgeted(
         path: &Path,
         draft: Option<&DraftSource>,
-        backend: BackendKind,
+        backend: impl Into<BackendSpec>,
         options: &MemoryOptions,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Self> {
+        let backend = backend.into();
         limit_allocator_caching();
         let file = arbor_gguf::GgufFile::open(path)?;
         let tokenizer = Tokenizer::from_gguf(file.header())?;
@@ -284,9 +285,13 @@ impl Engine {
     /// resident under `options`, measured against what this process holds
     /// now. When it does, decoding without a draft is the fastest choice:
     /// a draft's memory would push target layers out to be streamed.
-    pub fn target_fits(path: &Path, backend: BackendKind, options: &MemoryOptions) -> Result<bool> {
+    pub fn target_fits(
+        path: &Path,
+        backend: impl Into<BackendSpec>,
+        options: &MemoryOptions,
+    ) -> Result<bool> {
         let file = arbor_gguf::GgufFile::open(path)?;
-        backends::target_fits(backend, &file, options)
+        backends::target_fits(backend.into(), &file, options)
     }
 
     /// How the memory budget was split, when the engine was loaded under one.
@@ -300,7 +305,7 @@ impl Engine {
     pub fn load_draft(
         &mut self,
         path: &Path,
-        backend: BackendKind,
+        backend: impl Into<BackendSpec>,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<()> {
         let file = arbor_gguf::GgufFile::open(path)?;
@@ -311,7 +316,7 @@ impl Engine {
                 target: self.tokenizer.vocab_size(),
             });
         }
-        let model = backends::load(backend, &file, progress)?;
+        let model = backends::load(backend.into(), &file, progress)?;
         self.set_draft(arbor_drafts::slim::widen_if_slim(file.header(), model)?)
     }
 

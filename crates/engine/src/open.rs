@@ -15,7 +15,7 @@ use crate::config::{DEFAULT_TARGET, RunConfig};
 use crate::drafts::{DraftSource, attach};
 use crate::events::{OpenEvent, load_events, loading, resolve_or_fetch};
 use crate::run::Run;
-use crate::{BackendKind, Engine, EngineError, GenerateOptions, Result};
+use crate::{BackendKind, BackendSpec, Engine, EngineError, GenerateOptions, Result};
 
 /// The backend named, or the first compiled in.
 pub fn pick_backend(name: Option<&str>) -> Result<BackendKind> {
@@ -46,7 +46,12 @@ impl Engine {
         progress: &mut dyn FnMut(OpenEvent<'_>),
     ) -> Result<Run> {
         // Everything that can be checked without files first.
-        let backend = pick_backend(config.backend.as_deref())?;
+        let backend = BackendSpec {
+            kind: pick_backend(config.backend.as_deref())?,
+            kv: config.kv_format()?,
+        };
+        // A format the backend cannot store fails here, before any file.
+        backend.kv_format()?;
         let auto = is_auto(config);
         let named: Option<Strategy> = match auto {
             true => None,
@@ -159,7 +164,7 @@ fn load_for(
     named: Option<Strategy>,
     target: &Path,
     budget: Option<u64>,
-    backend: BackendKind,
+    backend: BackendSpec,
     progress: &mut dyn FnMut(OpenEvent<'_>),
 ) -> Result<(Engine, Strategy, Option<DraftSource>)> {
     let strategy = match named {
@@ -245,7 +250,7 @@ fn default_strategy(
     target: &Path,
     config: &RunConfig,
     budget: Option<u64>,
-    backend: BackendKind,
+    backend: BackendSpec,
     progress: &mut dyn FnMut(OpenEvent<'_>),
 ) -> Result<Strategy> {
     if config.draft.is_none() {

@@ -8,13 +8,15 @@ use arbor_speculative::{Strategy, Streaming};
 use crate::config::RunConfig;
 use crate::drafts::{DraftSource, attach};
 use crate::events::OpenEvent;
-use crate::{BackendKind, Engine, EngineError, GenerateOptions, Generation, Result, TextEvent};
+use crate::{
+    BackendKind, BackendSpec, Engine, EngineError, GenerateOptions, Generation, Result, TextEvent,
+};
 
 /// An open run: the engine with its models, the strategy and generation
 /// options, the latency profiles it sized trees with, and what it noticed.
 pub struct Run {
     pub(crate) engine: Engine,
-    pub(crate) backend: BackendKind,
+    pub(crate) backend: BackendSpec,
     pub(crate) config: RunConfig,
     pub(crate) draft: Option<DraftSource>,
     pub(crate) options: GenerateOptions,
@@ -47,6 +49,11 @@ impl Run {
     }
 
     pub fn backend(&self) -> BackendKind {
+        self.backend.kind
+    }
+
+    /// The backend with its settings (how it stores KV caches).
+    pub fn backend_spec(&self) -> BackendSpec {
         self.backend
     }
 
@@ -239,8 +246,23 @@ impl Run {
             g.stream.bytes,
             g.stream.io_secs,
         );
+        // What the draft's guesses were worth, for `auto`'s next plan.
+        if let Some(source) = self.source_key(&options.strategy) {
+            let _ =
+                (self.store).observe_acceptance(self.engine.path(), &source, &g.stats.acceptance);
+        }
         self.heal(&g)?;
         Ok(g)
+    }
+
+    /// The name a strategy's draft source is counted under
+    /// ([`arbor_planner::source_key`]): the draft's, or `ppd` for the
+    /// target's own prompt tokens; `None` without one.
+    fn source_key(&self, strategy: &Strategy) -> Option<String> {
+        if matches!(strategy.decoding, arbor_speculative::Decoding::Ppd(_)) {
+            return Some(crate::ppd::SOURCE.into());
+        }
+        self.draft.as_ref().map(DraftSource::key)
     }
 
     /// What the run noticed since the last call (profile drift and what

@@ -119,7 +119,11 @@ impl Run {
         let mut original = match calibration.reference {
             Some(path) if cached_profile.is_none() || cached_quality.is_none() => {
                 let file = arbor_gguf::GgufFile::open(path)?;
-                Some(crate::load_model(self.backend(), &file, &mut |_, _| {})?)
+                Some(crate::load_model(
+                    self.backend_spec(),
+                    &file,
+                    &mut |_, _| {},
+                )?)
             }
             _ => None,
         };

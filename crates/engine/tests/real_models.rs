@@ -440,8 +440,11 @@ fn cheap_drafts_fit_the_budget_and_keep_the_output() {
             // Its own KV cache and logits are reserved before the target's
             // layers are placed.
             let config = engine.model().config().clone();
-            let own =
-                arbor_pipeline::kv_bytes(&config, 256) + arbor_pipeline::logit_scratch(&config, 1);
+            let kv = arbor_engine::BackendSpec::from(BackendKind::Candle)
+                .kv_format()
+                .unwrap();
+            let own = arbor_pipeline::kv_bytes(&config, 256, kv)
+                + arbor_pipeline::logit_scratch(&config, 1);
             assert!(
                 plan.fixed >= plain.fixed + own,
                 "{} < {} + {own}",

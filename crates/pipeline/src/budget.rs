@@ -7,7 +7,7 @@
 use arbor_gguf::GgufFile;
 use arbor_model::{Config, Decoder, Layout, Result, RowSource, held_bytes};
 use arbor_paging::{Ledger, PagingError, format_bytes};
-use arbor_tensor::Backend;
+use arbor_tensor::{Backend, KvFormat};
 
 use crate::{
     DiskRows, LayerCost, Mode, Monitor, Plan, Streamer, buffer_sets, paging, plan,
@@ -119,16 +119,18 @@ pub fn resident_now() -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
-/// Bytes of KV cache per token (f32 keys and values, all layers).
-fn kv_per_token(c: &Config) -> u64 {
-    (c.n_layers * c.kv_dim() * 2 * 4) as u64
+/// Bytes of KV cache per token (keys and values, all layers) stored as
+/// `format`.
+fn kv_per_token(c: &Config, format: KvFormat) -> u64 {
+    c.n_layers as u64 * 2 * format.row_bytes(c.kv_dim())
 }
 
-/// Bytes the KV caches of `c` hold for `context` tokens: caches grow in
-/// steps of [`arbor_tensor::KV_STEP`] tokens.
-pub fn kv_bytes(c: &Config, context: usize) -> u64 {
+/// Bytes the KV caches of `c` hold for `context` tokens stored as `format`
+/// ([`Backend::kv_format`]): caches grow in steps of
+/// [`arbor_tensor::KV_STEP`] tokens.
+pub fn kv_bytes(c: &Config, context: usize, format: KvFormat) -> u64 {
     let step = arbor_tensor::KV_STEP;
-    (context.max(1).div_ceil(step) * step) as u64 * kv_per_token(c)
+    (context.max(1).div_ceil(step) * step) as u64 * kv_per_token(c, format)
 }
 
 /// Logits for `rows` rows: the head's output (handed to the loop without a
@@ -165,7 +167,9 @@ fn plan_target<B: Backend>(
         Some(h) => backend.weight_bytes(h.ty, h.rows, h.cols),
         None => layout.embedding.len as u64,
     };
-    let kv = kv_bytes(c, options.context) + draft.map_or(0, |d| kv_bytes(d, options.context));
+    let format = backend.kv_format();
+    let kv = kv_bytes(c, options.context, format)
+        + draft.map_or(0, |d| kv_bytes(d, options.context, format));
     let base = options.base.unwrap_or_else(resident_now);
     let logits = logit_scratch(c, options.logit_rows)
         + draft.map_or(0, |d| logit_scratch(d, options.draft_logit_rows));

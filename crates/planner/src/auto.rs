@@ -1,24 +1,27 @@
 //! The `auto` strategy's planner: given a memory budget and what the
 //! device profile measured (disk bandwidth, the target's `L_fp(n)`, draft
 //! step costs), it estimates the tokens per second of every draft source
-//! that fits — none, prompt lookup, the target's own resident layers, a
-//! slim or full draft model — and picks the best.
+//! that fits — none, prompt lookup, the target's own resident layers, PPD's
+//! prompt tokens, a slim or full draft model — and picks the best.
 //!
-//! The model of a round: the draft proposes a chain of `k` tokens (`k`
-//! steps of `d` seconds), the target verifies `k + 1` tokens in one pass.
-//! Under a budget a pass costs `max(L_fp(k + 1), io − exposed) + exposed`:
-//! the reads of streamed layers overlap the compute of the layers before
-//! them, except the first (see [`crate::Profiles::target_under_budget`]).
-//! With a per-token acceptance `a` the round yields `(1 − a^(k+1)) / (1 − a)`
-//! tokens. A draft's memory comes out of the target's resident layers, so
-//! every source has its own `io`. Trees do at least as well as the chain
-//! the estimate assumes: the estimate ranks sources, the tree strategy
-//! sizes each round from what it observes. PPD (the target guessing with
-//! trained prompt tokens) is costed from its accuracy table's planned
-//! dynamic sparse tree, its passes paying reads and compute in full (a
-//! lower bound, like the chain's for trees).
+//! Every source is planned as the trees it drafts. What a source's guesses
+//! are worth is an accuracy table — at each depth, how often the target
+//! takes the draft's most likely candidate, its second, … — as runs counted
+//! it (`crate::acceptance`; a measured prior until then). The best tree of
+//! `n` candidates holds the `n` with the highest chance of acceptance
+//! ([`arbor_ppd::optimal_tree`]); a round drafts it (one draft step for the
+//! root and one for each candidate that has children) and verifies it in
+//! one target pass of `n + 1` rows, and yields one token more than the
+//! candidates it keeps. Under a budget a pass costs
+//! `max(L_fp(rows), io − exposed) + exposed`: the reads of streamed layers
+//! overlap the compute of the layers before them, except the first (see
+//! [`crate::Profiles::target_under_budget`]). A draft's memory comes out of
+//! the target's resident layers, so every source has its own `io`. PPD
+//! (the target guessing with trained prompt tokens) is costed the same way
+//! from its accuracy table's planned dynamic sparse tree.
 
-use arbor_speculative::{LatencyProfile, PPD_ROWS};
+use arbor_ppd::Accuracy;
+use arbor_speculative::{LatencyProfile, MAX_DRAFT_TOKENS, PPD_ROWS};
 
 /// A draft source the planner may pick.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,11 +34,13 @@ pub struct Candidate {
     pub memory: u64,
     /// Seconds of one draft step.
     pub step_secs: f64,
-    /// Probability that the target accepts a drafted token (greedy,
-    /// per position).
-    pub acceptance: f64,
-    /// PPD: the target guesses with these prompt tokens (no draft; the
-    /// accuracy table, not `acceptance`, gives its tokens per pass).
+    /// What the source's guesses are worth: top-k acceptance by depth
+    /// (for PPD, its prompt tokens' table).
+    pub accuracy: Accuracy,
+    /// Verified trees the table was counted from (0: the prior alone).
+    pub measured: f64,
+    /// PPD: the target guesses with these prompt tokens (no draft; they
+    /// are costed from `accuracy` as PPD's dynamic sparse trees).
     pub ppd: Option<std::sync::Arc<arbor_speculative::PromptTokens>>,
 }
 
@@ -49,6 +54,8 @@ pub struct Estimate {
     pub read_per_pass: Option<u64>,
     /// Draft tokens per round that maximise the rate (0: plain decoding).
     pub depth: usize,
+    /// Tokens a round (a target pass) is expected to produce.
+    pub tokens_per_pass: f64,
     pub tok_s: f64,
 }
 
@@ -70,9 +77,6 @@ pub struct Device {
     /// too, and the reads once for all.
     pub sequences: usize,
 }
-
-/// Longest chain the estimate considers.
-const MAX_DEPTH: usize = 16;
 
 /// What a drafting round costs beyond its draft steps and pass: the
 /// verification's masks and bookkeeping and the extra rows' head and
@@ -100,21 +104,15 @@ impl Device {
         compute.max(io - exposed) + exposed
     }
 
-    /// The best depth and rate of `c` when the target streams `read` bytes
-    /// per pass (for PPD, the depth is the deepest state's candidates).
-    pub fn rate(&self, c: &Candidate, read: u64) -> (usize, f64) {
+    /// The best tree size, tokens per pass and rate of `c` when the
+    /// target streams `read` bytes per pass (for PPD, the size is the
+    /// deepest state's candidates).
+    pub fn rate(&self, c: &Candidate, read: u64) -> (usize, f64, f64) {
         let s = self.sequences.max(1);
         let plain = s as f64 / self.pass_secs(s, read);
-        let mut best = (0, plain);
+        let mut best = (0, 1.0, plain);
         if let Some(p) = &c.ppd {
-            // Reads added to compute, none hidden: a lower bound, as the
-            // chain estimate is for draft trees, so the two compare fairly.
-            // For the 1.5B at 1 GB/s it expects 2.42 / 2.87 / 4.53 tok/s at
-            // 600 / 800 / 1000 MiB where ppd measured 2.81 / 3.94 / 6.61.
-            // The overlap cost expects 3.75 / 4.15 / 7.99, closer, but
-            // against the trees' lower bounds it ranked ppd first at
-            // 800 MiB, where the slim-draft tree measured 4.90 to ppd's 3.94.
-            let count = p.count().min(p.accuracy.distances());
+            let count = p.count().min(c.accuracy.distances());
             // Every sequence's rows in each pass: the plan's rate is one
             // sequence's.
             let cost = |rows: usize, logits: usize| {
@@ -124,28 +122,40 @@ impl Device {
                     logits * s,
                     self.head_share,
                 );
-                compute + read as f64 / (self.bandwidth)(read).max(1.0) + ROUND_OVERHEAD
+                self.overlapped(compute, read) + ROUND_OVERHEAD
             };
             let logit_cap = arbor_speculative::ppd_logit_rows(PPD_ROWS);
-            return match arbor_ppd::plan(&p.accuracy, count, p.epts, PPD_ROWS, logit_cap, cost) {
-                Ok(plan) if plan.prompts > 0 && plan.tokens_per_sec * s as f64 > plain => {
-                    (plan.candidates(), plan.tokens_per_sec * s as f64)
-                }
+            return match arbor_ppd::plan(&c.accuracy, count, p.epts, PPD_ROWS, logit_cap, cost) {
+                Ok(plan) if plan.prompts > 0 && plan.tokens_per_sec * s as f64 > plain => (
+                    plan.candidates(),
+                    plan.tokens_per_pass,
+                    plan.tokens_per_sec * s as f64,
+                ),
                 _ => best,
             };
         }
         if c.draft.is_none() {
             return best;
         }
-        let a = c.acceptance.clamp(0.0, 0.999);
-        for k in 1..=MAX_DEPTH {
-            let tokens = (1.0 - a.powi(k as i32 + 1)) / (1.0 - a) * s as f64;
-            // Each sequence's draft steps, counted one after another.
-            let drafting = (k * s) as f64 * c.step_secs;
-            let round = drafting + self.pass_secs(s * (k + 1), read) + ROUND_OVERHEAD;
-            let rate = tokens / round;
-            if rate > best.1 {
-                best = (k, rate);
+        let acc = &c.accuracy;
+        let Ok(tree) = arbor_ppd::optimal_tree(acc, acc.distances(), MAX_DRAFT_TOKENS) else {
+            return best;
+        };
+        let mut kept = 0.0;
+        let mut expanded = std::collections::HashSet::new();
+        for (n, node) in tree.nodes().iter().enumerate() {
+            kept += node.value;
+            if let Some(parent) = node.parent {
+                expanded.insert(parent);
+            }
+            // The root's step (the draft catching up), then one per
+            // candidate with children; each sequence drafts its own.
+            let steps = (1 + expanded.len()) * s;
+            let round =
+                steps as f64 * c.step_secs + self.pass_secs(s * (n + 2), read) + ROUND_OVERHEAD;
+            let tokens = (1.0 + kept) * s as f64;
+            if tokens / round > best.2 {
+                best = (n + 1, tokens / s as f64, tokens / round);
             }
         }
         best
@@ -164,11 +174,13 @@ pub fn estimate(
         .into_iter()
         .map(|candidate| {
             let read = read_for(&candidate);
-            let (depth, tok_s) = read.map_or((0, 0.0), |r| device.rate(&candidate, r));
+            let (depth, tokens_per_pass, tok_s) =
+                read.map_or((0, 1.0, 0.0), |r| device.rate(&candidate, r));
             Estimate {
                 candidate,
                 read_per_pass: read,
                 depth,
+                tokens_per_pass,
                 tok_s,
             }
         })
@@ -190,13 +202,20 @@ pub fn explain(estimates: &[Estimate]) -> Vec<String> {
                     c.memory >> 20
                 ),
                 Some(r) => format!(
-                    "  {:<12} holds {:>5} MiB, target reads {:>4} MiB/pass, acceptance {:.2}, \
-                     step {:>5.1} ms -> {:>5.2} tok/s (depth {})",
+                    "  {:<12} holds {:>5} MiB, target reads {:>4} MiB/pass, accepts {:.2}/{:.2} \
+                     (top-1/2, {}), step {:>5.1} ms -> {:>4.2} tokens/pass, {:>5.2} tok/s \
+                     ({} candidates)",
                     c.label,
                     c.memory >> 20,
                     r >> 20,
-                    c.acceptance,
+                    c.accuracy.top(1, 1),
+                    c.accuracy.top(1, 2.min(c.accuracy.ranks())),
+                    match c.measured {
+                        0.0 => "prior".to_string(),
+                        m => format!("{m:.0} trees counted"),
+                    },
                     c.step_secs * 1e3,
+                    e.tokens_per_pass,
                     e.tok_s,
                     e.depth
                 ),
@@ -228,9 +247,15 @@ mod tests {
             label: label.into(),
             memory,
             step_secs: step,
-            acceptance: a,
+            accuracy: chain(a),
+            measured: 0.0,
             ppd: None,
         }
+    }
+
+    /// A source that offers one candidate per node, taken with chance `a`.
+    fn chain(a: f64) -> Accuracy {
+        Accuracy::new(vec![vec![a]; 8]).unwrap()
     }
 
     #[test]
@@ -242,8 +267,8 @@ mod tests {
                 sequences: s,
                 ..device()
             };
-            let plain = d.rate(&cand("none", 0, 0.0, 0.0), read).1;
-            (plain, d.rate(&draft, read).1)
+            let plain = d.rate(&cand("none", 0, 0.0, 0.0), read).2;
+            (plain, d.rate(&draft, read).2)
         };
         let (one, one_draft) = at(1);
         let (eight, eight_draft) = at(8);
@@ -327,8 +352,9 @@ mod tests {
                 hidden: 1,
                 epts: 1,
                 vectors: vec![0.0; 3],
-                accuracy,
+                accuracy: accuracy.clone(),
             })),
+            accuracy,
             ..cand("none", 0, 0.0, 0.0)
         }
     }
@@ -356,6 +382,43 @@ mod tests {
         );
         assert_eq!(est[0].tok_s, est[1].tok_s);
         assert!(est.iter().all(|e| e.depth == 0));
+    }
+
+    #[test]
+    fn trees_are_planned_as_trees() {
+        let d = device();
+        let read = 400 << 20;
+        let chain = cand("d", 0, 0.002, 0.5);
+        // The same top-1 chance, and the second guess lands 30% more.
+        let tree = Candidate {
+            accuracy: Accuracy::new(vec![vec![0.5, 0.8]; 8]).unwrap(),
+            ..chain.clone()
+        };
+        let (n_chain, tokens_chain, rate_chain) = d.rate(&chain, read);
+        let (n_tree, tokens_tree, rate_tree) = d.rate(&tree, read);
+        assert!(
+            tokens_chain < 2.0,
+            "a chain of 0.5s keeps under one: {tokens_chain}"
+        );
+        assert!(
+            tokens_tree > tokens_chain + 0.3,
+            "{tokens_tree} vs {tokens_chain}"
+        );
+        assert!(
+            rate_tree > rate_chain && n_tree > n_chain,
+            "{n_tree} vs {n_chain}"
+        );
+        // Plain decoding's passes: one token each.
+        let (n, tokens, rate) = d.rate(&cand("none", 0, 0.0, 0.0), read);
+        assert_eq!((n, tokens), (0, 1.0));
+        assert!((rate - 1.0 / d.pass_secs(1, read)).abs() < 1e-9);
+        // Draft steps count per expanded node: a slow draft's tree is
+        // smaller.
+        let slow = Candidate {
+            step_secs: 0.05,
+            ..tree.clone()
+        };
+        assert!(d.rate(&slow, read).0 < n_tree);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! greedy agreement). It loads no model file: the engine hands it models
 //! (any [`arbor_model::LanguageModel`]) and file facts.
 
+pub mod acceptance;
 pub mod auto;
 pub mod eval;
 pub mod profiles;
@@ -18,6 +19,7 @@ pub mod sources;
 
 use arbor_speculative::LatencyProfile;
 
+pub use acceptance::{AcceptanceRecord, source_key};
 pub use eval::{greedy_agreement, perplexity};
 pub use profiles::{DiskRecord, Drift, LatencyRecord, ProfileStore, now_utc, stem};
 

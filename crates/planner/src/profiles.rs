@@ -283,7 +283,7 @@ impl ProfileStore {
         }
     }
 
-    fn write<T: serde::Serialize>(&self, path: &Path, value: &T) -> Result<()> {
+    pub(crate) fn write<T: serde::Serialize>(&self, path: &Path, value: &T) -> Result<()> {
         let text = serde_json::to_string_pretty(value)
             .map_err(|e| PlannerError::Invalid(format!("profile: {e}")))?;
         std::fs::create_dir_all(&self.dir)

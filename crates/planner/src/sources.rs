@@ -4,6 +4,8 @@
 //! facts (file sizes, memory plans, cached curves) and asks [`crate::auto`]
 //! for the estimates; this module turns the winner into a choice.
 
+use arbor_ppd::Accuracy;
+
 use crate::auto::Estimate;
 
 /// The draft source named `lookup`: n-grams of the prompt and the text so far.
@@ -24,6 +26,43 @@ pub const SLIM_ACCEPTANCE: f64 = 0.72;
 /// strategy under a budget (second turns, which can copy the first answer,
 /// reach 0.49 per chain).
 pub const LOOKUP_ACCEPTANCE: f64 = 0.06;
+
+/// A prior table: the target takes the source's top guess with chance
+/// `top1` at every depth, its second with `second` more, and so on down
+/// `more` (the rank-`r` guess adds `second · more^(r−1)`).
+pub fn prior(top1: f64, second: f64, more: f64) -> Accuracy {
+    let row: Vec<f64> = (0..arbor_speculative::ACCEPTANCE_RANKS)
+        .scan(0.0, |sum, r| {
+            *sum += match r {
+                0 => top1,
+                _ => second * more.powi(r as i32 - 1),
+            };
+            Some(f64::min(*sum, 1.0))
+        })
+        .collect();
+    Accuracy::new(vec![row; arbor_speculative::ACCEPTANCE_DEPTHS])
+        .expect("a prior's shares are cumulative and at most 1")
+}
+
+/// The prior of a draft model of the target's family (slim or not).
+pub fn model_prior(slim: bool) -> Accuracy {
+    let top1 = if slim {
+        SLIM_ACCEPTANCE
+    } else {
+        MODEL_ACCEPTANCE
+    };
+    prior(top1, 0.10, 0.4)
+}
+
+/// The prior of prompt lookup.
+pub fn lookup_prior() -> Accuracy {
+    prior(LOOKUP_ACCEPTANCE, 0.0, 0.0)
+}
+
+/// The prior of a self draft running the share `running` of the layers.
+pub fn self_prior(running: f64) -> Accuracy {
+    prior(self_acceptance(running), 0.05, 0.4)
+}
 
 /// Acceptance per position of a self draft that runs the share `running`
 /// of the target's layers, skipping the others spread evenly: measured
@@ -118,11 +157,13 @@ mod tests {
                 label: draft.unwrap_or("none").into(),
                 memory: 0,
                 step_secs: 0.01,
-                acceptance: 0.7,
+                accuracy: model_prior(false),
+                measured: 0.0,
                 ppd: None,
             },
             read_per_pass: Some(1 << 20),
             depth: 4,
+            tokens_per_pass: 2.0,
             tok_s: 1.0,
         }
     }
@@ -160,6 +201,17 @@ mod tests {
             let c = choice_for(&e, streams);
             assert_eq!((c.strategy.as_str(), c.draft), ("ppd", None));
         }
+    }
+
+    #[test]
+    fn priors_are_cumulative_tables() {
+        let p = prior(0.7, 0.1, 0.5);
+        assert_eq!(p.distances(), arbor_speculative::ACCEPTANCE_DEPTHS);
+        assert!((p.top(1, 1) - 0.7).abs() < 1e-12);
+        assert!((p.top(3, 2) - 0.8).abs() < 1e-12);
+        assert!((p.top(1, 3) - 0.85).abs() < 1e-12);
+        assert_eq!(prior(0.9, 0.5, 1.0).top(1, 4), 1.0, "capped at 1");
+        assert_eq!(lookup_prior().top(1, 4), LOOKUP_ACCEPTANCE);
     }
 
     #[test]

@@ -35,12 +35,14 @@
 //! tests check it). Above temperature 0, exact verification is recursive
 //! rejection sampling, so outputs follow the target's distribution.
 
+mod acceptance;
 mod decode;
 mod profile;
 mod rounds;
 mod run;
 mod strategy;
 
+pub use acceptance::{ACCEPTANCE_DEPTHS, ACCEPTANCE_RANKS, Acceptance};
 pub use decode::{Control, decode, decode_with};
 pub use profile::{LatencyProfile, PROFILE_SIZES, best_size};
 pub use strategy::{Decoding, Strategy, Streaming};
@@ -339,6 +341,9 @@ pub struct DecodeStats {
     /// passes, so also inside `target_secs`).
     pub provisional_secs: f64,
     pub stop: StopReason,
+    /// The target's choices among the draft's candidates along every
+    /// verified path.
+    pub acceptance: Acceptance,
 }
 
 impl DecodeStats {
@@ -358,6 +363,7 @@ impl DecodeStats {
             provisional_accepted: 0,
             provisional_secs: 0.0,
             stop: StopReason::MaxTokens,
+            acceptance: Acceptance::default(),
         }
     }
 

@@ -218,6 +218,63 @@ pub const EXACT_BATCH_ROWS: usize = 64;
 /// own cache memory): memory plans round a context up to it.
 pub const KV_STEP: usize = 128;
 
+/// How a backend stores its KV caches.
+///
+/// Attention that follows llama.cpp's numerics rounds keys and values to
+/// f16 before using them, so [`KvFormat::F16`] holds exactly what such
+/// attention reads, in half the bytes of [`KvFormat::F32`].
+/// [`KvFormat::Q8_0`] stores 8-bit blocks of 32 values with an f16 scale
+/// each (llama.cpp's `-ctk q8_0 -ctv q8_0`): about a quarter of f32's
+/// bytes, and no longer exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KvFormat {
+    F32,
+    F16,
+    Q8_0,
+}
+
+impl KvFormat {
+    /// Bytes one cached row of `width` values (keys or values) takes.
+    pub fn row_bytes(self, width: usize) -> u64 {
+        match self {
+            Self::F32 => width as u64 * 4,
+            Self::F16 => width as u64 * 2,
+            Self::Q8_0 => width.div_ceil(32) as u64 * 34,
+        }
+    }
+
+    /// The name `--kv` takes (`f32`, `f16`, `q8_0`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::F16 => "f16",
+            Self::Q8_0 => "q8_0",
+        }
+    }
+}
+
+impl std::fmt::Display for KvFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for KvFormat {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" => Ok(Self::F32),
+            "f16" => Ok(Self::F16),
+            "q8_0" | "q8" => Ok(Self::Q8_0),
+            _ => Err(Error::Unsupported {
+                backend: "any",
+                what: format!("store a KV cache as `{s}` (f32, f16 or q8_0)"),
+            }),
+        }
+    }
+}
+
 /// The operations a transformer forward pass is written against.
 ///
 /// Shapes are given as `[rows, cols]`; `x` always has one row per token.
@@ -392,6 +449,11 @@ pub trait Backend: Clone + Send + Sync + 'static {
         self.tensor(&data, rows, cols)
     }
 
+    /// How this backend stores its KV caches (memory plans count their
+    /// bytes with it).
+    fn kv_format(&self) -> KvFormat {
+        KvFormat::F32
+    }
     /// An empty KV cache for one layer.
     fn kv_new(&self, heads: &Heads) -> Result<Self::Kv>;
     /// Number of cached positions.

@@ -22,6 +22,7 @@ mod derive;
 mod load;
 mod quant;
 mod select;
+mod shipped;
 mod widen;
 
 pub use counts::{TokenCounts, vocabulary_fingerprint};
@@ -29,6 +30,7 @@ pub use derive::{SlimReport, derive};
 pub use load::{slim_token_ids, widen_if_slim};
 pub use quant::{Quant, SlimOptions};
 pub use select::{kept_ids, ranked_ids, special_ids};
+pub use shipped::{DEFAULT_K, default_path, derive_default, shipped_counts};
 pub use widen::SlimDraft;
 
 /// Metadata key of the kept token ids (u32 array, ascending; row `i` of the

@@ -164,6 +164,7 @@ impl Run<'_, '_> {
             .collect();
         tokens.push(verdict.next);
         self.commit(&tokens, on);
+        (self.stats.acceptance).observe(tree, &verdict.accepted, verdict.next);
         let drafted_on_path = verdict.accepted.len()
             + usize::from(
                 !tree
