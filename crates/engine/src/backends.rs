@@ -234,6 +234,33 @@ pub(crate) fn plan_with(
     with_backend!(kind, backend => Ok(arbor_pipeline::plan_with(&backend, file, draft, extra, options)?))
 }
 
+/// Two models of `file` that run only its first layer and its first two
+/// (everything outside the layers as loaded; an untied token table read by
+/// rows), for sampling its latency curve without holding it whole; `None`
+/// for a model of one layer.
+pub(crate) fn first_layers(
+    kind: BackendSpec,
+    file: &GgufFile,
+) -> Result<Option<[Box<dyn LanguageModel>; 2]>> {
+    let _ = &file;
+    with_backend!(kind, backend => {
+        let layout = arbor_model::Layout::from_gguf(file.header())?;
+        let n = layout.config.n_layers;
+        if n < 2 {
+            return Ok(None);
+        }
+        let first = |k: usize| (0..n).map(|i| i < k).collect::<Vec<bool>>();
+        let rows: Option<Box<dyn arbor_model::RowSource>> = match layout.head {
+            Some(_) => Some(Box::new(arbor_pipeline::DiskRows::open(file.path(), &layout)?)),
+            None => None,
+        };
+        let d = arbor_model::Decoder::load_partial(backend, file, &layout, &first(2), rows, &mut |_, _| {})?;
+        let one: Box<dyn LanguageModel> = Box::new(d.self_draft_with(&first(1))?);
+        let two: Box<dyn LanguageModel> = Box::new(d.self_draft_with(&first(2))?);
+        Ok(Some([one, two]))
+    })
+}
+
 /// Bytes the weights of `file` hold once loaded as a draft.
 pub(crate) fn model_bytes(kind: BackendSpec, file: &GgufFile) -> Result<u64> {
     let _ = &file;

@@ -45,16 +45,15 @@ pub(crate) fn choose(
     let target_bytes = backends::model_bytes(backend, &file)?;
     let curve = match store.cached_latency(target, kernels, threads) {
         Some(r) => r.profile(),
-        None => {
-            progress(OpenEvent::Note(
-                "auto: no latency profile of the target is cached (`arbor profile`); \
-                 assuming one-token passes read its weights at 10 GB/s",
-            ));
-            let one = target_bytes as f64 / 10e9;
-            LatencyProfile {
-                points: vec![(1, one), (8, one * 3.5), (64, one * 30.0)],
-            }
-        }
+        None => sampled_curve(
+            target,
+            &file,
+            &layout,
+            backend,
+            store,
+            target_bytes,
+            progress,
+        )?,
     };
     let disk = match budget {
         Some(_) => {
@@ -174,11 +173,23 @@ pub(crate) fn choose(
             .flatten()
             .map(|p| p.read_per_pass)
     };
-    let estimates = auto::estimate(&device, candidates, &mut read_for);
+    let mut estimates = auto::estimate(&device, candidates, &mut read_for);
+    // Sources whose estimates lie closer than the estimates can tell apart
+    // do not take turns: the last choice under this budget stays.
+    let key = arbor_planner::choice::choice_key(budget, device.sequences);
+    let previous = store.previous_choice(target, &key).map(|r| r.label);
+    if arbor_planner::choice::keep_previous(&mut estimates, previous.as_deref()) {
+        progress(OpenEvent::Note(&format!(
+            "auto: keeping the last choice under this budget ({}): within {:.0}% of the best estimate",
+            estimates[0].candidate.label,
+            100.0 * arbor_planner::choice::STICKY_MARGIN
+        )));
+    }
     let best = estimates
         .first()
         .expect("`none` is always a candidate")
         .clone();
+    store.remember_choice(target, &key, &best);
     report(&best, &estimates, budget, progress);
     drop(tokenizer);
     Ok(estimates
@@ -207,6 +218,48 @@ fn draft_model(
         return Ok(None);
     }
     Ok(cached(DEFAULT_DRAFT).filter(|p| p.exists()))
+}
+
+/// The target's `L_fp(n)` when none is cached: sampled from its first two
+/// layers (which any budget that runs it holds) and cached; where that
+/// cannot be done, a guess (one-token passes reading its weights at
+/// 10 GB/s), said so.
+fn sampled_curve(
+    target: &Path,
+    file: &GgufFile,
+    layout: &arbor_model::Layout,
+    backend: BackendSpec,
+    store: &ProfileStore,
+    target_bytes: u64,
+    progress: &mut dyn FnMut(OpenEvent<'_>),
+) -> Result<LatencyProfile> {
+    let bytes = |l: &[arbor_model::TensorEntry]| l.iter().map(|t| t.len as u64).sum::<u64>();
+    let second = layout.layers.get(1).map_or(0, |l| bytes(l));
+    let later: u64 = layout.layers.iter().skip(1).map(|l| bytes(l)).sum();
+    if let (Some([mut one, mut two]), true) = (backends::first_layers(backend, file)?, second > 0) {
+        progress(OpenEvent::Note(&format!(
+            "auto: no latency profile of {} is cached: sampling it from its first two layers",
+            target.display()
+        )));
+        let (record, note) = store.sampled_latency(
+            target,
+            backend.kernels(),
+            &mut *one,
+            &mut *two,
+            later as f64 / second as f64,
+            &mut |_, _| {},
+        )?;
+        progress(OpenEvent::Note(&note));
+        return Ok(record.profile());
+    }
+    progress(OpenEvent::Note(
+        "auto: no latency profile of the target is cached (`arbor profile`); \
+         assuming one-token passes read its weights at 10 GB/s",
+    ));
+    let one = target_bytes as f64 / 10e9;
+    Ok(LatencyProfile {
+        points: vec![(1, one), (8, one * 3.5), (64, one * 30.0)],
+    })
 }
 
 /// Derives the slim draft of the draft at `path` from the ranking shipped

@@ -31,6 +31,7 @@ fn a_stale_latency_profile_is_measured_again() {
         repetitions: 3,
         measured: now_utc(),
         points: vec![(1, DAY), (2, 1.1 * DAY), (4, 1.3 * DAY), (64, 8.0 * DAY)],
+        method: None,
     };
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(

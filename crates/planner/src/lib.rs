@@ -12,6 +12,7 @@
 
 pub mod acceptance;
 pub mod auto;
+pub mod choice;
 pub mod eval;
 pub mod profiles;
 pub mod slo;

@@ -35,6 +35,10 @@ pub struct LatencyRecord {
     /// UTC date and time of the measurement.
     pub measured: String,
     pub points: Vec<(usize, f64)>,
+    /// How the curve was taken when not on the whole model resident
+    /// (`sampled`: from its first layers, see [`sampled_points`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
 }
 
 impl LatencyRecord {
@@ -214,6 +218,7 @@ impl ProfileStore {
             repetitions: REPETITIONS,
             measured: now_utc(),
             points,
+            method: None,
         };
         let file = self.latency_path(path, kernels, threads);
         let what = format!("measured forward latency L_fp(n) of {}", stem(path));
@@ -223,6 +228,41 @@ impl ProfileStore {
             format!("{what} (not cached)")
         };
         Ok((record, Some(note)))
+    }
+
+    /// `path`'s curve sampled from its first layers ([`sampled_points`]:
+    /// `one` runs its first layer, `two` its first two, `scale` is the
+    /// bytes of every layer after the first over the second's), stored
+    /// like a measured one; the note says so.
+    pub fn sampled_latency(
+        &self,
+        path: &Path,
+        kernels: &str,
+        one: &mut dyn LanguageModel,
+        two: &mut dyn LanguageModel,
+        scale: f64,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<(LatencyRecord, String)> {
+        let points = sampled_points(one, two, scale, progress)?;
+        let record = LatencyRecord {
+            model: stem(path),
+            kernels: kernels.to_string(),
+            threads: rayon::current_num_threads(),
+            repetitions: REPETITIONS,
+            measured: now_utc(),
+            points,
+            method: Some("sampled".into()),
+        };
+        let what = format!(
+            "sampled the forward latency L_fp(n) of {} from its first two layers",
+            stem(path)
+        );
+        let note = self.saved(
+            &self.latency_path(path, kernels, record.threads),
+            &record,
+            &what,
+        );
+        Ok((record, note))
     }
 
     /// The file holding the bandwidth of the disk that holds `file`.
@@ -374,6 +414,31 @@ fn measure_points(
     Ok(points)
 }
 
+/// A model's `L_fp(n)` without holding all of it: `one` runs its first
+/// layer (and everything outside the layers), `two` its first two; the
+/// second layer's cost is their difference, and every later layer costs
+/// it scaled by its bytes (`scale`: all layers after the first over the
+/// second's). What a run under a budget too small for the whole model
+/// plans with until a resident measurement replaces it.
+pub fn sampled_points(
+    one: &mut dyn LanguageModel,
+    two: &mut dyn LanguageModel,
+    scale: f64,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<(usize, f64)>> {
+    let n = PROFILE_SIZES.len();
+    let a = measure_points(one, &PROFILE_SIZES, REPETITIONS, &mut |k, _| {
+        progress(k, 2 * n)
+    })?;
+    let b = measure_points(two, &PROFILE_SIZES, REPETITIONS, &mut |k, _| {
+        progress(n + k, 2 * n)
+    })?;
+    Ok(a.iter()
+        .zip(&b)
+        .map(|(&(size, one), &(_, two))| (size, one + (two - one).max(0.0) * scale))
+        .collect())
+}
+
 /// Watches observed pass times against a latency curve. A curve measured
 /// while something else held the cores (or before a kernel or clock
 /// change) predicts the wrong costs, and every tree sized from it is the
@@ -512,6 +577,7 @@ mod tests {
             repetitions: 3,
             measured: now_utc(),
             points: vec![(1, 0.05), (2, 0.07)],
+            method: None,
         };
         store
             .write(&store.latency_path(model, "k1", 2), &record)

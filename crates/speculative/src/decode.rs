@@ -126,6 +126,7 @@ pub fn decode_with(
         sampling_mode,
         accept_rate: 0.7,
         draft_step: None,
+        root_guesses: None,
         shown: Vec::new(),
         seed: None,
         started: Instant::now(),

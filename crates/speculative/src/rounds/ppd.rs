@@ -164,6 +164,9 @@ impl Round for Ppd {
                 .collect(),
         );
         run.settle(&tree, &verdict, on);
+        // PPD's candidates come from its table, not from confidence:
+        // counted at every depth.
+        (run.stats.acceptance).observe(&tree, &verdict.accepted, verdict.next, 0);
         Ok(())
     }
 }

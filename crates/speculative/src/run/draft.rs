@@ -52,6 +52,8 @@ impl Run<'_, '_> {
             logits = d.step(chunk)?;
         }
         let base = seq.len() - 1;
+        let guesses = top_logits(&logits, crate::ACCEPTANCE_RANKS);
+        self.root_guesses = Some(guesses.iter().map(|g| g.0).collect());
         Ok((Fed { base, fed: vec![0] }, logits))
     }
 

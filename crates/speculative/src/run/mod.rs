@@ -46,6 +46,9 @@ pub(crate) struct Run<'t, 'd> {
     pub(crate) accept_rate: f64,
     /// Running estimate of one draft forward, seconds.
     pub(crate) draft_step: Option<f64>,
+    /// The draft's most likely tokens at this round's root, best first
+    /// (counted against the target's choice when the round settles).
+    pub(crate) root_guesses: Option<Vec<u32>>,
     /// Provisional tokens the caller is showing after the confirmed ones.
     pub(crate) shown: Vec<u32>,
     /// The draft's work under the last committed token, kept from the
@@ -211,6 +214,12 @@ impl Run<'_, '_> {
         self.stats.target_steps += 1;
         self.constrain(&[], &mut logits)?;
         let next = self.sampler.sample(&logits)?;
+        // A round whose draft ran and then proposed nothing worth
+        // verifying counts too: what the draft's guesses are worth includes
+        // the rounds they were not worth sending.
+        if let Some(guesses) = self.root_guesses.take() {
+            self.stats.acceptance.observe_root(&guesses, next);
+        }
         self.score(&logits, next);
         self.commit(&[next], on);
         Ok(())

@@ -164,7 +164,16 @@ impl Run<'_, '_> {
             .collect();
         tokens.push(verdict.next);
         self.commit(&tokens, on);
-        (self.stats.acceptance).observe(tree, &verdict.accepted, verdict.next);
+        if let Some(guesses) = self.root_guesses.take() {
+            let chosen = tokens[0];
+            self.stats.acceptance.observe_root(&guesses, chosen);
+            // A chain drafts every depth, confident or not: its deeper
+            // nodes count too.
+            if matches!(self.opts.strategy.decoding, crate::Decoding::Chain { .. }) {
+                let acceptance = &mut self.stats.acceptance;
+                acceptance.observe(tree, &verdict.accepted, verdict.next, 1);
+            }
+        }
         let drafted_on_path = verdict.accepted.len()
             + usize::from(
                 !tree
