@@ -21,7 +21,7 @@ use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 use crate::qmm::SendPtr;
-use tiles::Tiles;
+use tiles::{Elem, Tiles};
 
 /// The values of a float matrix, in the type the file stores.
 pub(crate) enum Values {
@@ -155,31 +155,36 @@ impl FloatWeight {
                 let end = (chunks.end * CHUNK).min(rows);
                 for r0 in (chunks.start * CHUNK..end).step_by(tile_rows) {
                     // Rows past the end repeat the last (their sums are
-                    // dropped).
-                    let w: Vec<*const f32> = (0..tile_rows)
-                        .map(|i| self.row_ptr((r0 + i).min(end - 1), &cols, &mut buf, i * width))
-                        .collect();
-                    for t0 in tokens.clone().step_by(tile_tokens) {
-                        let xs: Vec<*const f32> = (0..tile_tokens)
-                            .map(|j| x[(t0 + j).min(tokens.end - 1) * width..].as_ptr())
+                    // dropped). F16 rows are read as they are where the
+                    // tiles widen in registers.
+                    let row = |i: usize| (r0 + i).min(end - 1);
+                    let at = Out {
+                        ptr: out_at,
+                        rows,
+                        first: r0,
+                        live: (end - r0).min(tile_rows),
+                    };
+                    let run = Run {
+                        tiles,
+                        m,
+                        x,
+                        width,
+                        tokens: tokens.clone(),
+                    };
+                    if let (Values::F16(v), false) = (&self.values, tiles == Tiles::Plain) {
+                        let w: Vec<*const u16> = (0..tile_rows)
+                            .map(|i| v[row(i) * self.cols + cols.start..].as_ptr().cast())
                             .collect();
-                        let mut sums = [[0f32; 8]; 4];
-                        // SAFETY: every row pointer reaches `width` values
-                        // (a row of the matrix or of `buf`), every token
-                        // pointer a token of `x`.
-                        unsafe { tiles.run(m, &w, &xs, width, &mut sums) };
-                        for (j, s) in sums
-                            .iter()
-                            .enumerate()
-                            .take((tokens.end - t0).min(tile_tokens))
-                        {
-                            for (i, v) in s.iter().enumerate().take((end - r0).min(tile_rows)) {
-                                // SAFETY: `out` holds `m * rows` values and
-                                // each row index is handed to one thread
-                                // only.
-                                unsafe { *out_at.get().add((t0 + j) * rows + r0 + i) = *v };
-                            }
-                        }
+                        // SAFETY: each pointer starts `width` values of a
+                        // row of the matrix.
+                        unsafe { run.rows(&w, &at) };
+                    } else {
+                        let w: Vec<*const f32> = (0..tile_rows)
+                            .map(|i| self.row_ptr(row(i), &cols, &mut buf, i * width))
+                            .collect();
+                        // SAFETY: each pointer starts `width` values of a
+                        // row of the matrix or of `buf`.
+                        unsafe { run.rows(&w, &at) };
                     }
                 }
             };
@@ -198,6 +203,50 @@ impl FloatWeight {
             Values::BF16(v) => v[span].convert_to_f32_slice(to),
         }
         to.as_ptr()
+    }
+}
+
+/// Where a tile's sums go: `live` rows from row `first` of an output of
+/// `rows` columns per token.
+struct Out {
+    ptr: SendPtr<f32>,
+    rows: usize,
+    first: usize,
+    live: usize,
+}
+
+/// One block of tokens for the tiles of a pass of `m`.
+struct Run<'a> {
+    tiles: Tiles,
+    m: usize,
+    x: &'a [f32],
+    width: usize,
+    tokens: Range<usize>,
+}
+
+impl Run<'_> {
+    /// The tile's rows at `w` against every token of the block.
+    ///
+    /// # Safety
+    /// Every pointer in `w` must reach `width` values; `at` must be this
+    /// thread's own rows of an output holding `m * rows` values.
+    unsafe fn rows<W: Elem>(&self, w: &[*const W], at: &Out) {
+        let (_, tile_tokens) = self.tiles.shape(self.m);
+        let (x, width, end) = (self.x, self.width, self.tokens.end);
+        for t0 in self.tokens.clone().step_by(tile_tokens) {
+            let xs: Vec<*const f32> = (0..tile_tokens)
+                .map(|j| x[(t0 + j).min(end - 1) * width..].as_ptr())
+                .collect();
+            let mut sums = [[0f32; 8]; 4];
+            // SAFETY: the caller's rows; every token pointer a token of `x`.
+            unsafe { self.tiles.run(self.m, w, &xs, width, &mut sums) };
+            for (j, s) in sums.iter().enumerate().take((end - t0).min(tile_tokens)) {
+                for (i, v) in s.iter().enumerate().take(at.live) {
+                    // SAFETY: the caller's: these rows are this thread's.
+                    unsafe { *at.ptr.get().add((t0 + j) * at.rows + at.first + i) = *v };
+                }
+            }
+        }
     }
 }
 

@@ -96,10 +96,10 @@ impl Tiles {
     ///
     /// # Safety
     /// Every pointer must be valid for `n` reads.
-    pub(crate) unsafe fn run(
+    pub(crate) unsafe fn run<W: Elem>(
         self,
         m: usize,
-        w: &[*const f32],
+        w: &[*const W],
         x: &[*const f32],
         n: usize,
         out: &mut [[f32; 8]; 4],
@@ -111,20 +111,78 @@ impl Tiles {
         unsafe {
             match (self, rows, tokens) {
                 #[cfg(target_arch = "x86_64")]
-                (Self::Avx512, 8, 1) => x86::tile512::<8, 1>(w, x, n, out),
+                (Self::Avx512, 8, 1) => x86::tile512::<W, 8, 1>(w, x, n, out),
                 #[cfg(target_arch = "x86_64")]
-                (Self::Avx512, 4, 4) => x86::tile512::<4, 4>(w, x, n, out),
+                (Self::Avx512, 4, 4) => x86::tile512::<W, 4, 4>(w, x, n, out),
                 #[cfg(target_arch = "x86_64")]
-                (Self::Avx2, 4, 1) => x86::tile256::<4, 1>(w, x, n, out),
+                (Self::Avx2, 4, 1) => x86::tile256::<W, 4, 1>(w, x, n, out),
                 #[cfg(target_arch = "x86_64")]
-                (Self::Avx2, 2, 2) => x86::tile256::<2, 2>(w, x, n, out),
+                (Self::Avx2, 2, 2) => x86::tile256::<W, 2, 2>(w, x, n, out),
                 _ => {
-                    let w = std::slice::from_raw_parts(w[0], n);
+                    let w: Vec<f32> = (0..n).map(|c| W::get(w[0], c)).collect();
                     let x = std::slice::from_raw_parts(x[0], n);
-                    out[0][0] = dot(w, x);
+                    out[0][0] = dot(&w, x);
                 }
             }
         }
+    }
+}
+
+/// A weight value the tiles read: `f32`, or f16 bits (`u16`) widened in
+/// registers as they are loaded (exactly: every f16 is an f32).
+pub(crate) trait Elem: Copy {
+    /// Value `c` of the row at `p`.
+    ///
+    /// # Safety
+    /// `p.add(c)` must be valid for a read.
+    unsafe fn get(p: *const Self, c: usize) -> f32;
+    /// Sixteen values from `c` on, widened (x86: one `zmm`).
+    #[cfg(target_arch = "x86_64")]
+    #[doc(hidden)]
+    unsafe fn z(p: *const Self, c: usize) -> std::arch::x86_64::__m512;
+    /// Eight values from `c` on, widened (x86: one `ymm`).
+    #[cfg(target_arch = "x86_64")]
+    #[doc(hidden)]
+    unsafe fn y(p: *const Self, c: usize) -> std::arch::x86_64::__m256;
+}
+
+impl Elem for f32 {
+    unsafe fn get(p: *const Self, c: usize) -> f32 {
+        // SAFETY: the caller's.
+        unsafe { *p.add(c) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn z(p: *const Self, c: usize) -> std::arch::x86_64::__m512 {
+        // SAFETY: the caller's; used under AVX-512F only.
+        unsafe { std::arch::x86_64::_mm512_loadu_ps(p.add(c)) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn y(p: *const Self, c: usize) -> std::arch::x86_64::__m256 {
+        // SAFETY: the caller's; used under AVX only.
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(p.add(c)) }
+    }
+}
+
+impl Elem for u16 {
+    unsafe fn get(p: *const Self, c: usize) -> f32 {
+        // SAFETY: the caller's.
+        half::f16::from_bits(unsafe { *p.add(c) }).to_f32()
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn z(p: *const Self, c: usize) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller's; used under AVX-512F only.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.add(c) as *const __m256i)) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn y(p: *const Self, c: usize) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller's; used under F16C only.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.add(c) as *const __m128i)) }
     }
 }
 
@@ -132,7 +190,7 @@ impl Tiles {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::LANES;
+    use super::{Elem, LANES};
 
     /// Folds the lanes `j` of `lo` and `j + 8` of `hi` and on, as
     /// [`super::fold`].
@@ -146,18 +204,18 @@ mod x86 {
 
     /// The tail values `whole..n` after the folded sum `s`.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn tail(mut s: f32, w: *const f32, x: *const f32, whole: usize, n: usize) -> f32 {
+    unsafe fn tail<W: Elem>(mut s: f32, w: *const W, x: *const f32, whole: usize, n: usize) -> f32 {
         for c in whole..n {
             // SAFETY: `c < n`, within the caller's reads.
-            s = unsafe { (*w.add(c)).mul_add(*x.add(c), s) };
+            s = unsafe { W::get(w, c).mul_add(*x.add(c), s) };
         }
         s
     }
 
     /// `R` rows by `T` tokens, sixteen lanes in one `zmm` each.
-    #[target_feature(enable = "avx512f,avx2,fma")]
-    pub(super) unsafe fn tile512<const R: usize, const T: usize>(
-        w: &[*const f32],
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn tile512<W: Elem, const R: usize, const T: usize>(
+        w: &[*const W],
         x: &[*const f32],
         n: usize,
         out: &mut [[f32; 8]; 4],
@@ -173,7 +231,7 @@ mod x86 {
                     xs[t] = _mm512_loadu_ps(x[t].add(c));
                 }
                 for r in 0..R {
-                    let wv = _mm512_loadu_ps(w[r].add(c));
+                    let wv = W::z(w[r], c);
                     for t in 0..T {
                         acc[r][t] = _mm512_fmadd_ps(wv, xs[t], acc[r][t]);
                     }
@@ -193,9 +251,9 @@ mod x86 {
     }
 
     /// `R` rows by `T` tokens, sixteen lanes in two `ymm` each.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn tile256<const R: usize, const T: usize>(
-        w: &[*const f32],
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn tile256<W: Elem, const R: usize, const T: usize>(
+        w: &[*const W],
         x: &[*const f32],
         n: usize,
         out: &mut [[f32; 8]; 4],
@@ -214,8 +272,8 @@ mod x86 {
                     xh[t] = _mm256_loadu_ps(x[t].add(c + 8));
                 }
                 for r in 0..R {
-                    let wl = _mm256_loadu_ps(w[r].add(c));
-                    let wh = _mm256_loadu_ps(w[r].add(c + 8));
+                    let wl = W::y(w[r], c);
+                    let wh = W::y(w[r], c + 8);
                     for t in 0..T {
                         lo[r][t] = _mm256_fmadd_ps(wl, xl[t], lo[r][t]);
                         hi[r][t] = _mm256_fmadd_ps(wh, xh[t], hi[r][t]);
@@ -270,6 +328,19 @@ mod tests {
                     let mut out = [[0f32; 8]; 4];
                     // SAFETY: every row and token holds `n` values.
                     unsafe { v.run(m, &wp, &xp, n, &mut out) };
+                    // The same rows as f16 bits, widened in registers,
+                    // against the f16 values widened first.
+                    let h: Vec<Vec<u16>> = (w[..rows].iter())
+                        .map(|r| {
+                            r.iter()
+                                .map(|v| half::f16::from_f32(*v).to_bits())
+                                .collect()
+                        })
+                        .collect();
+                    let hp: Vec<*const u16> = h.iter().map(|r| r.as_ptr()).collect();
+                    let mut half_out = [[0f32; 8]; 4];
+                    // SAFETY: as above.
+                    unsafe { v.run(m, &hp, &xp, n, &mut half_out) };
                     for t in 0..tokens {
                         for r in 0..rows {
                             let want = dot(&w[r], &x[t]);
@@ -278,6 +349,12 @@ mod tests {
                                 want.to_bits(),
                                 "{v:?} n={n} r={r} t={t}"
                             );
+                            let wide: Vec<f32> = h[r]
+                                .iter()
+                                .map(|b| half::f16::from_bits(*b).to_f32())
+                                .collect();
+                            let want = dot(&wide, &x[t]);
+                            assert_eq!(half_out[t][r].to_bits(), want.to_bits(), "f16 {v:?}");
                         }
                     }
                 }
