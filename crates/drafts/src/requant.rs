@@ -81,26 +81,39 @@ pub fn requantize(
         secs: 0.0,
     };
     let total = h.tensors.len();
-    for (done, info) in h.tensors.iter().enumerate() {
+    // Declared with their new types, then written a tensor at a time: only
+    // one converted tensor is held at once.
+    for info in &h.tensors {
+        let ty = match info.dims.len() {
+            2 => quant.target(info.ty),
+            _ => info.ty,
+        };
+        w.add_tensor_later(&info.name, &info.dims, ty);
+    }
+    let mut done = 0;
+    let mut fill = |name: &str| -> Result<Vec<u8>, DraftError> {
+        let info = h.tensor(name)?;
         let bytes = file.tensor_bytes(info);
-        let (ty, data) = if info.dims.len() == 2 {
-            let converted = quant.convert(&info.name, info.ty, info.dims[0] as usize, bytes)?;
-            match converted.0 == info.ty {
+        let data = if info.dims.len() == 2 {
+            let (ty, data) = quant.convert(&info.name, info.ty, info.dims[0] as usize, bytes)?;
+            match ty == info.ty {
                 true => report.copied += 1,
                 false => report.converted += 1,
             }
-            converted
+            data
         } else {
-            (info.ty, bytes.to_vec())
+            bytes.to_vec()
         };
-        w.add_tensor(&info.name, &info.dims, ty, data);
         file.release(info);
-        progress(done + 1, total);
+        done += 1;
+        progress(done, total);
+        Ok(data)
+    };
+    if let Err(e) = w.write_with(output, &mut fill) {
+        // No half-written file stays behind.
+        let _ = std::fs::remove_file(output);
+        return Err(e);
     }
-    w.write(output).map_err(|source| DraftError::Write {
-        path: output.to_path_buf(),
-        source,
-    })?;
     report.output_bytes = std::fs::metadata(output).map_or(0, |m| m.len());
     report.secs = start.elapsed().as_secs_f64();
     Ok(report)

@@ -42,7 +42,16 @@ struct PendingTensor {
     name: String,
     dims: Vec<u64>,
     ty: GgmlType,
-    data: Vec<u8>,
+    /// The bytes, or `None` for a tensor declared with
+    /// [`GgufWriter::add_tensor_later`] (its size is `ty`'s for `dims`).
+    data: Option<Vec<u8>>,
+}
+
+impl PendingTensor {
+    fn len(&self) -> usize {
+        let n: u64 = self.dims.iter().product();
+        self.ty.bytes_for(n).unwrap_or(0) as usize
+    }
 }
 
 impl GgufWriter {
@@ -94,8 +103,28 @@ impl GgufWriter {
         ty: GgmlType,
         bytes: impl Into<Vec<u8>>,
     ) -> &mut Self {
-        let name = name.into();
-        let data = bytes.into();
+        self.add(name.into(), dims, ty, Some(bytes.into()))
+    }
+
+    /// Declares a tensor whose bytes [`GgufWriter::write_with`] asks for
+    /// when it writes it, so that a large file is written one tensor at a
+    /// time. Panics as [`GgufWriter::add_tensor`] does.
+    pub fn add_tensor_later(
+        &mut self,
+        name: impl Into<String>,
+        dims: &[u64],
+        ty: GgmlType,
+    ) -> &mut Self {
+        self.add(name.into(), dims, ty, None)
+    }
+
+    fn add(
+        &mut self,
+        name: String,
+        dims: &[u64],
+        ty: GgmlType,
+        data: Option<Vec<u8>>,
+    ) -> &mut Self {
         assert!(
             !self.tensors.iter().any(|t| t.name == name),
             "tensor `{name}` added twice"
@@ -112,12 +141,18 @@ impl GgufWriter {
         );
         let n: u64 = dims.iter().product();
         let need = ty.bytes_for(n);
-        assert_eq!(
-            need,
-            Some(data.len() as u64),
-            "tensor `{name}`: {n} {ty} elements need {need:?} bytes, got {}",
-            data.len()
+        assert!(
+            need.is_some(),
+            "tensor `{name}`: {n} {ty} elements overflow"
         );
+        if let Some(data) = &data {
+            assert_eq!(
+                need,
+                Some(data.len() as u64),
+                "tensor `{name}`: {n} {ty} elements need {need:?} bytes, got {}",
+                data.len()
+            );
+        }
         self.tensors.push(PendingTensor {
             name,
             dims: dims.to_vec(),
@@ -176,8 +211,28 @@ impl GgufWriter {
             .unwrap_or(DEFAULT_ALIGNMENT)
     }
 
-    /// The whole file.
+    /// The whole file (every tensor's bytes given).
+    ///
+    /// # Panics
+    /// When a tensor was declared with [`GgufWriter::add_tensor_later`].
     pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = self.header_bytes();
+        let align = self.data_alignment() as usize;
+        let data_start = out.len();
+        for t in &self.tensors {
+            let data = t
+                .data
+                .as_ref()
+                .expect("to_bytes needs every tensor's bytes");
+            out.extend_from_slice(data);
+            let end = (out.len() - data_start).next_multiple_of(align);
+            out.resize(data_start + end, 0);
+        }
+        out
+    }
+
+    /// Everything before the tensors' bytes, padded to the alignment.
+    fn header_bytes(&self) -> Vec<u8> {
         let align = self.data_alignment() as usize;
         let mut out = Vec::new();
         out.extend_from_slice(&MAGIC);
@@ -200,25 +255,64 @@ impl GgufWriter {
             }
             out.extend_from_slice(&t.ty.to_u32().to_le_bytes());
             put_u64(&mut out, offset as u64);
-            offset = (offset + t.data.len()).next_multiple_of(align);
+            offset = (offset + t.len()).next_multiple_of(align);
         }
         let data_start = out.len().next_multiple_of(align);
         out.resize(data_start, 0);
-        for t in &self.tensors {
-            out.extend_from_slice(&t.data);
-            let end = (out.len() - data_start).next_multiple_of(align);
-            out.resize(data_start + end, 0);
-        }
         out
     }
 
-    /// Writes the file to `path`.
+    /// Writes the file to `path` (every tensor's bytes given).
     pub fn write(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.write_with(path, &mut |name: &str| -> Result<Vec<u8>> {
+            Err(GgufError::Invalid(format!("tensor `{name}` has no bytes")))
+        })
+    }
+
+    /// Writes the file to `path` a tensor at a time, asking `fill` for the
+    /// bytes of each tensor declared with [`GgufWriter::add_tensor_later`]
+    /// (by name, in order) as it comes to it: only one such tensor is held
+    /// at once. Bytes of the wrong length are an error.
+    pub fn write_with<E: From<GgufError>>(
+        &self,
+        path: impl AsRef<Path>,
+        fill: &mut dyn FnMut(&str) -> std::result::Result<Vec<u8>, E>,
+    ) -> std::result::Result<(), E> {
+        use std::io::Write;
         let path = path.as_ref();
-        std::fs::write(path, self.to_bytes()).map_err(|source| GgufError::Io {
+        let io = |source| GgufError::Io {
             path: path.to_path_buf(),
             source,
-        })
+        };
+        let align = self.data_alignment() as usize;
+        let file = std::fs::File::create(path).map_err(io)?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+        out.write_all(&self.header_bytes()).map_err(io)?;
+        let zeros = vec![0u8; align];
+        for t in &self.tensors {
+            let later;
+            let data = match &t.data {
+                Some(d) => d,
+                None => {
+                    later = fill(&t.name)?;
+                    if later.len() != t.len() {
+                        return Err(GgufError::Invalid(format!(
+                            "tensor `{}`: {} bytes given, {} declared",
+                            t.name,
+                            later.len(),
+                            t.len()
+                        ))
+                        .into());
+                    }
+                    &later
+                }
+            };
+            out.write_all(data).map_err(io)?;
+            let pad = data.len().next_multiple_of(align) - data.len();
+            out.write_all(&zeros[..pad]).map_err(io)?;
+        }
+        out.flush().map_err(io)?;
+        Ok(())
     }
 }
 

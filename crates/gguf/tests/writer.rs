@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use arbor_gguf::{GgmlType, GgufFile, GgufWriter, Header, Value, dequantize, parse_header};
+use arbor_gguf::{
+    GgmlType, GgufError, GgufFile, GgufWriter, Header, Value, dequantize, parse_header,
+};
 
 fn every_kind() -> Vec<(&'static str, Value)> {
     vec![
@@ -220,4 +222,44 @@ fn four_levels_of_arrays_are_fine() {
     let mut w = GgufWriter::new();
     w.add_meta("deep", v.clone());
     assert_eq!(parse_header(&w.to_bytes()).unwrap().get("deep"), Some(&v));
+}
+
+/// A file written a tensor at a time is the file built in memory, and
+/// bytes of the wrong length are refused.
+#[test]
+fn tensors_given_later_write_the_same_file() {
+    let q = arbor_gguf::quantize_q8_0(&(0..64).map(|i| i as f32 / 7.0).collect::<Vec<_>>());
+    let f: Vec<f32> = (0..6).map(|i| i as f32).collect();
+    let mut whole = GgufWriter::new();
+    whole
+        .add_meta("general.architecture", Value::String("llama".into()))
+        .alignment(64)
+        .add_tensor("a", &[32, 2], GgmlType::Q8_0, q.clone())
+        .add_tensor_f32("b", &[3, 2], &f);
+    let mut later = GgufWriter::new();
+    later
+        .add_meta("general.architecture", Value::String("llama".into()))
+        .alignment(64)
+        .add_tensor_later("a", &[32, 2], GgmlType::Q8_0)
+        .add_tensor_f32("b", &[3, 2], &f);
+    let dir = std::env::temp_dir();
+    let path = dir.join(format!("arbor-writer-later-{}.gguf", std::process::id()));
+    let mut asked = Vec::new();
+    later
+        .write_with(&path, &mut |name: &str| -> Result<Vec<u8>, GgufError> {
+            asked.push(name.to_string());
+            Ok(q.clone())
+        })
+        .unwrap();
+    assert_eq!(asked, ["a"]);
+    assert_eq!(std::fs::read(&path).unwrap(), whole.to_bytes());
+    let e = later
+        .write_with(&path, &mut |_: &str| -> Result<Vec<u8>, GgufError> {
+            Ok(vec![0; 3])
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("3 bytes given"), "{e}");
+    // Without the callback a tensor given later is an error, not a panic.
+    assert!(later.write(&path).is_err());
+    std::fs::remove_file(path).ok();
 }

@@ -117,40 +117,62 @@ pub fn derive(
     };
     let tied = layout.head.is_none();
     let total = h.tensors.len() + usize::from(tied);
-    let mut done = 0;
+    // Every tensor is declared with its new type and shape, then written a
+    // tensor at a time: only one converted tensor is held at once.
+    let head_dims = |cols: u64| [cols, ids.len() as u64];
     for info in &h.tensors {
-        let bytes = file.tensor_bytes(info);
-        let cols = info.dims[0] as usize;
+        let cols = info.dims[0];
         if info.name == "output.weight" {
-            let (ty, data) = head(source_head, bytes, &ids, opts.head)?;
-            report.head_bytes = data.len() as u64;
-            w.add_tensor(&info.name, &[cols as u64, ids.len() as u64], ty, data);
+            w.add_tensor_later(&info.name, &head_dims(cols), report.head_type);
         } else if info.name == "token_embd.weight" {
-            let (ty, data) = opts.embedding.convert(&info.name, info.ty, cols, bytes)?;
-            report.embedding_bytes = data.len() as u64;
-            w.add_tensor(&info.name, &info.dims, ty, data);
+            w.add_tensor_later(&info.name, &info.dims, opts.embedding.target(info.ty));
             if tied {
                 // The head was the token table: it gets a table of its own.
-                let (ty, data) = head(source_head, bytes, &ids, opts.head)?;
-                report.head_bytes = data.len() as u64;
-                w.add_tensor("output.weight", &[cols as u64, ids.len() as u64], ty, data);
-                done += 1;
+                w.add_tensor_later("output.weight", &head_dims(cols), report.head_type);
             }
         } else {
-            let (ty, data) = layer_tensor(info, bytes, opts.layers)?;
-            if info.name.starts_with("blk.") {
-                report.layer_bytes += data.len() as u64;
-            }
-            w.add_tensor(&info.name, &info.dims, ty, data);
+            w.add_tensor_later(&info.name, &info.dims, layer_type(info, opts.layers));
         }
-        file.release(info);
+    }
+    let mut done = 0;
+    let mut fill = |name: &str| -> Result<Vec<u8>, DraftError> {
         done += 1;
         progress(done, total);
+        // The head's rows come from the source's head (its token table
+        // when tied); every other tensor from its namesake.
+        let info = match name {
+            "output.weight" => h.tensor(&source_head.name)?,
+            _ => h.tensor(name)?,
+        };
+        let bytes = file.tensor_bytes(info);
+        let data = match name {
+            "output.weight" => {
+                let (_, data) = head(source_head, bytes, &ids, opts.head)?;
+                report.head_bytes = data.len() as u64;
+                data
+            }
+            "token_embd.weight" => {
+                let cols = info.dims[0] as usize;
+                let (_, data) = opts.embedding.convert(name, info.ty, cols, bytes)?;
+                report.embedding_bytes = data.len() as u64;
+                data
+            }
+            _ => {
+                let (_, data) = layer_tensor(info, bytes, opts.layers)?;
+                if name.starts_with("blk.") {
+                    report.layer_bytes += data.len() as u64;
+                }
+                data
+            }
+        };
+        file.release(info);
+        Ok(data)
+    };
+    if let Err(e) = w.write_with(output, &mut fill) {
+        // No half-written file stays behind.
+        let _ = std::fs::remove_file(output);
+        return Err(e);
     }
-    w.write(output).map_err(|source| DraftError::Write {
-        path: output.to_path_buf(),
-        source,
-    })?;
     report.output_bytes = std::fs::metadata(output).map_or(0, |m| m.len());
     report.secs = start.elapsed().as_secs_f64();
     Ok(report)
@@ -167,6 +189,14 @@ fn check_width(e: &TensorEntry, quant: Quant) -> Result<(), DraftError> {
         });
     }
     Ok(())
+}
+
+/// The type [`layer_tensor`] gives `info`.
+fn layer_type(info: &TensorInfo, quant: Quant) -> GgmlType {
+    match info.dims.len() == 2 && info.name.starts_with("blk.") {
+        true => quant.target(info.ty),
+        false => info.ty,
+    }
 }
 
 /// A tensor outside the head and the token table: matrices of the layers
