@@ -17,6 +17,9 @@ use crate::events::{OpenEvent, load_events, loading, resolve_or_fetch};
 use crate::run::Run;
 use crate::{BackendKind, BackendSpec, Engine, EngineError, GenerateOptions, Result};
 
+/// The planner's branch threshold and tree size for a choice.
+type Tuned = (Option<f32>, Option<usize>);
+
 /// The backend named, or the first compiled in.
 pub fn pick_backend(name: Option<&str>) -> Result<BackendKind> {
     let kind = match name {
@@ -73,33 +76,35 @@ impl Engine {
         // What to try, best first: the planner's ranking under `auto` (a
         // source whose memory estimate was short falls through to the
         // next), else the configured draft and strategy.
-        type Attempt = (Option<String>, Option<Strategy>, Option<f32>);
+        type Attempt = (Option<String>, Option<Strategy>, Tuned);
         let mut attempts: Vec<Attempt> = if auto {
             crate::choose::choose(config, &target, budget, backend, &store, progress)?
                 .into_iter()
                 .map(|c| {
                     let strategy = c.strategy.parse::<Strategy>()?;
-                    Ok((c.draft, Some(strategy), c.branch_threshold))
+                    Ok((c.draft, Some(strategy), (c.branch_threshold, c.max_tree)))
                 })
                 .collect::<Result<_>>()?
         } else {
-            vec![(config.draft.clone(), named, None)]
+            vec![(config.draft.clone(), named, (None, None))]
         };
         // Nothing fits by the planner's estimates: plain decoding is tried
         // anyway, and a budget too small for it says the minimum.
         if attempts.is_empty() {
-            attempts.push((None, None, None));
+            attempts.push((None, None, (None, None)));
         }
         crate::release_freed_memory();
         let last = attempts.len() - 1;
         let mut opened = None;
-        for (i, (draft_name, named, branch)) in attempts.into_iter().enumerate() {
+        for (i, (draft_name, named, (branch, max_tree))) in attempts.into_iter().enumerate() {
             let mut config = RunConfig {
                 draft: draft_name,
                 ..config.clone()
             };
-            // The planner's branch threshold, unless the config sets one.
+            // The planner's branch threshold and tree size, unless the
+            // config sets them.
             config.tuning.branch_threshold = config.tuning.branch_threshold.or(branch);
+            config.tuning.max_tree = config.tuning.max_tree.or(max_tree);
             match load_for(&config, named, &target, budget, backend, progress) {
                 Ok(loaded) => {
                     opened = Some((config, loaded));

@@ -111,6 +111,15 @@ pub struct Choice {
     pub strategy: String,
     /// The tree's branch threshold (a model draft under streaming).
     pub branch_threshold: Option<f32>,
+    /// Most draft tokens a tree carries: twice the size the estimate
+    /// planned (the memory plan reserves logits for that many rows, not for
+    /// the 63 a tree may hold otherwise).
+    pub max_tree: Option<usize>,
+}
+
+/// The tree size a choice allows for a planned size of `n` candidates.
+pub fn tree_room(n: usize) -> usize {
+    (2 * n).clamp(8, arbor_speculative::MAX_DRAFT_TOKENS)
 }
 
 /// Branch threshold of the trees a model draft grows when layers stream:
@@ -124,9 +133,11 @@ pub const STREAMING_BRANCH_THRESHOLD: f32 = 0.05;
 /// How the estimate `e` is opened.
 pub fn choice_for(e: &Estimate, streams: bool) -> Choice {
     let strategy = strategy_for(e, streams);
+    let tree = strategy == STREAMING_TREE || strategy == "tree";
     Choice {
         draft: e.candidate.draft.clone(),
         branch_threshold: (strategy == STREAMING_TREE).then_some(STREAMING_BRANCH_THRESHOLD),
+        max_tree: (tree && e.depth > 0).then(|| tree_room(e.depth)),
         strategy: strategy.into(),
     }
 }
@@ -196,6 +207,9 @@ mod tests {
                 c.branch_threshold,
                 (want == STREAMING_TREE).then_some(STREAMING_BRANCH_THRESHOLD)
             );
+            // Trees are held to twice their planned size (4 candidates).
+            let tree = want == STREAMING_TREE || want == "tree";
+            assert_eq!(c.max_tree, tree.then_some(8));
             assert!(c.strategy.parse::<arbor_speculative::Strategy>().is_ok());
         }
         // The target's own guesses open as `ppd`, streaming or not.
