@@ -115,8 +115,19 @@ fn device_features(device: &str) -> Option<String> {
 }
 
 /// The `arbor` library's feature combinations CI checks: each backend
-/// alone, and none (a build that says so at run time).
-const FEATURE_MATRIX: [&str; 5] = ["candle", "flex", "ndarray", "wgpu", ""];
+/// alone, and none (a build that says so at run time); beside two of them
+/// the `arbor` command built the same way, in the same cargo call so that
+/// what they share is checked once: candle with no other feature (no
+/// training, serving, plotting, downloads or benchmarks), and the wgpu
+/// device build (no CPU backend; its `fetch` reaches the library's engine
+/// too, the empty row checks the library without it).
+const FEATURE_MATRIX: [(&str, Option<&str>); 5] = [
+    ("candle", Some("candle")),
+    ("flex", None),
+    ("ndarray", None),
+    ("wgpu", Some("wgpu-device")),
+    ("", None),
+];
 
 /// The features of CI's one build (see [`ci`]).
 const FEATURES: &str = "arbor-engine/ndarray,arbor-engine/wgpu";
@@ -370,37 +381,28 @@ fn ci() -> Result<(), String> {
     ])?;
     // Each backend alone, and none, compiles (checked, not built; the
     // dependencies' metadata is shared between combinations).
-    for features in FEATURE_MATRIX {
-        step(&[
-            "check",
-            "-p",
-            "arbor",
-            "--lib",
-            "--no-default-features",
-            "--features",
-            features,
-        ])?;
+    for (lib, cli) in FEATURE_MATRIX {
+        let prefixed = |package: &str, features: &str| {
+            features
+                .split(',')
+                .filter(|f| !f.is_empty())
+                .map(|f| format!("{package}/{f}"))
+                .collect::<Vec<_>>()
+        };
+        let mut features = prefixed("arbor", lib);
+        let mut args = vec!["check", "-p", "arbor", "--lib"];
+        if let Some(cli) = cli {
+            let cli = match cli {
+                "wgpu-device" => device_features("wgpu").unwrap_or_default(),
+                other => other.to_string(),
+            };
+            features.extend(prefixed("arbor-cli", &cli));
+            args.extend(["-p", "arbor-cli", "--bins"]);
+        }
+        let features = features.join(",");
+        args.extend(["--no-default-features", "--features", &features]);
+        step(&args)?;
     }
-    // The `arbor` command with one backend and no other feature (no
-    // training, serving, plotting, downloads or benchmarks), and the wgpu
-    // device build (no CPU backend).
-    step(&[
-        "check",
-        "-p",
-        "arbor-cli",
-        "--no-default-features",
-        "--features",
-        "candle",
-    ])?;
-    let wgpu = device_features("wgpu").unwrap_or_default();
-    step(&[
-        "check",
-        "-p",
-        "arbor-cli",
-        "--no-default-features",
-        "--features",
-        &wgpu,
-    ])?;
     // The library's documentation, warnings denied (its dependencies were
     // just checked by clippy with these features).
     step_with(
