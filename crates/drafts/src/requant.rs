@@ -109,11 +109,8 @@ pub fn requantize(
         progress(done, total);
         Ok(data)
     };
-    if let Err(e) = w.write_with(output, &mut fill) {
-        // No half-written file stays behind.
-        let _ = std::fs::remove_file(output);
-        return Err(e);
-    }
+    // A failed write leaves no file behind.
+    w.write_with(output, &mut fill)?;
     report.output_bytes = std::fs::metadata(output).map_or(0, |m| m.len());
     report.secs = start.elapsed().as_secs_f64();
     Ok(report)

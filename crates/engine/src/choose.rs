@@ -71,8 +71,26 @@ pub(crate) fn choose(
         .map(|l| l.iter().map(|t| t.len as u64).sum::<u64>())
         .sum::<u64>()
         / layout.layers.len().max(1) as u64;
+    // What the target reads per pass when `extra` bytes go to a draft.
+    let base_plan = backends::plan_with(backend, &file, None, 0, &options)?;
+    let streams = base_plan.as_ref().is_some_and(|p| p.streamed() > 0);
+    // Passes compute slower while layers stream than the resident curve
+    // says (other kernels, the loader's threads): as streamed runs saw.
+    let streamed_curve = match streams.then(|| store.stream_compute(target)).flatten() {
+        Some(r) => {
+            progress(OpenEvent::Note(&format!(
+                "auto: passes computed {:.2}x (1 row) to {:.2}x (64 rows) the resident curve \
+                 while layers streamed ({} generations)",
+                r.factor(1),
+                r.factor(64),
+                r.generations
+            )));
+            r.apply(&curve)
+        }
+        None => curve.clone(),
+    };
     let device = Device {
-        target: curve.clone(),
+        target: streamed_curve,
         bandwidth: Box::new(move |read| disk.as_ref().map_or(1e9, |d| d.bandwidth_for(read))),
         mean_layer_bytes: layer_bytes,
         head_share: layout.config.head_share(),
@@ -84,9 +102,6 @@ pub(crate) fn choose(
         arbor_pipeline::kv_bytes(d, options.context, kv_format)
             + arbor_pipeline::logit_scratch(d, options.draft_logit_rows)
     };
-    // What the target reads per pass when `extra` bytes go to a draft.
-    let base_plan = backends::plan_with(backend, &file, None, 0, &options)?;
-    let streams = base_plan.as_ref().is_some_and(|p| p.streamed() > 0);
     // What runs counted of a source's guesses with this target, over its
     // prior.
     let accuracy =

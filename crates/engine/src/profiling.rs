@@ -95,6 +95,14 @@ impl Run {
             let (record, note) = self.latency(&target_path, false, read == 0, progress)?;
             (record.profile(), note.is_some() && read > 0)
         };
+        // The resident curve as passes computed it while layers streamed.
+        let target = match (read > 0 && !measured_streaming)
+            .then(|| self.store.stream_compute(&target_path))
+            .flatten()
+        {
+            Some(r) => r.apply(&target),
+            None => target,
+        };
         let running = match &self.draft {
             Some(DraftSource::Elastic(level)) => self.engine.elastic_share(*level)?,
             _ => self.engine.memory().map_or(1.0, |m| {
@@ -167,6 +175,38 @@ impl Run {
             progress(OpenEvent::Note(n));
         }
         Ok((record, note))
+    }
+
+    /// Folds a streamed generation's target passes into the store: each
+    /// pass's compute (its time less its waits for weights) against the
+    /// target's cached resident curve (none cached: nothing to compare).
+    pub(crate) fn observe_stream_compute(&self, g: &Generation) -> Result<()> {
+        use crate::trace::Activity;
+        let kernels = self.backend.kernels();
+        let threads = rayon::current_num_threads();
+        let Some(curve) = self
+            .store
+            .cached_latency(self.engine.path(), kernels, threads)
+        else {
+            return Ok(());
+        };
+        let curve = curve.profile();
+        let waits: Vec<_> = (g.trace.segments.iter())
+            .filter(|s| s.activity == Activity::Wait)
+            .collect();
+        let passes: Vec<(usize, f64, f64)> = (g.trace.target_passes().iter())
+            .filter(|p| p.start >= g.trace.decode_start)
+            .map(|p| {
+                let waited: f64 = (waits.iter())
+                    .map(|w| (w.end.min(p.end) - w.start.max(p.start)).max(0.0))
+                    .sum();
+                let rows = p.tokens.max(1);
+                (rows, (p.end - p.start - waited).max(0.0), curve.at(rows))
+            })
+            .collect();
+        Ok(self
+            .store
+            .observe_stream_compute(self.engine.path(), &passes)?)
     }
 
     /// Compares this generation's target passes (plain steps and

@@ -251,6 +251,10 @@ impl Run {
             let _ =
                 (self.store).observe_acceptance(self.engine.path(), &source, &g.stats.acceptance);
         }
+        // How its passes computed while layers streamed, for the next plan.
+        if read > 0 {
+            let _ = self.observe_stream_compute(&g);
+        }
         self.heal(&g)?;
         Ok(g)
     }

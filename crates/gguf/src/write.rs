@@ -272,14 +272,27 @@ impl GgufWriter {
     /// Writes the file to `path` a tensor at a time, asking `fill` for the
     /// bytes of each tensor declared with [`GgufWriter::add_tensor_later`]
     /// (by name, in order) as it comes to it: only one such tensor is held
-    /// at once. Bytes of the wrong length are an error.
+    /// at once. Bytes of the wrong length are an error. A write that fails
+    /// (`fill` too) removes what it wrote: no partial file stays behind.
     pub fn write_with<E: From<GgufError>>(
         &self,
         path: impl AsRef<Path>,
         fill: &mut dyn FnMut(&str) -> std::result::Result<Vec<u8>, E>,
     ) -> std::result::Result<(), E> {
-        use std::io::Write;
         let path = path.as_ref();
+        let written = self.write_into(path, fill);
+        if written.is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+        written
+    }
+
+    fn write_into<E: From<GgufError>>(
+        &self,
+        path: &Path,
+        fill: &mut dyn FnMut(&str) -> std::result::Result<Vec<u8>, E>,
+    ) -> std::result::Result<(), E> {
+        use std::io::Write;
         let io = |source| GgufError::Io {
             path: path.to_path_buf(),
             source,

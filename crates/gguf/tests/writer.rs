@@ -259,6 +259,7 @@ fn tensors_given_later_write_the_same_file() {
         })
         .unwrap_err();
     assert!(e.to_string().contains("3 bytes given"), "{e}");
+    assert!(!path.exists(), "a failed write leaves no file");
     // Without the callback a tensor given later is an error, not a panic.
     assert!(later.write(&path).is_err());
     std::fs::remove_file(path).ok();

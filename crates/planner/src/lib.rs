@@ -4,7 +4,9 @@
 //! `L_fp(n)`, the disk's direct-read bandwidth, the bytes a pass reads);
 //! [`sources`] holds each source's measured acceptance and turns the
 //! winner into a strategy; [`ProfileStore`] caches the facts under
-//! `$ARBOR_HOME/profiles/` and heals stale curves ([`Drift`]); [`slo`]
+//! `$ARBOR_HOME/profiles/` and heals stale curves ([`Drift`]), and
+//! [`compute`] scales the target's curve by what streamed passes computed;
+//! [`slo`]
 //! measures the device profile and quality table that latency objectives
 //! are served from; [`eval`] scores a model against text (perplexity,
 //! greedy agreement). It loads no model file: the engine hands it models
@@ -13,6 +15,8 @@
 pub mod acceptance;
 pub mod auto;
 pub mod choice;
+pub mod compute;
+pub mod curve;
 pub mod eval;
 pub mod profiles;
 pub mod slo;
@@ -21,6 +25,7 @@ pub mod sources;
 use arbor_speculative::LatencyProfile;
 
 pub use acceptance::{AcceptanceRecord, source_key};
+pub use compute::StreamComputeRecord;
 pub use eval::{greedy_agreement, perplexity};
 pub use profiles::{DiskRecord, Drift, LatencyRecord, ProfileStore, now_utc, stem};
 

@@ -17,6 +17,9 @@ use crate::{PlannerError, Result};
 /// Repetitions per measured size; each point is their minimum, the time a
 /// pass takes when nothing else holds the cores.
 pub const REPETITIONS: usize = 3;
+/// Repetitions of each size when a curve is sampled from two layers: each
+/// costs little, and their difference's noise is multiplied by the layers.
+pub const SAMPLE_REPETITIONS: usize = 7;
 /// Cached tokens before each measured pass.
 const PREFIX: usize = 128;
 /// Direct-read bandwidth assumed where none could be measured (reads that
@@ -248,7 +251,7 @@ impl ProfileStore {
             model: stem(path),
             kernels: kernels.to_string(),
             threads: rayon::current_num_threads(),
-            repetitions: REPETITIONS,
+            repetitions: SAMPLE_REPETITIONS,
             measured: now_utc(),
             points,
             method: Some("sampled".into()),
@@ -419,7 +422,10 @@ fn measure_points(
 /// second layer's cost is their difference, and every later layer costs
 /// it scaled by its bytes (`scale`: all layers after the first over the
 /// second's). What a run under a budget too small for the whole model
-/// plans with until a resident measurement replaces it.
+/// plans with until a resident measurement replaces it. The difference of
+/// two timings, multiplied by the layers, is noisy (the 1.5B gave 63 ms
+/// for one row and 19 ms for three): more repetitions, and the curve is
+/// made non-decreasing ([`crate::curve::monotone`]).
 pub fn sampled_points(
     one: &mut dyn LanguageModel,
     two: &mut dyn LanguageModel,
@@ -427,16 +433,16 @@ pub fn sampled_points(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<(usize, f64)>> {
     let n = PROFILE_SIZES.len();
-    let a = measure_points(one, &PROFILE_SIZES, REPETITIONS, &mut |k, _| {
+    let a = measure_points(one, &PROFILE_SIZES, SAMPLE_REPETITIONS, &mut |k, _| {
         progress(k, 2 * n)
     })?;
-    let b = measure_points(two, &PROFILE_SIZES, REPETITIONS, &mut |k, _| {
+    let b = measure_points(two, &PROFILE_SIZES, SAMPLE_REPETITIONS, &mut |k, _| {
         progress(n + k, 2 * n)
     })?;
-    Ok(a.iter()
-        .zip(&b)
+    let points: Vec<(usize, f64)> = (a.iter().zip(&b))
         .map(|(&(size, one), &(_, two))| (size, one + (two - one).max(0.0) * scale))
-        .collect())
+        .collect();
+    Ok(crate::curve::monotone(&points))
 }
 
 /// Watches observed pass times against a latency curve. A curve measured
