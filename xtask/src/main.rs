@@ -121,13 +121,15 @@ fn device_features(device: &str) -> Option<String> {
 /// training, serving, plotting, downloads or benchmarks), and the wgpu
 /// device build (no CPU backend; its `fetch` reaches the library's engine
 /// too, the empty row checks the library without it).
-const FEATURE_MATRIX: [(&str, Option<&str>); 5] = [
-    ("candle", Some("candle")),
-    ("flex", None),
-    ("ndarray", None),
-    ("wgpu", Some("wgpu-device")),
-    ("", None),
-];
+fn feature_matrix() -> [(&'static str, Option<String>); 5] {
+    [
+        ("candle", Some("candle".into())),
+        ("flex", None),
+        ("ndarray", None),
+        ("wgpu", device_features("wgpu")),
+        ("", None),
+    ]
+}
 
 /// The features of CI's one build (see [`ci`]).
 const FEATURES: &str = "arbor-engine/ndarray,arbor-engine/wgpu";
@@ -381,7 +383,7 @@ fn ci() -> Result<(), String> {
     ])?;
     // Each backend alone, and none, compiles (checked, not built; the
     // dependencies' metadata is shared between combinations).
-    for (lib, cli) in FEATURE_MATRIX {
+    for (lib, cli) in feature_matrix() {
         let prefixed = |package: &str, features: &str| {
             features
                 .split(',')
@@ -392,10 +394,6 @@ fn ci() -> Result<(), String> {
         let mut features = prefixed("arbor", lib);
         let mut args = vec!["check", "-p", "arbor", "--lib"];
         if let Some(cli) = cli {
-            let cli = match cli {
-                "wgpu-device" => device_features("wgpu").unwrap_or_default(),
-                other => other.to_string(),
-            };
             features.extend(prefixed("arbor-cli", &cli));
             args.extend(["-p", "arbor-cli", "--bins"]);
         }

@@ -216,18 +216,14 @@ impl GgufWriter {
     /// # Panics
     /// When a tensor was declared with [`GgufWriter::add_tensor_later`].
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = self.header_bytes();
-        let align = self.data_alignment() as usize;
-        let data_start = out.len();
-        for t in &self.tensors {
-            let data = t
-                .data
-                .as_ref()
-                .expect("to_bytes needs every tensor's bytes");
-            out.extend_from_slice(data);
-            let end = (out.len() - data_start).next_multiple_of(align);
-            out.resize(data_start + end, 0);
-        }
+        let mut out = Vec::new();
+        let mut missing =
+            |_: &str| -> Result<Vec<u8>> { panic!("to_bytes needs every tensor's bytes") };
+        let in_memory = |source| GgufError::Io {
+            path: Default::default(),
+            source,
+        };
+        (self.write_to(&mut out, &mut missing, &in_memory)).expect("writing to memory cannot fail");
         out
     }
 
@@ -297,9 +293,23 @@ impl GgufWriter {
             path: path.to_path_buf(),
             source,
         };
-        let align = self.data_alignment() as usize;
         let file = std::fs::File::create(path).map_err(io)?;
         let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+        self.write_to(&mut out, fill, &io)?;
+        out.flush().map_err(io)?;
+        Ok(())
+    }
+
+    /// The header, then every tensor's bytes (given, or asked of `fill`
+    /// and checked against the declared size), each padded to the
+    /// alignment.
+    fn write_to<E: From<GgufError>>(
+        &self,
+        out: &mut impl std::io::Write,
+        fill: &mut dyn FnMut(&str) -> std::result::Result<Vec<u8>, E>,
+        io: &dyn Fn(std::io::Error) -> GgufError,
+    ) -> std::result::Result<(), E> {
+        let align = self.data_alignment() as usize;
         out.write_all(&self.header_bytes()).map_err(io)?;
         let zeros = vec![0u8; align];
         for t in &self.tensors {
@@ -324,7 +334,6 @@ impl GgufWriter {
             let pad = data.len().next_multiple_of(align) - data.len();
             out.write_all(&zeros[..pad]).map_err(io)?;
         }
-        out.flush().map_err(io)?;
         Ok(())
     }
 }
