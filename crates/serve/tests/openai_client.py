@@ -3,7 +3,7 @@
 Run by `cargo test -p arbor-serve --test openai_client`, which starts the
 servers and passes their addresses:
   ARBOR_MAIN  a server over SmolLM2 (or a tiny random model), with that
-              same model loaded as a draft, a queue of 1 and API key
+              same model loaded as a draft, a queue of 4 and API key
               ARBOR_KEY;
   ARBOR_SLOW  a server over a slower random model with a queue of 1 and
               no key, for the full-queue test.
@@ -257,20 +257,27 @@ class FullQueue(unittest.TestCase):
         long = c.chat.completions.create(
             model=model, messages=[{"role": "user", "content": "go"}], max_tokens=400, stream=True
         )
-        next(iter(long))  # generating now
+        next(iter(long))  # the role chunk: queued
+        # The worker has taken it once the queue is empty again.
+        deadline = time.time() + 60
+        while metric(SLOW, "queue_depth") > 0 and time.time() < deadline:
+            time.sleep(0.01)
+        outcome = []
         waiting = threading.Thread(
-            target=lambda: c.chat.completions.create(
-                model=model, messages=[{"role": "user", "content": "next"}], max_tokens=2
+            target=lambda: outcome.append(
+                c.chat.completions.create(
+                    model=model, messages=[{"role": "user", "content": "next"}], max_tokens=2
+                )
             )
         )
         waiting.start()
-        deadline = time.time() + 60
         while metric(SLOW, "queue_depth") < 1 and time.time() < deadline:
             time.sleep(0.01)
         with self.assertRaises(openai.RateLimitError):
             c.chat.completions.create(model=model, messages=[{"role": "user", "content": "third"}], max_tokens=2)
         long.close()
         waiting.join()
+        self.assertEqual(len(outcome), 1, "the waiting request was served")
 
 
 if __name__ == "__main__":

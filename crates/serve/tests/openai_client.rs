@@ -41,7 +41,10 @@ fn the_official_openai_client_passes() {
         },
         ServeOptions {
             api_key: Some("sesame".into()),
-            queue: 1,
+            // Room for both of the two concurrent streams whatever the
+            // order: with a queue of 1 the second could arrive before the
+            // worker had taken the first and be refused (429).
+            queue: 4,
             ..ServeOptions::default()
         },
     );
