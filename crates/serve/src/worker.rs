@@ -249,6 +249,12 @@ fn serve(
                 format!("strategy `{name}`: {e}"),
             ));
         }
+        // The request's options were built on the server's; they carry
+        // the strategy now in use.
+        let options = &GenerateOptions {
+            strategy: run.strategy().clone(),
+            ..options.clone()
+        };
         let result = match (&settings.slo, slo) {
             (None, _) => (run.generate_controlled(&prompt, options, control, on))
                 .map(|g| (g, None))

@@ -169,6 +169,15 @@ fn penalties_and_biases_steer_the_answer_with_a_draft_too() {
     let tired = json!({"frequency_penalty": 2, "presence_penalty": 2});
     let (t, _) = answer(tired.clone());
     assert_ne!(t, free);
+    // A request's strategy is the one that runs: the model is its own
+    // draft, so unshaped, a chain's and a static tree's guesses are taken
+    // several to a pass (shaped requests' drafts propose unshaped tokens).
+    for strategy in ["chain", "static-tree"] {
+        let (text, v) = answer(json!({"arbor": {"strategy": strategy}}));
+        assert_eq!(text, free, "{strategy}");
+        let per_pass = v["arbor"]["tokens_per_pass"].as_f64().unwrap();
+        assert!(per_pass > 1.0, "{strategy}: {per_pass} tokens per pass");
+    }
     // Every strategy gives the shaped one-token answer.
     for strategy in ["chain", "tree", "static-tree"] {
         for extra in [
@@ -182,6 +191,7 @@ fn penalties_and_biases_steer_the_answer_with_a_draft_too() {
             let (one, _) = answer(extra.clone());
             assert_eq!(spec, one, "{strategy} {extra}");
             assert_eq!(v["arbor"]["strategy"], strategy);
+
         }
     }
     server.shutdown().unwrap();
