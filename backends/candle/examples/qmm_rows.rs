@@ -4,7 +4,9 @@
 //! them. Best of several rounds, sizes alternated (the machine drifts).
 //!
 //! `cargo run --release -p arbor-backend-candle --example qmm_rows`
-//! (`ARBOR_NO_AVX512=1` for the AVX2 kernels on an AVX-512 CPU).
+//! (`ARBOR_NO_AVX512=1` for the AVX2 kernels on an AVX-512 CPU;
+//! `-- --streamed` for the form a layer streamed under a memory budget
+//! takes, K-quant rows not interleaved).
 
 use arbor_backend_candle::CandleBackend;
 use arbor_tensor::{Backend, GgmlType, WeightData};
@@ -15,6 +17,7 @@ mod synthetic;
 
 fn main() {
     let be = CandleBackend::new();
+    let streamed = std::env::args().any(|a| a == "--streamed");
     let sizes = [1usize, 2, 4, 8, 16, 32, 64, 128, 512];
     println!(
         "| matrix | {} |\n|---|{}",
@@ -29,15 +32,19 @@ fn main() {
         (GgmlType::Q5_0, 1536, 1536, "attn_q Q5_0"),
     ] {
         let bytes = synthetic::blocks(ty, rows * cols, 0);
-        let w = be
-            .weight(WeightData {
-                name: "w",
-                ty,
-                rows,
-                cols,
-                bytes: &bytes,
-            })
-            .expect("a valid matrix");
+        let data = WeightData {
+            name: "w",
+            ty,
+            rows,
+            cols,
+            bytes: &bytes,
+        };
+        let w = if streamed {
+            be.streamed_weight(data)
+        } else {
+            be.weight(data)
+        }
+        .expect("a valid matrix");
         let xs: Vec<_> = sizes
             .iter()
             .map(|&n| {
