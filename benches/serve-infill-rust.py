@@ -4,7 +4,8 @@
 # compile (`rustc --edition 2021 --crate-type lib`). Usage:
 #   arbor serve --model qwen2.5-coder-1.5b --port 8392
 #   python3 benches/serve-infill-rust.py [HOST:PORT] [STRATEGY]
-import json, subprocess, sys, tempfile, time, urllib.request
+#   (INFILL_SET=2 for the second set of cases)
+import json, os, subprocess, sys, tempfile, time, urllib.request
 
 ADDR = sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:8392"
 STRATEGY = sys.argv[2] if len(sys.argv) > 2 else None
@@ -25,6 +26,23 @@ CASES = [
     ("Stack", "/// A stack of integers.\npub struct Stack {\n    items: Vec<i32>,\n}\n\nimpl Stack {\n    pub fn new() -> Self {\n        Stack { items: Vec::new() }\n    }\n\n    /// Removes and returns the top item, if any.\n    pub fn pop(&mut self) -> Option<i32> {\n",
      "\n    }\n\n    pub fn push(&mut self, x: i32) {\n        self.items.push(x);\n    }\n}\n"),
 ]
+
+# A second set of five, written on 2026-11-29 before any of them was run
+# (the first set's six gave 5/6): `INFILL_SET=2` runs these instead.
+SECOND = [
+    ("count_vowels", "/// How many ASCII vowels (either case) `s` contains.\npub fn count_vowels(s: &str) -> usize {\n",
+     "\n}\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn hello() {\n        assert_eq!(super::count_vowels(\"Hello World\"), 3);\n    }\n}\n"),
+    ("longest", "/// The longest of `words` (the first of equal lengths), or `None` when empty.\npub fn longest<'a>(words: &[&'a str]) -> Option<&'a str> {\n",
+     "\n}\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn three() {\n        assert_eq!(super::longest(&[\"a\", \"abc\", \"ab\"]), Some(\"abc\"));\n    }\n}\n"),
+    ("Point", "/// A point in the plane.\n#[derive(Debug, Clone, Copy)]\npub struct Point {\n    pub x: f64,\n    pub y: f64,\n}\n\nimpl Point {\n    /// The Euclidean distance to `other`.\n    pub fn distance(&self, other: &Point) -> f64 {\n",
+     "\n    }\n}\n\n#[cfg(test)]\nmod tests {\n    use super::Point;\n    #[test]\n    fn three_four_five() {\n        let (a, b) = (Point { x: 0.0, y: 0.0 }, Point { x: 3.0, y: 4.0 });\n        assert_eq!(a.distance(&b), 5.0);\n    }\n}\n"),
+    ("parse_pair", "/// Splits `key=value` at the first `=`, trimming spaces around both; `None` without `=`.\npub fn parse_pair(line: &str) -> Option<(String, String)> {\n",
+     "\n}\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn spaced() {\n        assert_eq!(super::parse_pair(\" a = b \"), Some((\"a\".to_string(), \"b\".to_string())));\n    }\n}\n"),
+    ("transpose", "/// The transpose of a rectangular matrix given as rows.\npub fn transpose(m: &[Vec<i32>]) -> Vec<Vec<i32>> {\n",
+     "\n}\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn two_by_three() {\n        let m = vec![vec![1, 2, 3], vec![4, 5, 6]];\n        assert_eq!(super::transpose(&m), vec![vec![1, 4], vec![2, 5], vec![3, 6]]);\n    }\n}\n"),
+]
+if os.environ.get("INFILL_SET") == "2":
+    CASES = SECOND
 
 
 def post(body, stream=False):

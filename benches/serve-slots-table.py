@@ -36,7 +36,7 @@ if len(sys.argv) > 2:
     for regime in [r for r in ("budget", "none") if any(v["regime"] == r for v in rows)]:
         pts = sorted((v["clients"], v["tokens_per_s"]) for v in rows if v["regime"] == regime and v["slots"] == v["clients"])
         label = {"budget": "900 MiB budget", "none": "no budget"}[regime]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"{label}: slots = clients (auto)")
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"{label}: slots = clients")
         for v in rows:
             if v["regime"] == regime and v["slots"] == v["clients"]:
                 ax.annotate(v["strategy"].replace("autoregressive", "ar"), (v["clients"], v["tokens_per_s"]),
