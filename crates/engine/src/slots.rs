@@ -160,6 +160,13 @@ impl LanguageModel for SlotModel {
     }
 }
 
+/// Most rows one batched pass carries: what one generation's prompt chunk
+/// may carry ([`arbor_speculative::PREFILL_CHUNK`]). Several requests'
+/// prompts arriving together would otherwise make one pass of all their
+/// rows, and a pass's activations grow with its rows beyond what a memory
+/// budget leaves for them.
+pub const MAX_PASS_ROWS: usize = arbor_speculative::PREFILL_CHUNK;
+
 /// The target's side: calls from the slots, forward passes held until
 /// every running generation has one.
 #[derive(Debug, Default)]
@@ -208,11 +215,24 @@ impl Batch {
         let _ = reply.send(r.map(|_| None));
     }
 
+    /// Runs the waiting passes once every running generation has one: the
+    /// longest-waiting first, as many as fit [`MAX_PASS_ROWS`] together
+    /// (always at least one). The rest wait for the next pass, which comes
+    /// as soon as the ones served call again or end.
     fn flush(&mut self, target: &mut dyn LanguageModel) {
         if self.pending.is_empty() || self.pending.len() < self.running {
             return;
         }
-        let calls = std::mem::take(&mut self.pending);
+        let mut total = 0;
+        let fit = (self.pending.iter())
+            .take_while(|(_, f, _)| {
+                total += f.rows.len();
+                total <= MAX_PASS_ROWS
+            })
+            .count()
+            .max(1);
+        let rest = self.pending.split_off(fit);
+        let calls = std::mem::replace(&mut self.pending, rest);
         let rows: Vec<Vec<Row<'_>>> = (calls.iter())
             .map(|(_, f, _)| {
                 (f.rows.iter())
@@ -304,5 +324,77 @@ impl crate::Run {
                 })
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arbor_model::testing::{TinyModel, add_byte_tokenizer, write_temp};
+
+    fn forward(
+        batch: &mut Batch,
+        target: &mut dyn LanguageModel,
+        slot: usize,
+        past: usize,
+        n: usize,
+    ) -> mpsc::Receiver<std::result::Result<Option<Logits>, ModelError>> {
+        let (reply, answer) = mpsc::channel();
+        let f = Forward {
+            rows: (0..n).map(|i| OwnedRow::Token((i % 200) as u32)).collect(),
+            positions: (past as u32..(past + n) as u32).collect(),
+            mask: Mask::causal(past, n),
+            logit_rows: vec![n - 1],
+        };
+        batch.call(
+            target,
+            Call {
+                slot,
+                op: Op::Forward(f),
+                reply,
+            },
+        );
+        answer
+    }
+
+    fn served(answer: &mpsc::Receiver<std::result::Result<Option<Logits>, ModelError>>) -> bool {
+        answer
+            .try_recv()
+            .is_ok_and(|r| r.is_ok_and(|l| l.is_some()))
+    }
+
+    /// Prompts that would make a pass of more than a chunk's rows go one
+    /// after another, the longest-waiting first; short passes still go
+    /// together.
+    #[test]
+    fn a_batched_pass_carries_at_most_a_chunk_of_rows() {
+        let mut w = TinyModel::default().writer();
+        add_byte_tokenizer(&mut w, None);
+        let path = write_temp(&w, "batch-rows");
+        let mut engine =
+            crate::Engine::load(&path, crate::BackendKind::Candle, &mut |_, _| {}).unwrap();
+        let target = engine.model_mut();
+        target.set_slots(3).unwrap();
+        let mut batch = Batch::default();
+        let n = MAX_PASS_ROWS / 2 + 1;
+        (0..3).for_each(|_| batch.started());
+        let answers: Vec<_> = (0..3)
+            .map(|s| forward(&mut batch, target, s, 0, n))
+            .collect();
+        assert_eq!(
+            (batch.passes, batch.rows),
+            (1, n as u64),
+            "two prompts exceed a chunk"
+        );
+        assert!(served(&answers[0]) && !served(&answers[1]) && !served(&answers[2]));
+        // Slot 0 ends: slot 1 goes next, alone.
+        batch.ended(target);
+        assert_eq!(batch.passes, 2);
+        assert!(served(&answers[1]) && !served(&answers[2]));
+        // Slot 1 calls again: slot 2's prompt and slot 1's one row fit.
+        let again = forward(&mut batch, target, 1, n, 1);
+        assert_eq!((batch.passes, batch.sequences), (3, 4));
+        assert!(served(&answers[2]) && served(&again));
+        assert_eq!(batch.rows, (3 * n + 1) as u64);
     }
 }
