@@ -191,7 +191,6 @@ fn penalties_and_biases_steer_the_answer_with_a_draft_too() {
             let (one, _) = answer(extra.clone());
             assert_eq!(spec, one, "{strategy} {extra}");
             assert_eq!(v["arbor"]["strategy"], strategy);
-
         }
     }
     server.shutdown().unwrap();
