@@ -198,6 +198,7 @@ impl RunConfig {
             // host memory.
             base: gpu.then_some(0),
             host_cache: gpu,
+            sequences: slots,
             ..crate::MemoryOptions::new(bytes, pipelined)
         }
     }
@@ -377,6 +378,17 @@ mod tests {
         let o = host.memory_options(900 << 20, &Strategy::default());
         assert!(!o.host_cache);
         assert_eq!(o.base, None);
+        assert_eq!(o.sequences, 1);
+        let served = RunConfig {
+            slots: Some(4),
+            ..host
+        };
+        assert_eq!(
+            served
+                .memory_options(900 << 20, &Strategy::default())
+                .sequences,
+            4
+        );
         for bad in [
             RunConfig {
                 backend: Some("candle".into()),

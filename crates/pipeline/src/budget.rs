@@ -41,6 +41,10 @@ pub struct MemoryOptions {
     /// the budget is a GPU's, and host memory keeps the file (otherwise
     /// reads bypass or drop the cache, which a host budget would pay for).
     pub host_cache: bool,
+    /// Generations running at once over the target (a server's slots):
+    /// each beyond the first adds [`SEQUENCE_SLACK`]. Their KV caches are
+    /// in `context`, their logits in `logit_rows`.
+    pub sequences: usize,
 }
 
 impl MemoryOptions {
@@ -58,6 +62,7 @@ impl MemoryOptions {
             base: None,
             split: None,
             host_cache: false,
+            sequences: 1,
         }
     }
 
@@ -145,6 +150,13 @@ pub fn logit_scratch(c: &Config, rows: usize) -> u64 {
 /// within it for every strategy on the 1.5B at 0.8–1.3 GiB).
 pub const SLACK: u64 = 48 << 20;
 
+/// What each generation beyond the first adds that is not counted one by
+/// one: its thread's allocations (its logits and the sampler's copies, its
+/// pass's rows) and the allocator's share of them. Measured: a server with
+/// 8 slots over the 1.5B under 900 MiB peaked 42 MiB over its budget
+/// without it, one slot 15–20 MiB under.
+pub const SEQUENCE_SLACK: u64 = 8 << 20;
+
 /// The residency plan for the target laid out as `layout` under `options`,
 /// given that `draft` (if any) is already loaded, and the bytes held before
 /// the target.
@@ -173,7 +185,8 @@ fn plan_target<B: Backend>(
     let base = options.base.unwrap_or_else(resident_now);
     let logits = logit_scratch(c, options.logit_rows)
         + draft.map_or(0, |d| logit_scratch(d, options.draft_logit_rows));
-    let fixed = base + head + kv + logits + SLACK;
+    let sequences = SEQUENCE_SLACK * options.sequences.max(1).saturating_sub(1) as u64;
+    let fixed = base + head + kv + logits + SLACK + sequences;
     if let Some(level) = options.split {
         let costs = crate::split::split_costs(backend, layout, level)?;
         let lists: Vec<&[arbor_model::TensorEntry]> =

@@ -51,8 +51,8 @@ mod split;
 mod streamer;
 
 pub use budget::{
-    MemoryOptions, MemoryReport, SLACK, kv_bytes, load_resident, load_target, logit_scratch,
-    model_bytes, peak_resident, plan_with, resident_now, target_fits,
+    MemoryOptions, MemoryReport, SEQUENCE_SLACK, SLACK, kv_bytes, load_resident, load_target,
+    logit_scratch, model_bytes, peak_resident, plan_with, resident_now, target_fits,
 };
 pub use monitor::{Monitor, Span, SpanKind, StreamStats};
 pub use plan::{LayerCost, Plan, plan};

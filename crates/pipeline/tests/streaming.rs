@@ -198,3 +198,25 @@ fn check_spans(spans: &[Span], stats: &StreamStats, mode: Mode) {
         }
     }
 }
+
+/// Each generation beyond the first running over the target (a server's
+/// slots) takes `SEQUENCE_SLACK` more before the layers are placed.
+#[test]
+fn every_further_sequence_is_planned_its_slack() {
+    use arbor_pipeline::{MemoryOptions, SEQUENCE_SLACK, plan_with};
+    let tiny = &tinies()[0];
+    let file = TempModel::new(tiny, "sequences");
+    let gguf = arbor_gguf::GgufFile::open(file.path()).unwrap();
+    let fixed = |sequences: usize| {
+        let options = MemoryOptions {
+            base: Some(0),
+            sequences,
+            ..MemoryOptions::new(1 << 30, true)
+        };
+        (plan_with(&CandleBackend::new(), &gguf, None, 0, &options).unwrap())
+            .expect("a tiny model fits a GiB")
+            .fixed
+    };
+    assert_eq!(fixed(0), fixed(1));
+    assert_eq!(fixed(8) - fixed(1), 7 * SEQUENCE_SLACK);
+}
