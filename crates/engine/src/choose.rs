@@ -115,63 +115,79 @@ pub(crate) fn choose(
         measured: 0.0,
         ppd: None,
     }];
-    let (table, measured) = accuracy(DraftSource::LOOKUP, &lookup_prior());
-    candidates.push(Candidate {
-        draft: Some(DraftSource::LOOKUP.into()),
-        label: "lookup".into(),
-        memory: 0,
-        step_secs: 20e-6,
-        accuracy: table,
-        measured,
-        ppd: None,
-    });
-    // The target's own guesses, when it has trained prompt tokens.
-    if let Ok((prompts, _)) = crate::ppd::prompt_tokens_for(target, c.hidden) {
-        let (table, measured) = accuracy(crate::ppd::SOURCE, &prompts.accuracy);
+    // With several slots, drafting lost to plain pipelined decoding in every
+    // cell measured (the 1.5B under 900 MiB: PPD 6.2 tok/s against 15.9 at
+    // four slots on 2026-11-29, 5.3 against 9.8 on 11-27; a tree 6.3 against
+    // 10.0 at eight): a slot cannot keep its last pass, each slot drafts on
+    // its own, and new requests' prompts fill the passes, none of which the
+    // estimates see.
+    let drafting = device.sequences <= 1;
+    if !drafting {
+        progress(OpenEvent::Note(&format!(
+            "auto: {} slots decode plainly (drafting was slower with several slots in every \
+             cell measured: docs/serve.md)",
+            device.sequences
+        )));
+    }
+    if drafting {
+        let (table, measured) = accuracy(DraftSource::LOOKUP, &lookup_prior());
         candidates.push(Candidate {
-            draft: None,
-            label: "ppd".into(),
+            draft: Some(DraftSource::LOOKUP.into()),
+            label: "lookup".into(),
             memory: 0,
-            step_secs: 0.0,
+            step_secs: 20e-6,
             accuracy: table,
             measured,
-            ppd: Some(prompts),
+            ppd: None,
         });
-    }
-    if streams {
-        let memory = draft_overhead(c);
-        if let Some(plan) = backends::plan_with(backend, &file, None, memory, &options)? {
-            let running = 1.0 - plan.streamed() as f64 / plan.resident.len().max(1) as f64;
-            // A step runs the resident layers and the whole head.
-            let head = target_bytes.saturating_sub(layer_bytes * layout.layers.len() as u64);
-            let share = (plan.resident_bytes as f64 + head as f64) / target_bytes.max(1) as f64;
-            let (table, measured) = accuracy(DraftSource::SELF, &self_prior(running));
+        // The target's own guesses, when it has trained prompt tokens.
+        if let Ok((prompts, _)) = crate::ppd::prompt_tokens_for(target, c.hidden) {
+            let (table, measured) = accuracy(crate::ppd::SOURCE, &prompts.accuracy);
             candidates.push(Candidate {
-                draft: Some(DraftSource::SELF.into()),
-                label: "self".into(),
-                memory,
-                step_secs: curve.at(1) * share.min(1.0),
+                draft: None,
+                label: "ppd".into(),
+                memory: 0,
+                step_secs: 0.0,
                 accuracy: table,
                 measured,
-                ppd: None,
+                ppd: Some(prompts),
             });
         }
-    }
-    if let Some(path) = draft_model(config, target, progress)? {
-        let mut slims = slim_drafts_of(&path);
-        if slims.is_empty() {
-            slims.extend(derive_slim(&path, progress));
+        if streams {
+            let memory = draft_overhead(c);
+            if let Some(plan) = backends::plan_with(backend, &file, None, memory, &options)? {
+                let running = 1.0 - plan.streamed() as f64 / plan.resident.len().max(1) as f64;
+                // A step runs the resident layers and the whole head.
+                let head = target_bytes.saturating_sub(layer_bytes * layout.layers.len() as u64);
+                let share = (plan.resident_bytes as f64 + head as f64) / target_bytes.max(1) as f64;
+                let (table, measured) = accuracy(DraftSource::SELF, &self_prior(running));
+                candidates.push(Candidate {
+                    draft: Some(DraftSource::SELF.into()),
+                    label: "self".into(),
+                    memory,
+                    step_secs: curve.at(1) * share.min(1.0),
+                    accuracy: table,
+                    measured,
+                    ppd: None,
+                });
+            }
         }
-        for p in std::iter::once(path).chain(slims) {
-            candidates.push(model_candidate(
-                &p,
-                target,
-                backend,
-                store,
-                &curve,
-                target_bytes,
-                &draft_overhead,
-            )?);
+        if let Some(path) = draft_model(config, target, progress)? {
+            let mut slims = slim_drafts_of(&path);
+            if slims.is_empty() {
+                slims.extend(derive_slim(&path, progress));
+            }
+            for p in std::iter::once(path).chain(slims) {
+                candidates.push(model_candidate(
+                    &p,
+                    target,
+                    backend,
+                    store,
+                    &curve,
+                    target_bytes,
+                    &draft_overhead,
+                )?);
+            }
         }
     }
     // Plain decoding returns one row of logits, ppd its tree's and one
