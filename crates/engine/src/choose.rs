@@ -121,15 +121,13 @@ pub(crate) fn choose(
     // 10.0 at eight): a slot cannot keep its last pass, each slot drafts on
     // its own, and new requests' prompts fill the passes, none of which the
     // estimates see.
-    let drafting = device.sequences <= 1;
-    if !drafting {
+    if device.sequences > 1 {
         progress(OpenEvent::Note(&format!(
             "auto: {} slots decode plainly (drafting was slower with several slots in every \
              cell measured: docs/serve.md)",
             device.sequences
         )));
-    }
-    if drafting {
+    } else {
         let (table, measured) = accuracy(DraftSource::LOOKUP, &lookup_prior());
         candidates.push(Candidate {
             draft: Some(DraftSource::LOOKUP.into()),
