@@ -258,10 +258,12 @@ class FullQueue(unittest.TestCase):
             model=model, messages=[{"role": "user", "content": "go"}], max_tokens=400, stream=True
         )
         next(iter(long))  # the role chunk: queued
-        # The worker has taken it once the queue is empty again.
+        # The server's test harness holds the first pass, so the worker keeps
+        # the long request once it has taken it (the queue is empty again).
         deadline = time.time() + 60
         while metric(SLOW, "queue_depth") > 0 and time.time() < deadline:
             time.sleep(0.01)
+        self.assertEqual(metric(SLOW, "queue_depth"), 0, "the worker took the long request")
         outcome = []
         waiting = threading.Thread(
             target=lambda: outcome.append(
@@ -273,6 +275,7 @@ class FullQueue(unittest.TestCase):
         waiting.start()
         while metric(SLOW, "queue_depth") < 1 and time.time() < deadline:
             time.sleep(0.01)
+        self.assertEqual(metric(SLOW, "queue_depth"), 1, "the second request waits")
         with self.assertRaises(openai.RateLimitError):
             c.chat.completions.create(model=model, messages=[{"role": "user", "content": "third"}], max_tokens=2)
         long.close()

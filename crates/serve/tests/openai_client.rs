@@ -48,8 +48,13 @@ fn the_official_openai_client_passes() {
             ..ServeOptions::default()
         },
     );
+    // The full-queue test's server holds its first pass until the third
+    // request has been answered (refused or, wrongly, queued): the long
+    // generation cannot end before the queue is full, however slow or fast
+    // the machine.
     let slow_model = tiny_model("openai-slow", true);
-    let slow = serve(
+    let gate = Gate::allowing(0);
+    let slow = serve_paced(
         &slow_model,
         RunConfig {
             strategy: Some("autoregressive".into()),
@@ -59,15 +64,31 @@ fn the_official_openai_client_passes() {
             queue: 1,
             ..ServeOptions::default()
         },
+        &gate,
     );
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_client.py");
-    let status = std::process::Command::new(&python)
+    let mut child = std::process::Command::new(&python)
         .arg(script)
         .env("ARBOR_MAIN", main.addr().to_string())
         .env("ARBOR_SLOW", slow.addr().to_string())
         .env("ARBOR_KEY", "sesame")
-        .status()
+        .spawn()
         .unwrap();
+    let addr = slow.addr();
+    let count = |m: &str| arbor_serve::client::metric(addr, m).unwrap_or(0.0);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        // Three requests reached the slow server and one was refused, or
+        // all three were taken: either way the test has its answer.
+        if count("requests_rejected_total") >= 1.0 || count("requests_total") >= 3.0 {
+            gate.open();
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    gate.open();
     main.shutdown().unwrap();
     slow.shutdown().unwrap();
     for p in [tiny, slow_model] {
