@@ -25,7 +25,7 @@ pub struct GenerateOptions {
 impl Default for GenerateOptions {
     fn default() -> Self {
         Self {
-            max_tokens: 128,
+            max_tokens: crate::config::DEFAULT_MAX_TOKENS,
             sampling: SamplingParams::default(),
             stop_tokens: None,
             strategy: Strategy::default(),

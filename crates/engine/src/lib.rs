@@ -4,32 +4,33 @@
 //! loaded, latency profiles read or measured, the strategy built — and the
 //! run generates text, its statistics and its [`Trace`]. It owns no
 //! numerics: models, strategies and weight streaming live in the crates
-//! below, and this is the only crate that names the backends.
+//! below, and `arbor-load` is the only crate that names the backends.
 
-mod backends;
-mod choose;
-mod config;
-mod drafts;
-mod events;
 mod generate;
 pub mod lora;
 mod memory;
 mod open;
-pub mod ppd;
 mod profiling;
 mod run;
 pub mod slo;
 pub mod slots;
-mod trace;
 
 use std::path::{Path, PathBuf};
 
+pub use arbor_load::backends::pick_backend;
+pub use arbor_load::{
+    BackendKind, BackendSpec, DEFAULT_DRAFT, DEFAULT_TARGET, DraftSource, EngineError, OpenEvent,
+    Result, RunConfig, Sampling, Tuning, ppd, resolve_or_fetch,
+};
+use arbor_load::{
+    backends, config, events, limit_allocator_caching, release_freed_memory, reuse_freed_memory,
+};
 pub use arbor_model::{Config, LanguageModel, Logits, Mask};
 pub use arbor_paging::{format_bytes, parse_bytes};
 pub use arbor_pipeline::{Mode as StreamMode, Span, SpanKind, StreamStats};
 pub use arbor_planner::{
-    DiskRecord, Drift, LatencyRecord, PlannerError, ProfileStore, Profiles, greedy_agreement,
-    now_utc, perplexity,
+    Activity, DiskRecord, Drift, LatencyRecord, PlannerError, ProfileStore, Profiles, Segment,
+    Trace, greedy_agreement, now_utc, perplexity,
 };
 pub use arbor_sampling::{Both, Constraint, SamplingParams, Scored, ShapeError, Shaping, argmax};
 pub use arbor_speculative::{
@@ -37,106 +38,10 @@ pub use arbor_speculative::{
     Typical, Verification,
 };
 pub use arbor_tokenizer::{ChatMessage, Infill, Role, Tokenizer, TokenizerError, ToolCall};
-pub use backends::{BackendKind, BackendSpec};
-pub use config::{DEFAULT_DRAFT, DEFAULT_TARGET, RunConfig, Sampling, Tuning};
-pub use drafts::DraftSource;
-pub use events::{OpenEvent, resolve_or_fetch};
 pub use generate::{GenerateOptions, Generation, GenerationStats, StopReason, TextEvent};
 pub use memory::{MemoryOptions, MemoryReport, peak_resident, resident_now};
-pub use open::{AUTO, pick_backend};
+pub use open::AUTO;
 pub use run::{Run, reusable_prefix};
-pub use trace::{Activity, Segment, Trace};
-
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError {
-    #[error(transparent)]
-    Gguf(#[from] arbor_gguf::GgufError),
-    #[error(transparent)]
-    Model(#[from] arbor_model::ModelError),
-    #[error(transparent)]
-    Tokenizer(#[from] arbor_tokenizer::TokenizerError),
-    #[error(transparent)]
-    Sampling(#[from] arbor_sampling::SamplingError),
-    #[error(transparent)]
-    Draft(#[from] arbor_drafts::DraftError),
-    #[error("backend `{0}` is not compiled into this build (enable the cargo feature `{0}`)")]
-    BackendNotCompiled(BackendKind),
-    #[error("unknown backend `{0}` (choose candle, flex, ndarray or wgpu)")]
-    UnknownBackend(String),
-    #[error(transparent)]
-    Speculative(#[from] arbor_speculative::SpecError),
-    #[error(
-        "the draft model's vocabulary differs from the target's ({draft} vs {target} tokens, or \
-         different token strings): speculative decoding needs one shared tokenizer"
-    )]
-    VocabularyMismatch { draft: usize, target: usize },
-    #[error("{0}")]
-    Invalid(String),
-    #[error(transparent)]
-    Slo(#[from] arbor_slo::SloError),
-    #[error("loading {path}: {inner}")]
-    Load {
-        path: PathBuf,
-        inner: Box<EngineError>,
-    },
-}
-
-pub type Result<T, E = EngineError> = std::result::Result<T, E>;
-
-/// The planner's errors keep the engine's kinds (an unmet objective stays
-/// [`EngineError::Slo`], which the server answers with its own status).
-impl From<PlannerError> for EngineError {
-    fn from(e: PlannerError) -> Self {
-        match e {
-            PlannerError::Model(e) => Self::Model(e),
-            PlannerError::Slo(e) => Self::Slo(e),
-            PlannerError::Invalid(s) => Self::Invalid(s),
-        }
-    }
-}
-
-/// Makes glibc's allocator hand large freed blocks back to the OS at once
-/// and keep few arenas: streamed layers allocate and free tens of MiB per
-/// forward pass, which glibc would otherwise keep cached and count against
-/// a memory limit.
-pub(crate) fn limit_allocator_caching() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator tunables.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
-        libc::mallopt(libc::M_ARENA_MAX, 2);
-    }
-}
-
-/// Hands the heap's free memory back to the OS (glibc keeps freed small
-/// blocks otherwise): after planning, which parses model headers, so the
-/// memory a budget's plan measures as held is what the run will hold. A
-/// run whose plan counted 21 MiB of such leftovers as held ran at the
-/// cgroup limit and thrashed (1.97 against 4.86 tok/s at 800 MiB).
-pub(crate) fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free heap pages to the OS.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-/// Once everything resident is loaded, lets glibc keep freed blocks of up
-/// to 32 MiB for reuse: a streamed layer's weights are freed after each
-/// pass and the next layer allocates the same sizes again, and every
-/// forward pass allocates the same activation and logit buffers. Handing
-/// them back to the OS and faulting fresh zeroed pages in costs about a
-/// quarter of each streamed layer's build time (and a few percent of a
-/// resident decode step); keeping them costs only the memory the streaming
-/// reserve already accounts for.
-fn reuse_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator tunables.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
-    }
-}
 
 /// Loads the model of an open GGUF file onto a backend (no tokenizer).
 pub fn load_model(
@@ -165,10 +70,7 @@ impl Engine {
         backend: impl Into<BackendSpec>,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Self> {
-        let file = arbor_gguf::GgufFile::open(path)?;
-        let tokenizer = Tokenizer::from_gguf(file.header())?;
-        let model = backends::load(backend.into(), &file, progress)?;
-        let model = arbor_drafts::slim::widen_if_slim(file.header(), model)?;
+        let (model, tokenizer) = arbor_load::loaded::load_whole(path, backend.into(), progress)?;
         reuse_freed_memory();
         Ok(Self {
             model,
@@ -191,53 +93,9 @@ impl Engine {
         options: &MemoryOptions,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Self> {
-        let backend = backend.into();
-        limit_allocator_caching();
-        let file = arbor_gguf::GgufFile::open(path)?;
-        let tokenizer = Tokenizer::from_gguf(file.header())?;
-        let mut draft_model = None;
-        if let Some(DraftSource::Model(dpath)) = draft {
-            let dfile = arbor_gguf::GgufFile::open(dpath)?;
-            let dtok = Tokenizer::from_gguf(dfile.header())?;
-            if !dtok.same_vocabulary(&tokenizer) {
-                return Err(EngineError::VocabularyMismatch {
-                    draft: dtok.vocab_size(),
-                    target: tokenizer.vocab_size(),
-                });
-            }
-            let model = backends::load(backend, &dfile, progress)?;
-            draft_model = Some(arbor_drafts::slim::widen_if_slim(dfile.header(), model)?);
-        }
-        // A self or elastic draft keeps its own KV cache and logits:
-        // planned like a draft with the target's shape.
-        let self_draft = draft == Some(&DraftSource::SelfLayers);
-        let own_cache = self_draft || matches!(draft, Some(DraftSource::Elastic(_)));
-        let layout = arbor_model::Layout::from_gguf(file.header())?;
-        // An elastic draft runs every layer's prefix at its level: those
-        // stay held, and only the rest of a layer can stream.
-        let mut options = *options;
-        if let Some(DraftSource::Elastic(level)) = draft {
-            let e = layout.elastic.as_ref().ok_or_else(|| {
-                EngineError::Invalid(format!("{} is not an elastic model", path.display()))
-            })?;
-            options.split = Some(e.level_index(*level)?);
-        }
-        let options = &options;
-        let target_config = layout.config;
-        let draft_config = match (&draft_model, own_cache) {
-            (Some(d), _) => Some(d.config().clone()),
-            (None, true) => Some(target_config),
-            (None, false) => None,
-        };
-        let (model, report, own_draft) = backends::load_budgeted(
-            backend,
-            &file,
-            path,
-            draft_config.as_ref(),
-            self_draft,
-            options,
-            progress,
-        )?;
+        let loaded =
+            arbor_load::loaded::load_under_budget(path, draft, backend.into(), options, progress)?;
+        let (model, tokenizer, report) = (loaded.model, loaded.tokenizer, loaded.memory);
         reuse_freed_memory();
         let mut engine = Self {
             model,
@@ -246,7 +104,7 @@ impl Engine {
             draft: None,
             memory: Some(report),
         };
-        match (draft, draft_model.or(own_draft)) {
+        match (draft, loaded.draft) {
             (_, Some(d)) => engine.set_draft(d)?,
             (Some(DraftSource::Lookup), None) => engine.attach_lookup()?,
             (Some(DraftSource::Elastic(level)), None) => engine.attach_elastic(*level)?,
@@ -265,14 +123,7 @@ impl Engine {
     /// The share of the whole target's layer weights that `level` of this
     /// elastic target multiplies per token.
     pub fn elastic_share(&self, level: f64) -> Result<f64> {
-        let file = arbor_gguf::GgufFile::open(&self.path)?;
-        let layout = arbor_model::Layout::from_gguf(file.header())?;
-        let e = layout.elastic.as_ref().ok_or_else(|| {
-            EngineError::Invalid(format!("{} is not an elastic model", self.path.display()))
-        })?;
-        let at = e.level_index(level)?;
-        let whole = e.level_bytes(&layout, e.levels.len() - 1).max(1);
-        Ok(e.level_bytes(&layout, at) as f64 / whole as f64)
+        arbor_load::loaded::elastic_share(&self.path, level)
     }
 
     /// Attaches prompt lookup as the draft.
@@ -308,16 +159,9 @@ impl Engine {
         backend: impl Into<BackendSpec>,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<()> {
-        let file = arbor_gguf::GgufFile::open(path)?;
-        let tokenizer = Tokenizer::from_gguf(file.header())?;
-        if !tokenizer.same_vocabulary(&self.tokenizer) {
-            return Err(EngineError::VocabularyMismatch {
-                draft: tokenizer.vocab_size(),
-                target: self.tokenizer.vocab_size(),
-            });
-        }
-        let model = backends::load(backend.into(), &file, progress)?;
-        self.set_draft(arbor_drafts::slim::widen_if_slim(file.header(), model)?)
+        let model =
+            arbor_load::loaded::load_draft(path, backend.into(), &self.tokenizer, progress)?;
+        self.set_draft(model)
     }
 
     /// Attaches an already-loaded draft model (tests, custom backends);

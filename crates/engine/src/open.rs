@@ -11,28 +11,14 @@ use arbor_speculative::{Decoding, Strategy};
 
 use arbor_planner::{Drift, ProfileStore};
 
+use crate::DraftSource;
 use crate::config::{DEFAULT_TARGET, RunConfig};
-use crate::drafts::{DraftSource, attach};
 use crate::events::{OpenEvent, load_events, loading, resolve_or_fetch};
-use crate::run::Run;
-use crate::{BackendKind, BackendSpec, Engine, EngineError, GenerateOptions, Result};
+use crate::run::{Run, attach};
+use crate::{BackendSpec, Engine, EngineError, GenerateOptions, Result, pick_backend};
 
 /// The planner's branch threshold and tree size for a choice.
 type Tuned = (Option<f32>, Option<usize>);
-
-/// The backend named, or the first compiled in.
-pub fn pick_backend(name: Option<&str>) -> Result<BackendKind> {
-    let kind = match name {
-        Some(n) => n.parse()?,
-        None => *BackendKind::compiled()
-            .first()
-            .ok_or_else(|| EngineError::Invalid("this build has no backend compiled in".into()))?,
-    };
-    if !kind.is_compiled() {
-        return Err(EngineError::BackendNotCompiled(kind));
-    }
-    Ok(kind)
-}
 
 impl Engine {
     /// Opens a run from `config`, reporting downloads, loading and
@@ -78,7 +64,7 @@ impl Engine {
         // next), else the configured draft and strategy.
         type Attempt = (Option<String>, Option<Strategy>, Tuned);
         let mut attempts: Vec<Attempt> = if auto {
-            crate::choose::choose(config, &target, budget, backend, &store, progress)?
+            arbor_load::choose::choose(config, &target, budget, backend, &store, progress)?
                 .into_iter()
                 .map(|c| {
                     let strategy = c.strategy.parse::<Strategy>()?;
@@ -235,7 +221,7 @@ fn too_small(e: &EngineError) -> bool {
     }
 }
 
-/// The strategy name that lets the planner choose ([`crate::choose`]).
+/// The strategy name that lets the planner choose ([`arbor_load::choose`]).
 pub const AUTO: &str = "auto";
 
 /// Whether `config` asks the planner to choose: `strategy = "auto"`, or no

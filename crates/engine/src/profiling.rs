@@ -8,7 +8,7 @@ use std::path::Path;
 use arbor_planner::{Drift, Profiles};
 use arbor_speculative::{Decoding, DraftPrompts, Strategy};
 
-use crate::drafts::DraftSource;
+use crate::DraftSource;
 use crate::events::OpenEvent;
 use crate::run::Run;
 use crate::{EngineError, Generation, Result};
@@ -181,7 +181,7 @@ impl Run {
     /// pass's compute (its time less its waits for weights) against the
     /// target's cached resident curve (none cached: nothing to compare).
     pub(crate) fn observe_stream_compute(&self, g: &Generation) -> Result<()> {
-        use crate::trace::Activity;
+        use crate::Activity;
         let kernels = self.backend.kernels();
         let threads = rayon::current_num_threads();
         let Some(curve) = self

@@ -5,9 +5,9 @@
 use arbor_planner::{Drift, ProfileStore, Profiles};
 use arbor_speculative::{Strategy, Streaming};
 
+use crate::DraftSource;
 use crate::config::RunConfig;
-use crate::drafts::{DraftSource, attach};
-use crate::events::OpenEvent;
+use crate::events::{OpenEvent, load_events, loading};
 use crate::{
     BackendKind, BackendSpec, Engine, EngineError, GenerateOptions, Generation, Result, TextEvent,
 };
@@ -284,6 +284,27 @@ impl Run {
     /// was done about it).
     pub fn take_notes(&mut self) -> Vec<String> {
         std::mem::take(&mut self.notes)
+    }
+}
+
+/// Attaches `source` as the draft of an engine loaded without a budget.
+pub(crate) fn attach(
+    engine: &mut Engine,
+    source: &DraftSource,
+    backend: crate::BackendSpec,
+    progress: &mut dyn FnMut(OpenEvent<'_>),
+) -> Result<()> {
+    match source {
+        DraftSource::Model(path) => engine
+            .load_draft(path, backend, &mut load_events(path, progress))
+            .map_err(loading(path)),
+        DraftSource::Lookup => engine.attach_lookup(),
+        DraftSource::Elastic(level) => engine.attach_elastic(*level),
+        DraftSource::SelfLayers => Err(EngineError::Invalid(
+            "a self draft runs the target's resident layers: it needs a memory budget under \
+             which some layers stream (--memory-budget), opened with it"
+                .into(),
+        )),
     }
 }
 

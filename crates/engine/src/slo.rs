@@ -2,7 +2,7 @@
 //! half): a run measures once, and caches, its device profile (prefill
 //! and time per token of every level) and its quality table (every model
 //! level × prompt level pair against the full model); then each request
-//! with an [`Slo`] is served by the pair [`arbor_slo::decide`] picks — the
+//! with an [`Slo`] is served by the pair [`arbor_slo::decide()`] picks — the
 //! level switched (a pointer move), the prompt's least informative tokens
 //! dropped — and its measured latency is held against the objective.
 

@@ -5,7 +5,9 @@
 //! [`sources`] holds each source's measured acceptance and turns the
 //! winner into a strategy; [`ProfileStore`] caches the facts under
 //! `$ARBOR_HOME/profiles/` and heals stale curves ([`Drift`]), and
-//! [`compute`] scales the target's curve by what streamed passes computed;
+//! [`compute`] scales the target's curve by what streamed passes computed
+//! (read from a generation's [`Trace`]: the decoding loop's phases and the
+//! weight streamer's spans on one clock);
 //! [`slo`]
 //! measures the device profile and quality table that latency objectives
 //! are served from; [`eval`] scores a model against text (perplexity,
@@ -21,6 +23,7 @@ pub mod eval;
 pub mod profiles;
 pub mod slo;
 pub mod sources;
+pub mod trace;
 
 use arbor_speculative::LatencyProfile;
 
@@ -28,6 +31,7 @@ pub use acceptance::{AcceptanceRecord, source_key};
 pub use compute::StreamComputeRecord;
 pub use eval::{greedy_agreement, perplexity};
 pub use profiles::{DiskRecord, Drift, LatencyRecord, ProfileStore, now_utc, stem};
+pub use trace::{Activity, Segment, Trace};
 
 /// Why a measurement or a plan failed.
 #[derive(Debug, thiserror::Error)]

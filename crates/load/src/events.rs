@@ -38,7 +38,7 @@ pub fn resolve_or_fetch(name: &str, progress: &mut dyn FnMut(OpenEvent<'_>)) -> 
 }
 
 /// An error while loading `path`, saying which file it was.
-pub(crate) fn loading(path: &Path) -> impl FnOnce(EngineError) -> EngineError + use<> {
+pub fn loading(path: &Path) -> impl FnOnce(EngineError) -> EngineError + use<> {
     let path = path.to_path_buf();
     move |e| EngineError::Load {
         path,
@@ -47,7 +47,7 @@ pub(crate) fn loading(path: &Path) -> impl FnOnce(EngineError) -> EngineError + 
 }
 
 /// Loading progress of `path` as open events.
-pub(crate) fn load_events<'a>(
+pub fn load_events<'a>(
     path: &'a Path,
     progress: &'a mut dyn FnMut(OpenEvent<'_>),
 ) -> impl FnMut(usize, usize) + 'a {

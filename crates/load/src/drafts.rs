@@ -15,8 +15,8 @@ use std::path::PathBuf;
 
 use arbor_speculative::LatencyProfile;
 
-use crate::events::{OpenEvent, load_events, loading, resolve_or_fetch};
-use crate::{Engine, EngineError, Result};
+use crate::Result;
+use crate::events::{OpenEvent, resolve_or_fetch};
 
 /// A run's draft source.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,27 +88,6 @@ impl DraftSource {
                     .collect(),
             }),
         }
-    }
-}
-
-/// Attaches `source` as the draft of an engine loaded without a budget.
-pub(crate) fn attach(
-    engine: &mut Engine,
-    source: &DraftSource,
-    backend: crate::BackendSpec,
-    progress: &mut dyn FnMut(OpenEvent<'_>),
-) -> Result<()> {
-    match source {
-        DraftSource::Model(path) => engine
-            .load_draft(path, backend, &mut load_events(path, progress))
-            .map_err(loading(path)),
-        DraftSource::Lookup => engine.attach_lookup(),
-        DraftSource::Elastic(level) => engine.attach_elastic(*level),
-        DraftSource::SelfLayers => Err(EngineError::Invalid(
-            "a self draft runs the target's resident layers: it needs a memory budget under \
-             which some layers stream (--memory-budget), opened with it"
-                .into(),
-        )),
     }
 }
 

@@ -1,6 +1,6 @@
 //! The run configuration: one serde type that a device config in
 //! `configs/`, a command line or a server request produces,
-//! and that [`Engine::open`](crate::Engine::open) turns into a ready run.
+//! and that the engine's `Engine::open` turns into a ready run.
 
 use arbor_sampling::SamplingParams;
 use arbor_speculative::{Decoding, Strategy, Typical, Verification};
@@ -11,6 +11,9 @@ use crate::{EngineError, Result};
 pub const DEFAULT_TARGET: &str = "qwen2.5-coder-1.5b";
 /// The draft that pairs with the default target.
 pub const DEFAULT_DRAFT: &str = "qwen2.5-coder-0.5b";
+/// New tokens a generation stops at when neither it nor its run sets a
+/// limit.
+pub const DEFAULT_MAX_TOKENS: usize = 128;
 
 /// Everything that opens a run. Every field has a default, so a device
 /// config may set only `backend` and `threads`; later sources (flags, a
@@ -141,7 +144,7 @@ impl RunConfig {
     /// GPU's (see [`RunConfig::gpu_memory_budget`]).
     pub fn budget_bytes(&self) -> Result<Option<u64>> {
         let parse =
-            |b: &str| crate::parse_bytes(b).map_err(|e| EngineError::Invalid(e.to_string()));
+            |b: &str| arbor_paging::parse_bytes(b).map_err(|e| EngineError::Invalid(e.to_string()));
         match (&self.memory_budget, &self.gpu_memory_budget) {
             (Some(_), Some(_)) => Err(EngineError::Invalid(
                 "--gpu-memory-budget and --memory-budget together are not supported yet: give                  one of them"
@@ -173,9 +176,7 @@ impl RunConfig {
     /// `max_tokens` (its default when unset) plus [`PROMPT_ALLOWANCE`].
     pub fn planned_context(&self) -> usize {
         self.context.unwrap_or_else(|| {
-            let new = self
-                .max_tokens
-                .unwrap_or(crate::GenerateOptions::default().max_tokens);
+            let new = self.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
             new + PROMPT_ALLOWANCE
         })
     }
@@ -185,11 +186,11 @@ impl RunConfig {
     /// rows the strategy's target and draft passes return (for every
     /// slot: a batched pass returns each slot's rows, and each slot's
     /// draft fork its own).
-    pub fn memory_options(&self, bytes: u64, strategy: &Strategy) -> crate::MemoryOptions {
+    pub fn memory_options(&self, bytes: u64, strategy: &Strategy) -> arbor_pipeline::MemoryOptions {
         let pipelined = strategy.streaming == arbor_speculative::Streaming::Pipelined;
         let gpu = self.gpu_memory_budget.is_some();
         let slots = self.slots.unwrap_or(1).max(1);
-        crate::MemoryOptions {
+        arbor_pipeline::MemoryOptions {
             context: self.planned_context(),
             logit_rows: strategy.decoding.max_rows() * slots,
             draft_logit_rows: strategy.decoding.max_draft_rows() * slots,
@@ -199,7 +200,7 @@ impl RunConfig {
             base: gpu.then_some(0),
             host_cache: gpu,
             sequences: slots,
-            ..crate::MemoryOptions::new(bytes, pipelined)
+            ..arbor_pipeline::MemoryOptions::new(bytes, pipelined)
         }
     }
 

@@ -23,7 +23,7 @@ use crate::{BackendSpec, DEFAULT_DRAFT, DEFAULT_TARGET, OpenEvent, Result, RunCo
 /// Estimates every draft source under `config`'s budget (unlimited when
 /// none) and returns those that fit, fastest first, reporting the
 /// comparison as notes.
-pub(crate) fn choose(
+pub fn choose(
     config: &RunConfig,
     target: &Path,
     budget: Option<u64>,
@@ -35,7 +35,7 @@ pub(crate) fn choose(
     let layout = arbor_model::Layout::from_gguf(file.header())?;
     // Held while plans are estimated, as it is when the run loads: plans
     // count what the process holds as their base.
-    let tokenizer = crate::Tokenizer::from_gguf(file.header())?;
+    let tokenizer = arbor_tokenizer::Tokenizer::from_gguf(file.header())?;
     // Drafting sources are planned as a tree's rounds (pipelined, its
     // verification rows); plain decoding's one row is set in `read_for`.
     let tree: arbor_speculative::Strategy = "tree".parse()?;

@@ -96,6 +96,20 @@ impl std::str::FromStr for BackendKind {
     }
 }
 
+/// The backend named, or the first compiled in.
+pub fn pick_backend(name: Option<&str>) -> Result<BackendKind> {
+    let kind = match name {
+        Some(n) => n.parse()?,
+        None => *BackendKind::compiled()
+            .first()
+            .ok_or_else(|| EngineError::Invalid("this build has no backend compiled in".into()))?,
+    };
+    if !kind.is_compiled() {
+        return Err(EngineError::BackendNotCompiled(kind));
+    }
+    Ok(kind)
+}
+
 /// Evaluates `$body` with `$b` bound to a new backend as `$spec` says, or
 /// fails when that backend is not compiled in. The one place that names
 /// each backend's constructor.
@@ -156,7 +170,7 @@ impl BackendSpec {
     }
 }
 
-pub(crate) fn load(
+pub fn load(
     kind: BackendSpec,
     file: &GgufFile,
     progress: &mut dyn FnMut(usize, usize),
@@ -171,9 +185,9 @@ pub(crate) fn load(
 
 /// A target loaded under a budget, its memory report, and its self draft
 /// when one was asked for.
-pub(crate) type Budgeted = (
+pub type Budgeted = (
     Box<dyn LanguageModel>,
-    crate::MemoryReport,
+    arbor_pipeline::MemoryReport,
     Option<Box<dyn LanguageModel>>,
 );
 
@@ -182,13 +196,13 @@ pub(crate) type Budgeted = (
 /// `self_draft`, that the target will draft for itself: then the self
 /// draft comes back too). `path` is the one `file` was opened from; the
 /// pipeline reads `file.path()`.
-pub(crate) fn load_budgeted(
+pub fn load_budgeted(
     kind: BackendSpec,
     file: &GgufFile,
     path: &std::path::Path,
     draft: Option<&arbor_model::Config>,
     self_draft: bool,
-    options: &crate::MemoryOptions,
+    options: &arbor_pipeline::MemoryOptions,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Budgeted> {
     debug_assert_eq!(path, file.path());
@@ -212,10 +226,10 @@ pub(crate) fn load_budgeted(
     })
 }
 
-pub(crate) fn target_fits(
+pub fn target_fits(
     kind: BackendSpec,
     file: &GgufFile,
-    options: &crate::MemoryOptions,
+    options: &arbor_pipeline::MemoryOptions,
 ) -> Result<bool> {
     let _ = (&file, &options);
     with_backend!(kind, backend => Ok(arbor_pipeline::target_fits(&backend, file, options)?))
@@ -223,12 +237,12 @@ pub(crate) fn target_fits(
 
 /// The plan the target of `file` would get with `extra` bytes held by a
 /// draft of config `draft` (see [`arbor_pipeline::plan_with`]).
-pub(crate) fn plan_with(
+pub fn plan_with(
     kind: BackendSpec,
     file: &GgufFile,
     draft: Option<&arbor_model::Config>,
     extra: u64,
-    options: &crate::MemoryOptions,
+    options: &arbor_pipeline::MemoryOptions,
 ) -> Result<Option<arbor_pipeline::Plan>> {
     let _ = (&file, &draft, &extra, &options);
     with_backend!(kind, backend => Ok(arbor_pipeline::plan_with(&backend, file, draft, extra, options)?))
@@ -238,7 +252,7 @@ pub(crate) fn plan_with(
 /// (everything outside the layers as loaded; an untied token table read by
 /// rows), for sampling its latency curve without holding it whole; `None`
 /// for a model of one layer.
-pub(crate) fn first_layers(
+pub fn first_layers(
     kind: BackendSpec,
     file: &GgufFile,
 ) -> Result<Option<[Box<dyn LanguageModel>; 2]>> {
@@ -262,7 +276,7 @@ pub(crate) fn first_layers(
 }
 
 /// Bytes the weights of `file` hold once loaded as a draft.
-pub(crate) fn model_bytes(kind: BackendSpec, file: &GgufFile) -> Result<u64> {
+pub fn model_bytes(kind: BackendSpec, file: &GgufFile) -> Result<u64> {
     let _ = &file;
     with_backend!(kind, backend => Ok(arbor_pipeline::model_bytes(&backend, file)?))
 }
