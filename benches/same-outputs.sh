@@ -8,12 +8,13 @@
 # `arbor fetch --dataset mt-bench`). About 40 minutes per build on 2 cores.
 # SAME_OUTPUTS_ONLY=old|new runs one half into OUTDIR (the other half can
 # run later into the same OUTDIR, e.g. before and after a rebuild); the
-# comparison runs when both halves are there.
+# comparison runs when both halves are there. SAME_OUTPUTS_PROMPTS=N takes
+# the first N of the 8 prompts (default 8).
 set -u
 OLD=$1 NEW=$2 OUT=${3:-$(mktemp -d)}
 home=${ARBOR_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/arbor}
 prompts() {
-  python3 - "$home/datasets/mt-bench-question.jsonl" <<'PY'
+  python3 - "$home/datasets/mt-bench-question.jsonl" "${SAME_OUTPUTS_PROMPTS:-8}" <<'PY'
 import json, sys
 qs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 order, by = [], {}
@@ -23,9 +24,10 @@ for q in qs:
         order.append(c); by[c] = []
     by[c].append(q["turns"][0])
 out, r = [], 0
-while len(out) < 8 and any(r < len(v) for v in by.values()):
+n = int(sys.argv[2])
+while len(out) < n and any(r < len(v) for v in by.values()):
     for c in order:
-        if r < len(by[c]) and len(out) < 8:
+        if r < len(by[c]) and len(out) < n:
             out.append(by[c][r])
     r += 1
 for t in out:

@@ -154,7 +154,7 @@ fn a_gpu_budget_streams_layers_without_changing_the_output() {
 /// ones (guessed wrong).
 #[test]
 fn ppd_on_wgpu_equals_wgpu_target_only() {
-    use arbor_backend_burn::BurnBackend;
+    use arbor_load::arbor_backend_burn::BurnBackend;
     use arbor_model::{Decoder, LanguageModel};
     use arbor_sampling::SamplingParams;
     use arbor_speculative::{DecodeOptions, PpdConfig, PromptTokens, Verification, decode};

@@ -27,6 +27,13 @@ pub use config::{
 pub use drafts::DraftSource;
 pub use events::{OpenEvent, resolve_or_fetch};
 
+/// The backend crates compiled in, for tests and tools that build a model
+/// on one directly.
+#[cfg(feature = "burn")]
+pub use arbor_backend_burn;
+#[cfg(feature = "candle")]
+pub use arbor_backend_candle;
+
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error(transparent)]
