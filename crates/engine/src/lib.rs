@@ -22,9 +22,7 @@ pub use arbor_load::{
     BackendKind, BackendSpec, DEFAULT_DRAFT, DEFAULT_TARGET, DraftSource, EngineError, OpenEvent,
     Result, RunConfig, Sampling, Tuning, ppd, resolve_or_fetch,
 };
-use arbor_load::{
-    backends, config, events, limit_allocator_caching, release_freed_memory, reuse_freed_memory,
-};
+use arbor_load::{backends, config, events, limit_allocator_caching, release_freed_memory};
 pub use arbor_model::{Config, LanguageModel, Logits, Mask};
 pub use arbor_paging::{format_bytes, parse_bytes};
 pub use arbor_pipeline::{Mode as StreamMode, Span, SpanKind, StreamStats};
@@ -71,7 +69,6 @@ impl Engine {
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Self> {
         let (model, tokenizer) = arbor_load::loaded::load_whole(path, backend.into(), progress)?;
-        reuse_freed_memory();
         Ok(Self {
             model,
             tokenizer,
@@ -96,7 +93,6 @@ impl Engine {
         let loaded =
             arbor_load::loaded::load_under_budget(path, draft, backend.into(), options, progress)?;
         let (model, tokenizer, report) = (loaded.model, loaded.tokenizer, loaded.memory);
-        reuse_freed_memory();
         let mut engine = Self {
             model,
             tokenizer,

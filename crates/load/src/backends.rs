@@ -185,7 +185,7 @@ pub fn load(
 
 /// A target loaded under a budget, its memory report, and its self draft
 /// when one was asked for.
-pub type Budgeted = (
+pub(crate) type Budgeted = (
     Box<dyn LanguageModel>,
     arbor_pipeline::MemoryReport,
     Option<Box<dyn LanguageModel>>,
@@ -196,7 +196,7 @@ pub type Budgeted = (
 /// `self_draft`, that the target will draft for itself: then the self
 /// draft comes back too). `path` is the one `file` was opened from; the
 /// pipeline reads `file.path()`.
-pub fn load_budgeted(
+pub(crate) fn load_budgeted(
     kind: BackendSpec,
     file: &GgufFile,
     path: &std::path::Path,
@@ -237,7 +237,7 @@ pub fn target_fits(
 
 /// The plan the target of `file` would get with `extra` bytes held by a
 /// draft of config `draft` (see [`arbor_pipeline::plan_with`]).
-pub fn plan_with(
+pub(crate) fn plan_with(
     kind: BackendSpec,
     file: &GgufFile,
     draft: Option<&arbor_model::Config>,
@@ -252,7 +252,7 @@ pub fn plan_with(
 /// (everything outside the layers as loaded; an untied token table read by
 /// rows), for sampling its latency curve without holding it whole; `None`
 /// for a model of one layer.
-pub fn first_layers(
+pub(crate) fn first_layers(
     kind: BackendSpec,
     file: &GgufFile,
 ) -> Result<Option<[Box<dyn LanguageModel>; 2]>> {

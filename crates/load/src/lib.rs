@@ -116,7 +116,7 @@ pub fn release_freed_memory() {
 /// quarter of each streamed layer's build time (and a few percent of a
 /// resident decode step); keeping them costs only the memory the streaming
 /// reserve already accounts for.
-pub fn reuse_freed_memory() {
+pub(crate) fn reuse_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator tunables.
     unsafe {

@@ -9,10 +9,14 @@ use arbor_model::LanguageModel;
 use arbor_pipeline::{MemoryOptions, MemoryReport};
 use arbor_tokenizer::Tokenizer;
 
-use crate::{BackendSpec, DraftSource, EngineError, Result, backends, limit_allocator_caching};
+use crate::{
+    BackendSpec, DraftSource, EngineError, Result, backends, limit_allocator_caching,
+    reuse_freed_memory,
+};
 
 /// The model of `path` loaded whole onto `backend`, and its tokenizer;
-/// `progress(done, total)` counts tensors.
+/// `progress(done, total)` counts tensors. Freed blocks are kept for reuse
+/// from then on.
 pub fn load_whole(
     path: &Path,
     backend: BackendSpec,
@@ -20,11 +24,9 @@ pub fn load_whole(
 ) -> Result<(Box<dyn LanguageModel>, Tokenizer)> {
     let file = GgufFile::open(path)?;
     let tokenizer = Tokenizer::from_gguf(file.header())?;
-    let model = backends::load(backend, &file, progress)?;
-    Ok((
-        arbor_drafts::slim::widen_if_slim(file.header(), model)?,
-        tokenizer,
-    ))
+    let model = load_file(&file, backend, progress)?;
+    reuse_freed_memory();
+    Ok((model, tokenizer))
 }
 
 /// The draft model of `path`, whose tokenizer must be `target`'s (same
@@ -43,7 +45,17 @@ pub fn load_draft(
             target: target.vocab_size(),
         });
     }
-    let model = backends::load(backend, &file, progress)?;
+    load_file(&file, backend, progress)
+}
+
+/// The model of `file` loaded whole, a slim draft widened to its
+/// vocabulary.
+fn load_file(
+    file: &GgufFile,
+    backend: BackendSpec,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Box<dyn LanguageModel>> {
+    let model = backends::load(backend, file, progress)?;
     Ok(arbor_drafts::slim::widen_if_slim(file.header(), model)?)
 }
 
@@ -61,7 +73,8 @@ pub struct Loaded {
 /// says) to run inside `options.budget` bytes for the whole process: the
 /// draft is loaded first and stays resident; the target keeps as many
 /// layers resident as fit and streams the rest from disk. A budget too
-/// small to run at all is an error that says the minimum.
+/// small to run at all is an error that says the minimum. Freed blocks are
+/// kept for reuse once it is loaded.
 pub fn load_under_budget(
     path: &Path,
     draft: Option<&DraftSource>,
@@ -102,6 +115,7 @@ pub fn load_under_budget(
         &options,
         progress,
     )?;
+    reuse_freed_memory();
     Ok(Loaded {
         model,
         tokenizer,
