@@ -1,5 +1,5 @@
 //! `arbor generate`: one prompt, text on stdout as it streams, statistics
-//! on stderr, optionally the execution trace as a PNG.
+//! on stderr, optionally the execution trace as a PNG (or JSON).
 
 use std::path::PathBuf;
 
@@ -91,7 +91,8 @@ pub struct GenerateArgs {
     #[arg(long)]
     slo_refuse: bool,
     /// Draw the execution trace of the first target passes (draft growth,
-    /// verification, provisional steps, weight reads) to this PNG.
+    /// verification, provisional steps, weight reads) to this PNG; a path
+    /// ending in `.json` gets every segment of the generation as JSON.
     #[arg(long)]
     trace: Option<PathBuf>,
 }
@@ -126,7 +127,7 @@ impl GenerateArgs {
 
 pub fn run(args: &GenerateArgs, device: RunConfig) -> Result<()> {
     #[cfg(not(feature = "plot"))]
-    if args.trace.is_some() {
+    if args.trace.as_ref().is_some_and(|p| !is_json(p)) {
         anyhow::bail!("--trace draws a PNG, and this build has no plotting (the `plot` feature)");
     }
     let mut config = device.merge(args.config());
@@ -212,11 +213,20 @@ pub fn run(args: &GenerateArgs, device: RunConfig) -> Result<()> {
             );
         }
     }
+    if let Some(path) = args.trace.as_ref().filter(|p| is_json(p)) {
+        std::fs::write(path, serde_json::to_string(&g.trace)?)?;
+        eprintln!("trace written to {}", path.display());
+    }
     #[cfg(feature = "plot")]
-    if let Some(path) = &args.trace {
+    if let Some(path) = args.trace.as_ref().filter(|p| !is_json(p)) {
         let title = format!("arbor generate: {strategy}, first 12 target passes");
         trace::draw(&g.trace, &title, 12, path)?;
         eprintln!("trace drawn to {}", path.display());
     }
     Ok(())
+}
+
+fn is_json(path: &std::path::Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
 }

@@ -262,6 +262,8 @@ impl Run {
             let _ =
                 (self.store).observe_acceptance(self.engine.path(), &source, &g.stats.acceptance);
         }
+        // The rate its source decoded at, for `auto`'s next plan.
+        let _ = self.observe_rate(&options.strategy, &g);
         // How its passes computed while layers streamed, for the next plan.
         if read > 0 {
             let _ = self.observe_stream_compute(&g);
@@ -278,6 +280,30 @@ impl Run {
             return Some(crate::ppd::SOURCE.into());
         }
         self.draft.as_ref().map(DraftSource::key)
+    }
+
+    /// Folds the generation's decoding rate into the store under the run's
+    /// budget, by source (`none` without one) and strategy: `auto` plans
+    /// with what a source measured here ([`arbor_planner::rates`]). A
+    /// server's slots share passes: their rates are not one source's.
+    fn observe_rate(&self, strategy: &Strategy, g: &Generation) -> Result<()> {
+        if self.config.slots.unwrap_or(1) > 1 {
+            return Ok(());
+        }
+        let key = arbor_planner::choice::choice_key(self.config.budget_bytes()?, 1);
+        let source = self.source_key(strategy).unwrap_or_else(|| "none".into());
+        Ok(self.store.observe_rate(
+            self.engine.path(),
+            self.backend.kernels(),
+            rayon::current_num_threads(),
+            &key,
+            &source,
+            &strategy.name(),
+            // Tokens after the first over the time after the prefill, as
+            // `bench spec` counts its rows.
+            g.stats.generated_tokens.saturating_sub(1),
+            g.stats.decode_secs,
+        )?)
     }
 
     /// What the run noticed since the last call (profile drift and what

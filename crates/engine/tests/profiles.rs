@@ -69,3 +69,67 @@ fn a_stale_latency_profile_is_measured_again() {
     assert_eq!(run.profiles().unwrap().target.points, fresh.points);
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// `auto` plans with the rate a source measured under the same budget:
+/// runs record each generation's decoding rate by source and strategy,
+/// and a measured rate outranks the model's estimate (said in --explain).
+#[test]
+fn auto_plans_with_the_rates_runs_measured() {
+    let Some(path) = model("smollm2-135m") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("arbor-rates-{}", std::process::id()));
+    let store = ProfileStore::new(dir.clone());
+    let kernels = BackendKind::Candle.kernels();
+    let threads = rayon::current_num_threads();
+    let name = path.to_str().unwrap().to_string();
+    let config = |strategy: &str| RunConfig {
+        target: Some(name.clone()),
+        backend: Some("candle".into()),
+        strategy: Some(strategy.into()),
+        max_tokens: Some(24),
+        ..RunConfig::default()
+    };
+    // A plain run records its rate under no budget, one sequence.
+    let mut run =
+        Engine::open_with_store(&config("autoregressive"), store.clone(), &mut |_| {}).unwrap();
+    let prompt = run
+        .prompt_tokens("The three primary colours are", false)
+        .unwrap();
+    let g = run.generate(&prompt, &mut |_| {}).unwrap();
+    let rates = store.rates(&path, kernels, threads, "none-s1");
+    let plain = (rates.rates.iter())
+        .find(|r| r.source == "none" && r.strategy == "autoregressive")
+        .expect("the plain run's rate");
+    assert_eq!(plain.tokens, (g.stats.generated_tokens - 1) as f64);
+    assert!((plain.secs - g.stats.decode_secs).abs() < 1e-9);
+    // Runs of prompt lookup measured it far faster than plain decoding
+    // (faster than any model of it): auto drafts with it and says why.
+    for _ in 0..3 {
+        store
+            .observe_rate(
+                &path, kernels, threads, "none-s1", "lookup", "tree", 128, 0.01,
+            )
+            .unwrap();
+    }
+    let mut notes = Vec::new();
+    let run = Engine::open_with_store(&config("auto"), store.clone(), &mut |e| match e {
+        arbor_engine::OpenEvent::Note(n) | arbor_engine::OpenEvent::Explain(n) => {
+            notes.push(n.to_string())
+        }
+        _ => {}
+    })
+    .unwrap();
+    assert_eq!(run.strategy().name(), "tree", "{notes:?}");
+    assert!(
+        notes.iter().any(|n| n.contains("drafting with lookup")),
+        "{notes:?}"
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("lookup") && n.contains("measured 12800.00 tok/s")),
+        "{notes:?}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -203,9 +203,23 @@ pub fn choose(
             .map(|p| p.read_per_pass)
     };
     let mut estimates = auto::estimate(&device, candidates, &mut read_for);
+    // Where runs measured a source under this budget, its measured rate.
+    let key = arbor_planner::choice::choice_key(budget, device.sequences);
+    let rates = store.rates(target, kernels, threads, &key);
+    auto::with_measured(&mut estimates, &mut |e| {
+        let strategy = choice_for(e, streams)
+            .strategy
+            .parse::<arbor_speculative::Strategy>();
+        let source = match (&e.candidate.ppd, &e.candidate.draft) {
+            (Some(_), _) => crate::ppd::SOURCE.to_string(),
+            (None, Some(d)) => arbor_planner::source_key(d),
+            (None, None) => "none".to_string(),
+        };
+        let rate = rates.measured(&source, &strategy.ok()?.name())?;
+        Some((rate.tok_s(), rate.tokens))
+    });
     // Sources whose estimates lie closer than the estimates can tell apart
     // do not take turns: the last choice under this budget stays.
-    let key = arbor_planner::choice::choice_key(budget, device.sequences);
     let previous = store.previous_choice(target, &key).map(|r| r.label);
     if arbor_planner::choice::keep_previous(&mut estimates, previous.as_deref()) {
         progress(OpenEvent::Note(&format!(

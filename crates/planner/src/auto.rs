@@ -56,7 +56,14 @@ pub struct Estimate {
     pub depth: usize,
     /// Tokens a round (a target pass) is expected to produce.
     pub tokens_per_pass: f64,
+    /// The rate planned with: the measured one where runs measured this
+    /// source under the budget ([`with_measured`]), else the model's.
     pub tok_s: f64,
+    /// The model's rate.
+    pub model_tok_s: f64,
+    /// What runs measured (tok/s, tokens decoded, fading), when they had
+    /// decoded enough to count ([`crate::rates::MIN_TOKENS`]).
+    pub measured: Option<(f64, f64)>,
 }
 
 /// Device facts the estimate uses.
@@ -182,11 +189,31 @@ pub fn estimate(
                 depth,
                 tokens_per_pass,
                 tok_s,
+                model_tok_s: tok_s,
+                measured: None,
             }
         })
         .collect();
     out.sort_by(|a, b| b.tok_s.total_cmp(&a.tok_s));
     out
+}
+
+/// Plans with measured rates where runs measured them: `measured(e)` is
+/// the (tok/s, tokens) runs saw of `e`'s source under its strategy and the
+/// budget. A measured rate replaces the model's (sources that do not fit
+/// keep 0); best first again.
+pub fn with_measured(
+    estimates: &mut [Estimate],
+    measured: &mut dyn FnMut(&Estimate) -> Option<(f64, f64)>,
+) {
+    for e in estimates.iter_mut() {
+        if e.read_per_pass.is_none() {
+            continue;
+        }
+        e.measured = measured(e);
+        e.tok_s = e.measured.map_or(e.model_tok_s, |(r, _)| r);
+    }
+    estimates.sort_by(|a, b| b.tok_s.total_cmp(&a.tok_s));
 }
 
 /// One line per estimate, for `--explain`.
@@ -204,7 +231,7 @@ pub fn explain(estimates: &[Estimate]) -> Vec<String> {
                 Some(r) => format!(
                     "  {:<12} holds {:>5} MiB, target reads {:>4} MiB/pass, accepts {:.2}/{:.2} \
                      (top-1/2, {}), step {:>5.1} ms -> {:>4.2} tokens/pass, {:>5.2} tok/s \
-                     ({} candidates)",
+                     ({} candidates){}",
                     c.label,
                     c.memory >> 20,
                     r >> 20,
@@ -216,8 +243,14 @@ pub fn explain(estimates: &[Estimate]) -> Vec<String> {
                     },
                     c.step_secs * 1e3,
                     e.tokens_per_pass,
-                    e.tok_s,
-                    e.depth
+                    e.model_tok_s,
+                    e.depth,
+                    match e.measured {
+                        Some((rate, tokens)) => {
+                            format!("; measured {rate:.2} tok/s over {tokens:.0} tokens: planned with it")
+                        }
+                        None => String::new(),
+                    }
                 ),
             }
         })
@@ -419,6 +452,48 @@ mod tests {
             ..tree.clone()
         };
         assert!(d.rate(&slow, read).0 < n_tree);
+    }
+
+    #[test]
+    fn measured_rates_replace_the_model_where_runs_measured_them() {
+        let d = device();
+        let mut est = estimate(
+            &d,
+            vec![
+                cand("none", 0, 0.0, 0.0),
+                cand("good", 0, 0.01, 0.7),
+                cand("huge", 1 << 30, 0.01, 0.9),
+            ],
+            &mut |c| (c.memory < (1 << 30)).then_some(400 << 20),
+        );
+        assert_eq!(est[0].candidate.label, "good", "the model's ranking");
+        let model: Vec<f64> = est.iter().map(|e| e.model_tok_s).collect();
+        // Runs measured `good` slower than plain decoding, and something
+        // for `huge` (which cannot fit here: it stays out).
+        with_measured(&mut est, &mut |e| match e.candidate.label.as_str() {
+            "good" => Some((0.5, 512.0)),
+            "huge" => Some((99.0, 512.0)),
+            _ => None,
+        });
+        let labels: Vec<&str> = est.iter().map(|e| e.candidate.label.as_str()).collect();
+        assert_eq!(labels, ["none", "good", "huge"]);
+        assert_eq!(est[1].tok_s, 0.5);
+        assert_eq!(est[1].measured, Some((0.5, 512.0)));
+        assert_eq!(est[0].measured, None);
+        assert_eq!(est[2].tok_s, 0.0);
+        // The model's figures stay, and --explain shows both.
+        let mut model_now: Vec<f64> = est.iter().map(|e| e.model_tok_s).collect();
+        let mut model = model;
+        model.sort_by(f64::total_cmp);
+        model_now.sort_by(f64::total_cmp);
+        assert_eq!(model, model_now);
+        let lines = explain(&est);
+        assert!(
+            lines[1].contains("measured 0.50 tok/s over 512 tokens"),
+            "{}",
+            lines[1]
+        );
+        assert!(!lines[0].contains("measured"));
     }
 
     #[test]

@@ -96,6 +96,8 @@ mod tests {
             depth: 0,
             tokens_per_pass: 1.0,
             tok_s,
+            model_tok_s: tok_s,
+            measured: None,
         }
     }
 

@@ -8,6 +8,8 @@
 //! [`compute`] scales the target's curve by what streamed passes computed
 //! (read from a generation's [`Trace`]: the decoding loop's phases and the
 //! weight streamer's spans on one clock);
+//! [`rates`] keeps what each source's decoding measured under a budget,
+//! which `auto` plans with where it exists;
 //! [`slo`]
 //! measures the device profile and quality table that latency objectives
 //! are served from; [`eval`] scores a model against text (perplexity,
@@ -21,6 +23,7 @@ pub mod compute;
 pub mod curve;
 pub mod eval;
 pub mod profiles;
+pub mod rates;
 pub mod slo;
 pub mod sources;
 pub mod trace;
@@ -31,6 +34,7 @@ pub use acceptance::{AcceptanceRecord, source_key};
 pub use compute::StreamComputeRecord;
 pub use eval::{greedy_agreement, perplexity};
 pub use profiles::{DiskRecord, Drift, LatencyRecord, ProfileStore, now_utc, stem};
+pub use rates::{Rate, RateRecord};
 pub use trace::{Activity, Segment, Trace};
 
 /// Why a measurement or a plan failed.

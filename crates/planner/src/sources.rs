@@ -185,6 +185,8 @@ mod tests {
             depth: 4,
             tokens_per_pass: 2.0,
             tok_s: 1.0,
+            model_tok_s: 1.0,
+            measured: None,
         }
     }
 
