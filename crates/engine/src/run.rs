@@ -298,7 +298,7 @@ impl Run {
             rayon::current_num_threads(),
             &key,
             &source,
-            &strategy.name(),
+            &arbor_planner::strategy_key(&strategy.name(), self.config.tuning.branch_threshold),
             // Tokens after the first over the time after the prefill, as
             // `bench spec` counts its rows.
             g.stats.generated_tokens.saturating_sub(1),

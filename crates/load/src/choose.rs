@@ -207,15 +207,21 @@ pub fn choose(
     let key = arbor_planner::choice::choice_key(budget, device.sequences);
     let rates = store.rates(target, kernels, threads, &key);
     auto::with_measured(&mut estimates, &mut |e| {
-        let strategy = choice_for(e, streams)
+        // The strategy as the run would open it (the config's branch
+        // threshold, else the planner's).
+        let choice = choice_for(e, streams);
+        let strategy = choice
             .strategy
-            .parse::<arbor_speculative::Strategy>();
+            .parse::<arbor_speculative::Strategy>()
+            .ok()?;
+        let branch = config.tuning.branch_threshold.or(choice.branch_threshold);
+        let strategy = arbor_planner::strategy_key(&strategy.name(), branch);
         let source = match (&e.candidate.ppd, &e.candidate.draft) {
             (Some(_), _) => crate::ppd::SOURCE.to_string(),
             (None, Some(d)) => arbor_planner::source_key(d),
             (None, None) => "none".to_string(),
         };
-        let rate = rates.measured(&source, &strategy.ok()?.name())?;
+        let rate = rates.measured(&source, &strategy)?;
         Some((rate.tok_s(), rate.tokens))
     });
     // Sources whose estimates lie closer than the estimates can tell apart

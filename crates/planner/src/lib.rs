@@ -34,7 +34,7 @@ pub use acceptance::{AcceptanceRecord, source_key};
 pub use compute::StreamComputeRecord;
 pub use eval::{greedy_agreement, perplexity};
 pub use profiles::{DiskRecord, Drift, LatencyRecord, ProfileStore, now_utc, stem};
-pub use rates::{Rate, RateRecord};
+pub use rates::{Rate, RateRecord, strategy_key};
 pub use trace::{Activity, Segment, Trace};
 
 /// Why a measurement or a plan failed.
