@@ -3,7 +3,7 @@
 # 128 tokens at 800 and 900 MiB, uncapped, auto beside the fixed strategies
 # in a different order each run (2-core VM, cgroup v1, nothing else running).
 set -u
-BIN=${BIN:-/work/arbor-rates}  # release build of 38d4f8b
+BIN=${BIN:-/work/arbor-rates}  # release build of 29e1569
 H=/work/home-ms4
 M=/root/.cache/arbor/models
 O=/work/ms4
