@@ -408,6 +408,11 @@ fn requests_without_a_seed_differ_and_latency_histograms_fill() {
     let server = serve(&path, plain(), ServeOptions::default());
     let addr = server.addr();
     let id = model_id(addr);
+    // What each request generated: the time to the first token is observed
+    // when text first comes, the time per output token when text came and
+    // more than one token was generated (a random model sampled at
+    // temperature 1 may stop at once, or make tokens without text).
+    let made = std::cell::RefCell::new(Vec::new());
     let sample = |seed: Option<u64>| {
         let mut body = json!({"model": id, "prompt": "a", "max_tokens": 24, "temperature": 1});
         if let Some(s) = seed {
@@ -415,6 +420,8 @@ fn requests_without_a_seed_differ_and_latency_histograms_fill() {
         }
         let r = post(addr, "/v1/completions", &body).json();
         let text = r["choices"][0]["text"].as_str().unwrap().to_string();
+        let tokens = r["usage"]["completion_tokens"].as_u64().unwrap();
+        made.borrow_mut().push((tokens, !text.is_empty()));
         (text, r["arbor"]["seed"].as_u64().unwrap())
     };
     let (a, seed_a) = sample(None);
@@ -436,7 +443,22 @@ fn requests_without_a_seed_differ_and_latency_histograms_fill() {
             "{h}"
         );
         let count = metric(addr, &format!("{h}_count"));
-        assert!(count >= 5.0, "{h}: {count} observations of 6 requests");
+        let made = made.borrow();
+        let within = |sure: &dyn Fn(&(u64, bool)) -> bool, may: &dyn Fn(&(u64, bool)) -> bool| {
+            let n = |f: &dyn Fn(&(u64, bool)) -> bool| made.iter().filter(|m| f(m)).count() as f64;
+            (n(sure), n(may))
+        };
+        let (least, most) = match h {
+            "time_to_first_token_seconds" => within(&|m| m.1, &|_| true),
+            "time_per_output_token_seconds" => within(&|m| m.1 && m.0 > 1, &|m| m.0 > 1),
+            _ => (5.0, 5.0),
+        };
+        assert!(
+            (least..=most).contains(&count),
+            "{h}: {count} observations, {least} to {most} expected of {made:?}"
+        );
+        // The two requests seeded 7 make the same text of several tokens.
+        assert!(least >= 2.0, "{h}: {made:?}");
     }
     server.shutdown().unwrap();
     std::fs::remove_file(path).ok();
