@@ -291,7 +291,8 @@ impl Run {
             return Ok(());
         }
         let key = arbor_planner::choice::choice_key(self.config.budget_bytes()?, 1);
-        let source = self.source_key(strategy).unwrap_or_else(|| "none".into());
+        let source =
+            (self.source_key(strategy)).unwrap_or_else(|| arbor_planner::rates::NO_SOURCE.into());
         Ok(self.store.observe_rate(
             self.engine.path(),
             self.backend.kernels(),

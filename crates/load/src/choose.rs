@@ -219,7 +219,7 @@ pub fn choose(
         let source = match (&e.candidate.ppd, &e.candidate.draft) {
             (Some(_), _) => crate::ppd::SOURCE.to_string(),
             (None, Some(d)) => arbor_planner::source_key(d),
-            (None, None) => "none".to_string(),
+            (None, None) => arbor_planner::rates::NO_SOURCE.to_string(),
         };
         let rate = rates.measured(&source, &strategy)?;
         Some((rate.tok_s(), rate.tokens))

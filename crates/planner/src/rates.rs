@@ -20,10 +20,13 @@ use crate::profiles::{now_utc, stem};
 /// estimate: two generations of 128 tokens.
 pub const MIN_TOKENS: f64 = 256.0;
 
+/// The source a run without a draft (plain decoding) is counted under.
+pub const NO_SOURCE: &str = "none";
+
 /// One source's decoding as measured under one budget.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Rate {
-    /// The source ([`crate::source_key`]: `none`, `ppd`, `lookup`, a
+    /// The source ([`crate::source_key`], or [`NO_SOURCE`]: `ppd`, `lookup`, a
     /// draft's stem).
     pub source: String,
     /// The strategy that ran it ([`strategy_key`]: `ppd`,
