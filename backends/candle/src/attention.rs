@@ -13,7 +13,31 @@ use crate::{CandleBackend, HostKv, HostTensor, qmm, shape_err};
 /// the calling thread.
 pub(crate) const PARALLEL_ATTENTION_MIN: usize = 1 << 10;
 
+/// Keys (or values) a pass of several query rows widens to `f32` once, at
+/// most (8 MiB each: 8,192 positions of a 256-wide cache).
+const WIDEN_MAX: usize = 1 << 21;
+
+/// `Σ a[i] b[i]` in eight lanes (lane `l` takes `i ≡ l mod 8`), added in
+/// lane order, then the tail: the same bits with 256-bit vectors (chosen
+/// at run time) as with the baseline's 128-bit ones, since every product
+/// and sum is rounded on its own (no fused multiply-adds).
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2.
+        return unsafe { dot_avx2(a, b) };
+    }
+    dot_lanes(a, b)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+    dot_lanes(a, b)
+}
+
+#[inline(always)]
+fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
     // Eight independent accumulators so the compiler vectorises the loop.
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -27,7 +51,24 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
+/// `out += w x`, element by element (the same bits at any vector width).
 pub(crate) fn axpy(out: &mut [f32], w: f32, x: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2.
+        return unsafe { axpy_avx2(out, w, x) };
+    }
+    axpy_plain(out, w, x)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn axpy_avx2(out: &mut [f32], w: f32, x: &[f32]) {
+    axpy_plain(out, w, x)
+}
+
+#[inline(always)]
+fn axpy_plain(out: &mut [f32], w: f32, x: &[f32]) {
     for (o, v) in out.iter_mut().zip(x) {
         *o += w * v;
     }
@@ -81,6 +122,11 @@ impl CandleBackend {
             ..*q
         };
         let (n, t, kvd) = (q.rows, kv.len, kv.kv_dim);
+        // Several query rows read every key and value once per row and
+        // head: widen them once (the same values) unless that would take
+        // much memory; one row (decode) widens what it reads.
+        let widened =
+            (n > 1 && t * kvd <= WIDEN_MAX).then(|| (kv.k.widen(t, kvd), kv.v.widen(t, kvd)));
         let scale = 1.0 / (d as f32).sqrt();
         let mut out = vec![0f32; n * q.cols];
         // One task per (query row, head): each writes its own slice of `out`.
@@ -94,7 +140,13 @@ impl CandleBackend {
                 .iter()
                 .enumerate()
                 .filter(|(_, a)| **a)
-                .map(|(j, _)| (j, dot(qi, kv.k.read(j, kvd, at, d, &mut buf)) * scale))
+                .map(|(j, _)| {
+                    let k = match &widened {
+                        Some((k, _)) => &k[j * kvd + at..][..d],
+                        None => kv.k.read(j, kvd, at, d, &mut buf),
+                    };
+                    (j, dot(qi, k) * scale)
+                })
                 .collect();
             let max = scores.iter().map(|s| s.1).fold(f32::NEG_INFINITY, f32::max);
             let mut sum = 0.0;
@@ -103,11 +155,11 @@ impl CandleBackend {
                 sum += s.1;
             }
             for (j, s) in scores {
-                axpy(
-                    o,
-                    self.round_one(s / sum),
-                    kv.v.read(j, kvd, at, d, &mut buf),
-                );
+                let v = match &widened {
+                    Some((_, v)) => &v[j * kvd + at..][..d],
+                    None => kv.v.read(j, kvd, at, d, &mut buf),
+                };
+                axpy(o, self.round_one(s / sum), v);
             }
         };
         // On the matmuls' spinning pool: even one decode step's attention

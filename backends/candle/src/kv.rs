@@ -119,6 +119,28 @@ impl Rows {
         }
     }
 
+    /// The first `rows` rows (of `width`) as `f32`, widened once: the
+    /// values [`Self::read`] gives, for a pass whose many query rows would
+    /// otherwise widen every key and value once per row and head.
+    pub(crate) fn widen(&self, rows: usize, width: usize) -> std::borrow::Cow<'_, [f32]> {
+        match self {
+            Self::F32(v) => std::borrow::Cow::Borrowed(&v[..rows * width]),
+            Self::F16(v) => {
+                let mut out = vec![0f32; rows * width];
+                v[..rows * width].convert_to_f32_slice(&mut out);
+                std::borrow::Cow::Owned(out)
+            }
+            Self::Q8(_) => {
+                let mut out = vec![0f32; rows * width];
+                let mut buf = vec![0f32; width];
+                for (r, o) in out.chunks_exact_mut(width).enumerate() {
+                    o.copy_from_slice(self.read(r, width, 0, width, &mut buf));
+                }
+                std::borrow::Cow::Owned(out)
+            }
+        }
+    }
+
     /// Bytes held (capacity included).
     fn bytes(&self) -> usize {
         match self {

@@ -862,10 +862,12 @@ macro_rules! kernels {
                             }
                             continue;
                         }
-                        let mut v = hsum(main[i][t]);
-                        if w.kind == Kind::Q4K {
-                            v += hsum4(mins[i][t]);
-                        }
+                        let v = if w.kind == Kind::Q4K {
+                            // One value per accumulator, in every lane.
+                            _mm256_cvtss_f32(main[i][t]) + _mm_cvtss_f32(mins[i][t])
+                        } else {
+                            hsum(main[i][t])
+                        };
                         let o = unsafe { out.get().add((t0 + t) * out_rows + r + i) };
                         unsafe { *o = if add { *o + v } else { v } };
                     }
@@ -875,6 +877,9 @@ macro_rules! kernels {
             /// Tokens multiplied by one decoded group block of eight
             /// interleaved Q4_K rows.
             const TILE_G: usize = if VNNI { 4 } else { 2 };
+            /// Tokens per Q4_K group tile (the 512-bit kernel's registers
+            /// hold eight tokens' sums).
+            const TILE_Q4: usize = if VNNI { 8 } else { 2 };
 
             /// Computes output rows `rows` (whole groups of eight
             /// interleaved K-quant rows, see [`super::q4k8`] and
@@ -906,7 +911,7 @@ macro_rules! kernels {
                     let g = unsafe { w.bytes.as_ptr().add(at) };
                     let mut t0 = tokens.start;
                     while t0 < m {
-                        let n = (m - t0).min(TILE_G);
+                        let n = (m - t0).min(if w.kind == Kind::Q4K { TILE_Q4 } else { TILE_G });
                         let at = Group {
                             g,
                             nb,
@@ -918,10 +923,14 @@ macro_rules! kernels {
                         };
                         unsafe {
                             match (w.kind, offsets, n) {
-                                (Kind::Q4K, _, 1) => q4k8::<1>(at),
-                                (Kind::Q4K, _, 2) => q4k8::<2>(at),
-                                (Kind::Q4K, _, 3) => q4k8::<3>(at),
-                                (Kind::Q4K, _, 4) => q4k8::<4>(at),
+                                (Kind::Q4K, _, 1) => q4k8_any::<1>(at),
+                                (Kind::Q4K, _, 2) => q4k8_any::<2>(at),
+                                (Kind::Q4K, _, 3) => q4k8_any::<3>(at),
+                                (Kind::Q4K, _, 4) => q4k8_any::<4>(at),
+                                (Kind::Q4K, _, 5) => q4k8_any::<5>(at),
+                                (Kind::Q4K, _, 6) => q4k8_any::<6>(at),
+                                (Kind::Q4K, _, 7) => q4k8_any::<7>(at),
+                                (Kind::Q4K, _, 8) => q4k8_any::<8>(at),
                                 (_, false, 1) => q6k8::<1, false>(at),
                                 (_, true, 1) => q6k8::<1, true>(at),
                                 (_, true, 2) => q6k8::<2, true>(at),
@@ -932,6 +941,28 @@ macro_rules! kernels {
                         }
                         t0 += n;
                     }
+                }
+            }
+
+            /// Q4_K group tiles: 512-bit `vpdpbusd` where the module has
+            /// VNNI ([`super::q4k8_512`]), else 256-bit; the same bits.
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn q4k8_any<const T: usize>(at: Group<'_>) {
+                if VNNI {
+                    let a: [*const u8; T] = std::array::from_fn(|t| unsafe {
+                        at.act.bytes.as_ptr().add((at.t0 + t) * at.act.stride)
+                    });
+                    let o: [*mut f32; T] = std::array::from_fn(|t| unsafe {
+                        at.out.get().add((at.t0 + t) * at.out_rows + at.r)
+                    });
+                    // SAFETY: this module's CPU has AVX-512 VNNI.
+                    #[allow(unused_unsafe)]
+                    unsafe {
+                        super::q4k8_512::q4k8::<T>(at.g, at.nb, a, o)
+                    }
+                } else {
+                    unsafe { q4k8::<T>(at) }
                 }
             }
 
@@ -948,13 +979,14 @@ macro_rules! kernels {
                 out: SendPtr<f32>,
             }
 
-            /// Eight interleaved Q4_K rows against `T` tokens' Q8_K blocks.
-            /// Vectors hold one value per row: `acc[t][j]` is lane `j` of
-            /// ggml's eight float accumulators, `acc_m[t][i]` lane `i` of its
-            /// four for the mins, for each of the eight rows.
+            /// Eight interleaved Q4_K rows against `T` tokens' Q8_K blocks,
+            /// 256 bits at a time: a group block's 64-byte vector is two
+            /// halves of four rows, whose lanes `2r + h` sum the same
+            /// integers as the 512-bit kernel's ([`super::q4k8_512`]).
+            /// `acc[t]` and `acc_m[t]` hold one value per row.
             #[target_feature(enable = $features)]
             unsafe fn q4k8<const T: usize>(at: Group<'_>) {
-                use super::q4k8::{BYTES, PICK, QUANTS_AT, SCALES_AT};
+                use super::q4k8::{BYTES, PICK_MINS, QUANTS_AT};
                 let Group {
                     g,
                     nb,
@@ -968,12 +1000,9 @@ macro_rules! kernels {
                     act.bytes.as_ptr().add((t0 + t) * act.stride)
                 });
                 let m4 = _mm256_set1_epi8(0xF);
-                let m30 = _mm256_set1_epi8(0x30);
-                let pick = unsafe { PICK.map(|p| load(p.as_ptr())) };
-                let mut acc = [[_mm256_setzero_ps(); 8]; T];
-                let mut acc_m = [[_mm256_setzero_ps(); 4]; T];
-                let mut sc = [_mm256_setzero_si256(); 8];
-                let mut mins = [_mm256_setzero_si256(); 4];
+                let pick = unsafe { load(PICK_MINS.as_ptr()) };
+                let mut acc = [_mm256_setzero_ps(); T];
+                let mut acc_m = [_mm256_setzero_ps(); T];
                 for b in 0..nb {
                     let blk = unsafe { g.add(b * BYTES) };
                     // The hardware prefetcher alone leaves a one-token
@@ -981,100 +1010,141 @@ macro_rules! kernels {
                     // blocks six ahead (into the next group's, which
                     // follow in memory).
                     prefetch(blk.wrapping_add(6 * BYTES), BYTES);
-                    let xd = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(blk as *const __m128i) });
-                    let xmin =
-                        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(blk.add(16) as *const __m128i) });
-                    let nxmin = _mm256_xor_ps(xmin, _mm256_set1_ps(-0.0));
-                    let (pa, pb, pc) = unsafe {
-                        (
-                            load(blk.add(SCALES_AT)),
-                            load(blk.add(SCALES_AT + 32)),
-                            load(blk.add(SCALES_AT + 64)),
-                        )
-                    };
-                    // The four vectors of six-bit values (see `q4k8`).
-                    let u = [
-                        _mm256_or_si256(
-                            _mm256_and_si256(pa, m4),
-                            _mm256_and_si256(_mm256_slli_epi16(pc, 4), m30),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16(pa, 4), m4),
-                            _mm256_and_si256(_mm256_slli_epi16(pc, 2), m30),
-                        ),
-                        _mm256_or_si256(_mm256_and_si256(pb, m4), _mm256_and_si256(pc, m30)),
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16(pb, 4), m4),
-                            _mm256_and_si256(_mm256_srli_epi16(pc, 2), m30),
-                        ),
-                    ];
-                    for gi in 0..4 {
-                        // Scale group `gi` (and mins group `gi`) in both halves.
-                        let (s, mn) = if gi % 2 == 0 {
-                            (
-                                _mm256_permute2x128_si256(u[gi / 2], u[gi / 2], 0x00),
-                                _mm256_permute2x128_si256(u[2 + gi / 2], u[2 + gi / 2], 0x00),
-                            )
+                    let (xd, nxmin, u) = unsafe { q4k8_head(blk) };
+                    let mins: [__m256i; 4] = std::array::from_fn(|gi| {
+                        let v = u[2 + gi / 2];
+                        let mn = if gi % 2 == 0 {
+                            _mm256_permute2x128_si256(v, v, 0x00)
                         } else {
-                            (
-                                _mm256_permute2x128_si256(u[gi / 2], u[gi / 2], 0x11),
-                                _mm256_permute2x128_si256(u[2 + gi / 2], u[2 + gi / 2], 0x11),
-                            )
+                            _mm256_permute2x128_si256(v, v, 0x11)
                         };
-                        sc[2 * gi] = _mm256_shuffle_epi8(s, pick[0]);
-                        sc[2 * gi + 1] = _mm256_shuffle_epi8(s, pick[1]);
-                        mins[gi] = _mm256_shuffle_epi8(mn, pick[2]);
-                    }
+                        _mm256_shuffle_epi8(mn, pick)
+                    });
                     let mut d = [_mm256_setzero_ps(); T];
                     for t in 0..T {
                         let y = unsafe { a[t].add(b * Q8K_BYTES) };
                         let yd = _mm256_set1_ps(unsafe { read_unaligned(y as *const f32) });
-                        // yd * xd and yd * -xmin, per row.
                         d[t] = _mm256_mul_ps(yd, xd);
-                        let dmin = _mm256_mul_ps(yd, nxmin);
+                        let mut summ = _mm256_setzero_si256();
                         for (i, mn) in mins.iter().enumerate() {
                             // The sums of sub-blocks 2i and 2i + 1's quants.
                             let s =
                                 unsafe { read_unaligned(y.add(Q8K_SUMS + 4 * i) as *const i32) };
-                            let p = _mm256_madd_epi16(*mn, _mm256_set1_epi32(s));
-                            acc_m[t][i] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(p), acc_m[t][i]);
+                            summ = madd_add(summ, *mn, _mm256_set1_epi32(s));
                         }
+                        let dmin = _mm256_mul_ps(yd, nxmin);
+                        acc_m[t] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(summ), acc_m[t]);
                     }
-                    for j in 0..8 {
-                        let mut sumi = [_mm256_setzero_si256(); T];
-                        for c in 0..4 {
-                            let bits = unsafe { load(blk.add(QUANTS_AT + 32 * (4 * j + c))) };
-                            let lo = _mm256_and_si256(bits, m4);
-                            let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                    // Lanes 2r + h of rows 0..4 (half 0) and 4..8 (half 1).
+                    let mut sumi = [[_mm256_setzero_si256(); 2]; T];
+                    for c in 0..4 {
+                        // Sub-block scales 2c and 2c + 1 in the i16 lanes
+                        // of each half's rows.
+                        let sc: [[__m256i; 2]; 2] = std::array::from_fn(|h| {
+                            let k = 2 * c + h;
+                            let x = scale_bytes(u[k / 4], k % 4);
+                            [
+                                _mm256_cvtepu8_epi16(_mm_unpacklo_epi16(x, x)),
+                                _mm256_cvtepu8_epi16(_mm_unpackhi_epi16(x, x)),
+                            ]
+                        });
+                        for j in 0..4 {
+                            let at = QUANTS_AT + 64 * (4 * c + j);
+                            let q: [[__m256i; 2]; 2] = std::array::from_fn(|half| {
+                                let bits = unsafe { load(blk.add(at + 32 * half)) };
+                                [
+                                    _mm256_and_si256(bits, m4),
+                                    _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
+                                ]
+                            });
                             for t in 0..T {
-                                // Elements 4j..4j + 4 of sub-blocks 2c and 2c + 1.
-                                let q8 = unsafe { a[t].add(b * Q8K_BYTES + 4 + 64 * c + 4 * j) };
-                                let (yl, yh) = unsafe {
-                                    (
-                                        _mm256_set1_epi32(read_unaligned(q8 as *const i32)),
-                                        _mm256_set1_epi32(read_unaligned(q8.add(32) as *const i32)),
-                                    )
+                                // Elements 8j..8j + 8 of sub-blocks 2c, 2c + 1.
+                                let q8 = unsafe { a[t].add(b * Q8K_BYTES + 4 + 64 * c + 8 * j) };
+                                let y = unsafe {
+                                    [
+                                        _mm256_set1_epi64x(read_unaligned(q8 as *const i64)),
+                                        _mm256_set1_epi64x(
+                                            read_unaligned(q8.add(32) as *const i64),
+                                        ),
+                                    ]
                                 };
-                                sumi[t] =
-                                    madd_add(sumi[t], sc[2 * c], _mm256_maddubs_epi16(lo, yl));
-                                sumi[t] =
-                                    madd_add(sumi[t], sc[2 * c + 1], _mm256_maddubs_epi16(hi, yh));
+                                for half in 0..2 {
+                                    for h in 0..2 {
+                                        let p = _mm256_maddubs_epi16(q[half][h], y[h]);
+                                        sumi[t][half] = madd_add(sumi[t][half], sc[h][half], p);
+                                    }
+                                }
                             }
                         }
-                        for t in 0..T {
-                            acc[t][j] =
-                                _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(sumi[t]), acc[t][j]);
-                        }
+                    }
+                    for t in 0..T {
+                        // Rows 0, 1, 4, 5 | 2, 3, 6, 7, then in order.
+                        let s = _mm256_hadd_epi32(sumi[t][0], sumi[t][1]);
+                        let s = _mm256_permute4x64_epi64(s, 0b11_01_10_00);
+                        acc[t] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(s), acc[t]);
                     }
                 }
                 for t in 0..T {
-                    let (main, mins) = (hsum_rows(&acc[t]), hsum4_rows(&acc_m[t]));
                     unsafe {
                         _mm256_storeu_ps(
                             out.get().add((t0 + t) * out_rows + r),
-                            _mm256_add_ps(main, mins),
+                            _mm256_add_ps(acc[t], acc_m[t]),
                         )
                     };
+                }
+            }
+
+            /// A Q4_K group block's row scales `d` and `-dmin` (as f32),
+            /// and its unpacked six-bit scales and mins: 128 bytes in four
+            /// vectors, byte `8k + r` the scale of sub-block `k`, row `r`,
+            /// then the mins likewise (see [`super::q4k8`]).
+            #[inline]
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn q4k8_head(blk: *const u8) -> (__m256, __m256, [__m256i; 4]) {
+                use super::q4k8::SCALES_AT;
+                let (m4, m30) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(0x30));
+                let xd = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(blk as *const __m128i) });
+                let xmin =
+                    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(blk.add(16) as *const __m128i) });
+                let (pa, pb, pc) = unsafe {
+                    (
+                        load(blk.add(SCALES_AT)),
+                        load(blk.add(SCALES_AT + 32)),
+                        load(blk.add(SCALES_AT + 64)),
+                    )
+                };
+                let u = [
+                    _mm256_or_si256(
+                        _mm256_and_si256(pa, m4),
+                        _mm256_and_si256(_mm256_slli_epi16(pc, 4), m30),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16(pa, 4), m4),
+                        _mm256_and_si256(_mm256_slli_epi16(pc, 2), m30),
+                    ),
+                    _mm256_or_si256(_mm256_and_si256(pb, m4), _mm256_and_si256(pc, m30)),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16(pb, 4), m4),
+                        _mm256_and_si256(_mm256_srli_epi16(pc, 2), m30),
+                    ),
+                ];
+                (xd, _mm256_xor_ps(xmin, _mm256_set1_ps(-0.0)), u)
+            }
+
+            /// The eight row scales at bytes `8i..8i + 8` of `v`, each
+            /// doubled: bytes `2r` and `2r + 1` hold row `r`'s.
+            #[inline]
+            #[target_feature(enable = $features)]
+            pub(super) fn scale_bytes(v: __m256i, i: usize) -> __m128i {
+                let x = if i < 2 {
+                    _mm256_castsi256_si128(v)
+                } else {
+                    _mm256_extracti128_si256(v, 1)
+                };
+                if i % 2 == 0 {
+                    _mm_unpacklo_epi8(x, x)
+                } else {
+                    _mm_unpackhi_epi8(x, x)
                 }
             }
 
@@ -1486,7 +1556,7 @@ macro_rules! kernels {
                             let (d, dmin) = (_mm256_mul_ps(ydv, xdv), _mm256_mul_ps(ydv, nxminv));
                             // Sums of 32 quants (see `Activations::quantize`).
                             let q8s = unsafe { _mm_loadu_si128(y.add(Q8K_SUMS) as *const __m128i) };
-                            let prod = _mm_madd_epi16(mins, q8s);
+                            let prod = all_lanes4(_mm_madd_epi16(mins, q8s));
                             acc_m[r][t] = _mm_fmadd_ps(
                                 _mm256_castps256_ps128(dmin),
                                 _mm_cvtepi32_ps(prod),
@@ -1500,13 +1570,30 @@ macro_rules! kernels {
                                 sumi[h] =
                                     madd_add(sumi[h], sc[k], _mm256_maddubs_epi16(q4[k], q8v));
                             }
+                            // The block's one integer (see `lanes::q4k`) in
+                            // every lane: each lane's float steps are then
+                            // the row's, and lane 0 is read.
                             let sumi = _mm256_add_epi32(sumi[0], sumi[1]);
+                            let sumi =
+                                _mm256_add_epi32(sumi, _mm256_permute2x128_si256(sumi, sumi, 0x01));
+                            let sumi =
+                                _mm256_castsi128_si256(all_lanes4(_mm256_castsi256_si128(sumi)));
+                            let sumi = _mm256_permute2x128_si256(sumi, sumi, 0x00);
                             acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc[r][t]);
                         }
                     }
                 }
                 *acc_out = acc;
                 *acc_m_out = acc_m;
+            }
+
+            /// The sum of `x`'s four lanes, in every lane (exact integers:
+            /// any order).
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn all_lanes4(x: __m128i) -> __m128i {
+                let x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0b01_00_11_10));
+                _mm_add_epi32(x, _mm_shuffle_epi32(x, 0b10_11_00_01))
             }
         }
     };
@@ -1557,6 +1644,8 @@ mod lanes;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod q4k8;
+#[cfg(target_arch = "x86_64")]
+mod q4k8_512;
 mod q6k8;
 mod quantize;
 #[cfg(test)]

@@ -5,12 +5,13 @@
 //! one, which sums in another order, so this is what ties the NEON
 //! kernels to the x86 ones.
 //!
-//! Integer products are summed into eight lanes, lane `l` taking elements
-//! `4l..4l + 4` of every 32-quant chunk (times the chunk's sub-block scale
-//! for K-quants); once per block each lane's sum is multiplied into its
-//! own float accumulator by a fused multiply-add with the block scales'
-//! product; the lanes are added as `((0 + 4) + (2 + 6)) + ((1 + 5) + (3 +
-//! 7))`.
+//! Q8_0 and Q6_K: integer products are summed into eight lanes, lane `l`
+//! taking elements `4l..4l + 4` of every 32-quant chunk (times the chunk's
+//! sub-block scale for Q6_K); once per block each lane's sum is multiplied
+//! into its own float accumulator by a fused multiply-add with the block
+//! scales' product; the lanes are added as `((0 + 4) + (2 + 6)) + ((1 + 5)
+//! + (3 + 7))`. Q4_K sums a block in one exact integer instead (see
+//! [`q4k`]): that lets the 512-bit kernels multiply with `vpdpbusd`.
 
 use super::{Kind, Q8K_BYTES, Q8K_SUMS, as_bytes};
 use candle_core::quantized::k_quants::{BlockQ8_0, BlockQ8K, GgmlType as _};
@@ -83,37 +84,34 @@ fn q8_0(row: &[u8], x: &[f32]) -> f32 {
     hsum8(acc)
 }
 
+/// Q4_K sums each block's products exactly, in one integer per row and
+/// block: `Σ_k scale_k Σ_e q_ke y_ke`, and the mins' `Σ_k min_k s_k` (`s_k`
+/// the token's sum of sub-block `k`'s quants); each goes into its own float
+/// accumulator by a fused multiply-add with the block scales' product, and
+/// the two are added at the end. No lanes: the 512-bit kernels' lane pairs,
+/// the 256-bit kernels' halves and the row kernels' eight lanes all sum to
+/// the same integers.
 fn q4k(row: &[u8], x: &[f32]) -> f32 {
-    let (mut acc, mut acc_m) = ([0f32; 8], [0f32; 4]);
+    let (mut acc, mut acc_m) = (0f32, 0f32);
     for (blk, (ad, qs, bsums)) in row.chunks_exact(144).zip(q8k_blocks(x)) {
         let (xd, xmin) = (f16_at(blk), f16_at(&blk[2..]));
         let (sc, mn) = super::q4k8::unpack_scales(&blk[4..16]);
-        let mut sumi = [0i32; 8];
+        let (mut sumi, mut summ) = (0i32, 0i32);
         for k in 0..8 {
             // Sub-block 2j: low nibbles of bytes 32j..; 2j + 1: high ones.
             let bytes = &blk[16 + 32 * (k / 2)..][..32];
-            let w: Vec<i32> = bytes
-                .iter()
-                .map(|&b| i32::from((b >> (4 * (k % 2))) & 15))
-                .collect();
-            for (l, s) in sumi.iter_mut().enumerate() {
-                *s += i32::from(sc[k]) * lane(&w, &qs[32 * k..], l);
-            }
+            let dot: i32 = (bytes.iter().zip(&qs[32 * k..]))
+                .map(|(&b, &y)| i32::from((b >> (4 * (k % 2))) & 15) * i32::from(y))
+                .sum();
+            sumi += i32::from(sc[k]) * dot;
+            // The sum of sub-block k's 32 quants, as the kernels get it.
+            let sum = bsums[2 * k].wrapping_add(bsums[2 * k + 1]);
+            summ += i32::from(mn[k]) * i32::from(sum);
         }
-        let d = ad * xd;
-        for l in 0..8 {
-            acc[l] = d.mul_add(sumi[l] as f32, acc[l]);
-        }
-        // Sums of 32 quants times the sub-block mins, in pairs.
-        let sums: [i32; 8] =
-            std::array::from_fn(|k| i32::from(bsums[2 * k].wrapping_add(bsums[2 * k + 1])));
-        let dmin = ad * -xmin;
-        for i in 0..4 {
-            let p = i32::from(mn[2 * i]) * sums[2 * i] + i32::from(mn[2 * i + 1]) * sums[2 * i + 1];
-            acc_m[i] = dmin.mul_add(p as f32, acc_m[i]);
-        }
+        acc = (ad * xd).mul_add(sumi as f32, acc);
+        acc_m = (ad * -xmin).mul_add(summ as f32, acc_m);
     }
-    hsum8(acc) + hsum4(acc_m)
+    acc + acc_m
 }
 
 fn q6k(row: &[u8], x: &[f32]) -> f32 {

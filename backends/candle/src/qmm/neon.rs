@@ -252,10 +252,11 @@ macro_rules! kernels {
                         }
                     }
                     for t in 0..T {
-                        let mut v = hsum8(acc[t]);
-                        if kind == Kind::Q4K {
-                            v += hsum4(acc_m[t]);
-                        }
+                        let v = if kind == Kind::Q4K {
+                            vgetq_lane_f32::<0>(acc[t][0]) + vgetq_lane_f32::<0>(acc_m[t])
+                        } else {
+                            hsum8(acc[t])
+                        };
                         let o = out(t);
                         unsafe { *o = if k > 0 { *o + v } else { v } };
                     }
@@ -343,6 +344,9 @@ macro_rules! kernels {
                             vmull_s16(vget_low_s16(mins), vget_low_s16(sums)),
                             vmull_high_s16(mins, sums),
                         );
+                        // One exact integer per block (see `lanes::q4k`),
+                        // in every lane; lane 0 is read.
+                        let prod = vdupq_n_s32(vaddvq_s32(prod));
                         acc_m[t] = vfmaq_f32(acc_m[t], dmin, vcvtq_f32_s32(prod));
                         let q8 = unsafe { y.add(4) as *const i8 };
                         // Two chains of dependent `mla`s per lane half
@@ -357,10 +361,12 @@ macro_rules! kernels {
                             }
                         }
                         let d = vdupq_n_f32(yd * xd);
-                        for h in 0..2 {
-                            let sumi = vaddq_s32(sumi[0][h], sumi[1][h]);
-                            acc[t][h] = vfmaq_f32(acc[t][h], d, vcvtq_f32_s32(sumi));
-                        }
+                        let sumi = vaddq_s32(
+                            vaddq_s32(sumi[0][0], sumi[1][0]),
+                            vaddq_s32(sumi[0][1], sumi[1][1]),
+                        );
+                        let sumi = vdupq_n_s32(vaddvq_s32(sumi));
+                        acc[t][0] = vfmaq_f32(acc[t][0], d, vcvtq_f32_s32(sumi));
                     }
                 }
                 *acc_out = acc;

@@ -13,20 +13,20 @@
 //! | 0..16 | the eight rows' `d` (f16) |
 //! | 16..32 | the eight rows' `dmin` (f16) |
 //! | 32..128 | the 128 six-bit scales and mins, packed as described below |
-//! | 128..1152 | 32 vectors of 32 quant bytes: vector `4 * j + c` holds, for rows 0..8 in turn, the row's quant bytes `32 * c + 4 * j .. + 4` |
+//! | 128..1152 | 16 vectors of 64 quant bytes: vector `q` holds, for rows 0..8 in turn, the row's quant bytes `8q .. 8q + 8` |
 //!
-//! Low nibbles of a quant byte `32 * c + e` are element `e` of sub-block
-//! `2c`, high nibbles element `e` of sub-block `2c + 1`; so one vector holds
-//! elements `4j..4j + 4` of two sub-blocks for all eight rows, which is what
-//! lane `j` of ggml's per-row integer sums adds up. The kernel therefore
-//! forms exactly ggml's eight lane sums per row (integer sums are exact),
-//! and the float steps stay per (row, lane) as in ggml: results are the
-//! same bits as the row-at-a-time kernel.
+//! Low nibbles of a quant byte `32c + e` are element `e` of sub-block `2c`,
+//! high nibbles element `e` of sub-block `2c + 1`; so vector `4c + j` holds
+//! elements `8j..8j + 8` of sub-blocks `2c` and `2c + 1` for all eight rows,
+//! and a 512-bit `vpdpbusd` against eight activation bytes broadcast adds
+//! up four products per 32-bit lane, two lanes per row (a 256-bit half holds
+//! four rows). The arithmetic (see `lanes::q4k`) sums each row's products
+//! per sub-block, times the sub-block's scale, into one exact integer per
+//! block, so any grouping of the lanes gives the same result.
 //!
-//! Scales: the unpacked values are 128 bytes `u`, four 32-byte vectors, in
-//! 16-byte groups: group `g` (0..4) holds the scales of sub-blocks `2g` and
-//! `2g + 1` for rows 0..8 (`u[16g + 8h + r]` = scale of sub-block `2g + h`,
-//! row `r`), groups 4..8 the mins likewise. Vectors `u0..u4` pack into three,
+//! Scales: the unpacked values are 128 bytes `u`: byte `8k + r` is the
+//! scale of sub-block `k` of row `r`, byte `64 + 8k + r` its min. As four
+//! 32-byte vectors `u0..u4` they pack into three,
 //! `A = u0 & 15 | (u1 & 15) << 4`, `B = u2 & 15 | (u3 & 15) << 4`,
 //! `C = u0 >> 4 | (u1 >> 4) << 2 | (u2 >> 4) << 4 | (u3 >> 4) << 6`, which
 //! unpack with a few shifts and masks.
@@ -79,14 +79,10 @@ pub(crate) fn interleave(src: &[u8], rows: usize, nb: usize) -> Vec<u8> {
                 u[64 + 16 * (k / 2) + 8 * (k % 2) + r] = m[k];
             }
         }
-        for c in 0..4 {
-            let from = std::array::from_fn(|r| x[r][16 + 32 * c..][..32].as_ptr());
-            let to =
-                std::array::from_fn(|j| dst[QUANTS_AT + 32 * (4 * j + c)..][..32].as_mut_ptr());
-            // SAFETY: on x86 weights are only interleaved where the kernels
-            // run (AVX2; elsewhere the plain-Rust version is compiled); the
-            // slices above are 32 bytes each.
-            unsafe { groups::transpose_words(from, to) };
+        for (r, x) in x.iter().enumerate() {
+            for q in 0..16 {
+                dst[QUANTS_AT + 64 * q + 8 * r..][..8].copy_from_slice(&x[16 + 8 * q..][..8]);
+            }
         }
         for i in 0..32 {
             let v = [u[i], u[32 + i], u[64 + i], u[96 + i]];
@@ -119,37 +115,28 @@ pub(crate) fn gguf_row(held: &[u8], rows: usize, nb: usize, r: usize, out: &mut 
         let s: [u8; 8] = std::array::from_fn(|k| at(k, false));
         let m: [u8; 8] = std::array::from_fn(|k| at(k, true));
         block[4..16].copy_from_slice(&pack_scales(&s, &m));
-        for j in 0..8 {
-            for c in 0..4 {
-                let at = QUANTS_AT + 32 * (4 * j + c) + 4 * i;
-                block[16 + 32 * c + 4 * j..][..4].copy_from_slice(&src[at..at + 4]);
-            }
+        for q in 0..16 {
+            block[16 + 8 * q..][..8].copy_from_slice(&src[QUANTS_AT + 64 * q + 8 * i..][..8]);
         }
         out.extend_from_slice(&block);
     });
 }
 
-/// `_mm256_shuffle_epi8` picks over a 16-byte scale group (in both halves):
-/// `[h]` spreads the scale of sub-block `2g + h` of rows 0..8 to i16 lanes
-/// `2r` and `2r + 1`; `[2]` puts the mins of sub-blocks `2g` and `2g + 1`
-/// of row `r` in i16 lanes `2r` and `2r + 1`.
+/// `_mm256_shuffle_epi8` pick over the 16 bytes of sub-block mins `2g` and
+/// `2g + 1` (rows 0..8 each, in both halves): puts those of row `r` in i16
+/// lanes `2r` and `2r + 1`.
 #[cfg(target_arch = "x86_64")]
-pub(crate) const PICK: [[u8; 32]; 3] = {
-    let mut t = [[0u8; 32]; 3];
-    let mut which = 0;
-    while which < 3 {
-        let mut p = 0;
-        while p < 32 {
-            let r = 4 * (p / 16) + (p % 16) / 4;
-            t[which][p] = match (which, p % 4) {
-                (0 | 1, 0 | 2) => (8 * which + r) as u8,
-                (2, 0) => r as u8,
-                (2, 2) => (8 + r) as u8,
-                _ => 0x80,
-            };
-            p += 1;
-        }
-        which += 1;
+pub(crate) const PICK_MINS: [u8; 32] = {
+    let mut t = [0u8; 32];
+    let mut p = 0;
+    while p < 32 {
+        let r = 4 * (p / 16) + (p % 16) / 4;
+        t[p] = match p % 4 {
+            0 => r as u8,
+            2 => (8 + r) as u8,
+            _ => 0x80,
+        };
+        p += 1;
     }
     t
 };
