@@ -862,11 +862,11 @@ macro_rules! kernels {
                             }
                             continue;
                         }
-                        let v = if w.kind == Kind::Q4K {
-                            // One value per accumulator, in every lane.
-                            _mm256_cvtss_f32(main[i][t]) + _mm_cvtss_f32(mins[i][t])
-                        } else {
-                            hsum(main[i][t])
+                        // K-quants: one value per accumulator, in every lane.
+                        let v = match w.kind {
+                            Kind::Q4K => _mm256_cvtss_f32(main[i][t]) + _mm_cvtss_f32(mins[i][t]),
+                            Kind::Q6K => _mm256_cvtss_f32(main[i][t]),
+                            Kind::Q5_0 | Kind::Q8_0 => hsum(main[i][t]),
                         };
                         let o = unsafe { out.get().add((t0 + t) * out_rows + r + i) };
                         unsafe { *o = if add { *o + v } else { v } };
@@ -875,9 +875,7 @@ macro_rules! kernels {
             }
 
             /// Tokens multiplied by one decoded group block of eight
-            /// interleaved Q4_K rows.
-            const TILE_G: usize = if VNNI { 4 } else { 2 };
-            /// Tokens per Q4_K group tile (the 512-bit kernel's registers
+            /// interleaved K-quant rows (the 512-bit kernels' registers
             /// hold eight tokens' sums).
             const TILE_Q4: usize = if VNNI { 8 } else { 2 };
 
@@ -902,16 +900,16 @@ macro_rules! kernels {
                 debug_assert!(rows.start % 8 == 0 && rows.end % 8 == 0 && rows.end <= w.rows);
                 // Group blocks per group, and those computed.
                 let (stride, nb) = (w.cols / 256, part.blocks.len());
-                let (bytes, offsets) = match w.kind {
-                    Kind::Q4K => (super::q4k8::BYTES, false),
-                    _ => (super::q6k8::BYTES, act.stride == nb * Q6K_ACT),
+                let bytes = match w.kind {
+                    Kind::Q4K => super::q4k8::BYTES,
+                    _ => super::q6k8::BYTES,
                 };
                 for r in rows.step_by(8) {
                     let at = (r / 8 * stride + part.blocks.start) * bytes;
                     let g = unsafe { w.bytes.as_ptr().add(at) };
                     let mut t0 = tokens.start;
                     while t0 < m {
-                        let n = (m - t0).min(if w.kind == Kind::Q4K { TILE_Q4 } else { TILE_G });
+                        let n = (m - t0).min(TILE_Q4);
                         let at = Group {
                             g,
                             nb,
@@ -922,21 +920,24 @@ macro_rules! kernels {
                             out,
                         };
                         unsafe {
-                            match (w.kind, offsets, n) {
-                                (Kind::Q4K, _, 1) => q4k8_any::<1>(at),
-                                (Kind::Q4K, _, 2) => q4k8_any::<2>(at),
-                                (Kind::Q4K, _, 3) => q4k8_any::<3>(at),
-                                (Kind::Q4K, _, 4) => q4k8_any::<4>(at),
-                                (Kind::Q4K, _, 5) => q4k8_any::<5>(at),
-                                (Kind::Q4K, _, 6) => q4k8_any::<6>(at),
-                                (Kind::Q4K, _, 7) => q4k8_any::<7>(at),
-                                (Kind::Q4K, _, 8) => q4k8_any::<8>(at),
-                                (_, false, 1) => q6k8::<1, false>(at),
-                                (_, true, 1) => q6k8::<1, true>(at),
-                                (_, true, 2) => q6k8::<2, true>(at),
-                                (_, true, 3) => q6k8::<3, true>(at),
-                                (_, true, 4) => q6k8::<4, true>(at),
-                                _ => unreachable!("group tiles hold at most {TILE_G} tokens"),
+                            match (w.kind, n) {
+                                (Kind::Q4K, 1) => q4k8_any::<1>(at),
+                                (Kind::Q4K, 2) => q4k8_any::<2>(at),
+                                (Kind::Q4K, 3) => q4k8_any::<3>(at),
+                                (Kind::Q4K, 4) => q4k8_any::<4>(at),
+                                (Kind::Q4K, 5) => q4k8_any::<5>(at),
+                                (Kind::Q4K, 6) => q4k8_any::<6>(at),
+                                (Kind::Q4K, 7) => q4k8_any::<7>(at),
+                                (Kind::Q4K, 8) => q4k8_any::<8>(at),
+                                (_, 1) => q6k8_any::<1>(at),
+                                (_, 2) => q6k8_any::<2>(at),
+                                (_, 3) => q6k8_any::<3>(at),
+                                (_, 4) => q6k8_any::<4>(at),
+                                (_, 5) => q6k8_any::<5>(at),
+                                (_, 6) => q6k8_any::<6>(at),
+                                (_, 7) => q6k8_any::<7>(at),
+                                (_, 8) => q6k8_any::<8>(at),
+                                _ => unreachable!("group tiles hold at most {TILE_Q4} tokens"),
                             }
                         }
                         t0 += n;
@@ -945,7 +946,7 @@ macro_rules! kernels {
             }
 
             /// Q4_K group tiles: 512-bit `vpdpbusd` where the module has
-            /// VNNI ([`super::q4k8_512`]), else 256-bit; the same bits.
+            /// VNNI ([`super::zmm`]), else 256-bit; the same bits.
             #[inline]
             #[target_feature(enable = $features)]
             unsafe fn q4k8_any<const T: usize>(at: Group<'_>) {
@@ -959,10 +960,32 @@ macro_rules! kernels {
                     // SAFETY: this module's CPU has AVX-512 VNNI.
                     #[allow(unused_unsafe)]
                     unsafe {
-                        super::q4k8_512::q4k8::<T>(at.g, at.nb, a, o)
+                        super::zmm::q4k8::<T>(at.g, at.nb, a, o)
                     }
                 } else {
                     unsafe { q4k8::<T>(at) }
+                }
+            }
+
+            /// Q6_K group tiles, as [`q4k8_any`].
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn q6k8_any<const T: usize>(at: Group<'_>) {
+                if VNNI {
+                    let a: [*const u8; T] = std::array::from_fn(|t| unsafe {
+                        at.act.bytes.as_ptr().add((at.t0 + t) * at.act.stride)
+                    });
+                    let o: [*mut f32; T] = std::array::from_fn(|t| unsafe {
+                        at.out.get().add((at.t0 + t) * at.out_rows + at.r)
+                    });
+                    let block = at.act.stride / at.nb;
+                    // SAFETY: this module's CPU has AVX-512 VNNI.
+                    #[allow(unused_unsafe)]
+                    unsafe {
+                        super::zmm::q6k8::<T>(at.g, at.nb, a, block, o)
+                    }
+                } else {
+                    unsafe { q6k8::<T>(at) }
                 }
             }
 
@@ -982,7 +1005,7 @@ macro_rules! kernels {
             /// Eight interleaved Q4_K rows against `T` tokens' Q8_K blocks,
             /// 256 bits at a time: a group block's 64-byte vector is two
             /// halves of four rows, whose lanes `2r + h` sum the same
-            /// integers as the 512-bit kernel's ([`super::q4k8_512`]).
+            /// integers as the 512-bit kernel's ([`super::zmm`]).
             /// `acc[t]` and `acc_m[t]` hold one value per row.
             #[target_feature(enable = $features)]
             unsafe fn q4k8<const T: usize>(at: Group<'_>) {
@@ -1148,13 +1171,12 @@ macro_rules! kernels {
                 }
             }
 
-            /// Eight interleaved Q6_K rows against `T` tokens' Q8_K blocks
-            /// (followed by offset sums if `OFFSETS`, else the offsets are
-            /// computed here). `acc[t][l]` is lane `l` of ggml's eight float
-            /// accumulators, for each of the eight rows.
+            /// Eight interleaved Q6_K rows against `T` tokens' Q8_K blocks,
+            /// 256 bits at a time: as [`q4k8`], two halves of four rows
+            /// whose lanes sum the same integers as [`super::zmm::q6k8`]'s.
             #[target_feature(enable = $features)]
-            unsafe fn q6k8<const T: usize, const OFFSETS: bool>(at: Group<'_>) {
-                use super::q6k8::{BYTES, DOUBLE, QUANTS_AT, SCALES_AT};
+            unsafe fn q6k8<const T: usize>(at: Group<'_>) {
+                use super::q6k8::{BYTES, QUANTS_AT, SCALES_AT};
                 let Group {
                     g,
                     nb,
@@ -1164,68 +1186,74 @@ macro_rules! kernels {
                     t0,
                     out,
                 } = at;
-                let block = if OFFSETS { Q6K_ACT } else { Q8K_BYTES };
+                let block = act.stride / nb;
                 let a: [*const u8; T] = std::array::from_fn(|t| unsafe {
                     act.bytes.as_ptr().add((t0 + t) * act.stride)
                 });
-                let m32s = _mm256_set1_epi8(32);
-                let double = unsafe { _mm_loadu_si128(DOUBLE.as_ptr() as *const __m128i) };
-                let mut acc = [[_mm256_setzero_ps(); 8]; T];
-                let mut sc = [_mm256_setzero_si256(); 16];
+                let mut acc = [_mm256_setzero_ps(); T];
                 for b in 0..nb {
                     let blk = unsafe { g.add(b * BYTES) };
                     // As in `q4k8`.
                     prefetch(blk.wrapping_add(4 * BYTES), BYTES);
-                    let xd = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(blk as *const __m128i) });
-                    // Scale `s` of each row in both i16 halves of its lane.
-                    for (s, v) in sc.iter_mut().enumerate() {
-                        let eight = unsafe {
-                            _mm_loadl_epi64(blk.add(SCALES_AT + 8 * s) as *const __m128i)
-                        };
-                        *v = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(eight, double));
-                    }
-                    let d: [__m256; T] = std::array::from_fn(|t| {
-                        let yd = unsafe { read_unaligned(a[t].add(b * block) as *const f32) };
-                        _mm256_mul_ps(_mm256_set1_ps(yd), xd)
-                    });
-                    for l in 0..8 {
-                        let mut sumi = [_mm256_setzero_si256(); T];
-                        for j in 0..2 {
-                            let q = unsafe { blk.add(QUANTS_AT + 96 * (2 * l + j)) };
-                            let q6 =
-                                unsafe { q6_quants(load(q), load(q.add(32)), load(q.add(64))) };
-                            for (t, sumi) in sumi.iter_mut().enumerate() {
-                                let y = unsafe { a[t].add(b * block) };
-                                for (i, q6) in q6.iter().enumerate() {
-                                    // Elements 4l..4l + 4 of chunk c; lanes
-                                    // 0..4 take sub-block scale 2c, 4..8 2c + 1.
-                                    let c = 4 * j + i;
-                                    let yb = _mm256_set1_epi32(unsafe {
-                                        read_unaligned(y.add(4 + 32 * c + 4 * l) as *const i32)
-                                    });
-                                    let off = if OFFSETS {
-                                        _mm256_set1_epi32(unsafe {
-                                            read_unaligned(
-                                                y.add(Q8K_BYTES + 32 * c + 4 * l) as *const i32
-                                            )
-                                        })
-                                    } else {
-                                        _mm256_maddubs_epi16(m32s, yb)
+                    let scales = |s: usize| unsafe {
+                        _mm_loadl_epi64(blk.add(SCALES_AT + 8 * s) as *const __m128i)
+                    };
+                    let mut sumi = [[_mm256_setzero_si256(); 2]; T];
+                    for n in 0..2 {
+                        for j in 0..4 {
+                            let v = unsafe { blk.add(QUANTS_AT + 192 * (4 * n + j)) };
+                            let q: [[__m256i; 4]; 2] = std::array::from_fn(|half| unsafe {
+                                let v = v.add(32 * half);
+                                q6_quants(load(v), load(v.add(64)), load(v.add(128)))
+                            });
+                            for i in 0..4 {
+                                // Sub-block (128n + 32i + 8j) / 16's scale
+                                // in the i16 lanes of each half's rows.
+                                let x = scales(8 * n + 2 * i + j / 2);
+                                let x = _mm_unpacklo_epi8(x, x);
+                                let sc = [
+                                    _mm256_cvtepi8_epi16(_mm_unpacklo_epi16(x, x)),
+                                    _mm256_cvtepi8_epi16(_mm_unpackhi_epi16(x, x)),
+                                ];
+                                for (t, sumi) in sumi.iter_mut().enumerate() {
+                                    let y = unsafe {
+                                        a[t].add(b * block + 4 + 128 * n + 32 * i + 8 * j)
                                     };
-                                    let p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(*q6, yb), off);
-                                    *sumi = madd_add(*sumi, sc[2 * c + l / 4], p16);
+                                    let y = _mm256_set1_epi64x(unsafe {
+                                        read_unaligned(y as *const i64)
+                                    });
+                                    for half in 0..2 {
+                                        let p = _mm256_maddubs_epi16(q[half][i], y);
+                                        sumi[half] = madd_add(sumi[half], sc[half], p);
+                                    }
                                 }
                             }
                         }
-                        for t in 0..T {
-                            acc[t][l] =
-                                _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(sumi[t]), acc[t][l]);
+                    }
+                    let xd = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(blk as *const __m128i) });
+                    // Scale pairs for the offset of 32, as the 512-bit kernel.
+                    let pairs: [__m256i; 8] = std::array::from_fn(|p| {
+                        _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(scales(2 * p), scales(2 * p + 1)))
+                    });
+                    for t in 0..T {
+                        let y = unsafe { a[t].add(b * block) };
+                        let mut off = _mm256_setzero_si256();
+                        for (p, pair) in pairs.iter().enumerate() {
+                            let s =
+                                unsafe { read_unaligned(y.add(Q8K_SUMS + 4 * p) as *const i32) };
+                            off = madd_add(off, *pair, _mm256_set1_epi32(s));
                         }
+                        // Rows 0, 1, 4, 5 | 2, 3, 6, 7, then in order.
+                        let s = _mm256_hadd_epi32(sumi[t][0], sumi[t][1]);
+                        let s = _mm256_permute4x64_epi64(s, 0b11_01_10_00);
+                        let s = _mm256_sub_epi32(s, _mm256_slli_epi32(off, 5));
+                        let yd = _mm256_set1_ps(unsafe { read_unaligned(y as *const f32) });
+                        acc[t] =
+                            _mm256_fmadd_ps(_mm256_mul_ps(yd, xd), _mm256_cvtepi32_ps(s), acc[t]);
                     }
                 }
-                for (t, x) in acc.iter().enumerate() {
-                    let v = hsum_rows(x);
-                    unsafe { _mm256_storeu_ps(out.get().add((t0 + t) * out_rows + r), v) };
+                for t in 0..T {
+                    unsafe { _mm256_storeu_ps(out.get().add((t0 + t) * out_rows + r), acc[t]) };
                 }
             }
 
@@ -1252,21 +1280,6 @@ macro_rules! kernels {
                     _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo1, 4), m4), high(4)),
                     _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo2, 4), m4), high(6)),
                 ]
-            }
-
-            /// ggml's horizontal sums of eight lanes ([`hsum`]) for eight
-            /// rows at once: `x[l]` holds lane `l` of each row's sum.
-            #[inline]
-            #[target_feature(enable = $features)]
-            fn hsum_rows(x: &[__m256; 8]) -> __m256 {
-                hsum4_rows(&std::array::from_fn(|i| _mm256_add_ps(x[i], x[i + 4])))
-            }
-
-            /// [`hsum4`] for eight rows at once: (0 + 2) + (1 + 3).
-            #[inline]
-            #[target_feature(enable = $features)]
-            fn hsum4_rows(x: &[__m256; 4]) -> __m256 {
-                _mm256_add_ps(_mm256_add_ps(x[0], x[2]), _mm256_add_ps(x[1], x[3]))
             }
 
             #[inline]
@@ -1484,7 +1497,7 @@ macro_rules! kernels {
                         for t in 0..T {
                             let y =
                                 unsafe { a[t].add(b * if OFFSETS { Q6K_ACT } else { Q8K_BYTES }) };
-                            let sumi = _mm256_add_epi32(sumi[t][0], sumi[t][1]);
+                            let sumi = all_lanes8(_mm256_add_epi32(sumi[t][0], sumi[t][1]));
                             // yd * xd in every lane.
                             let d = _mm256_mul_ps(
                                 _mm256_set1_ps(unsafe { read_unaligned(y as *const f32) }),
@@ -1573,18 +1586,23 @@ macro_rules! kernels {
                             // The block's one integer (see `lanes::q4k`) in
                             // every lane: each lane's float steps are then
                             // the row's, and lane 0 is read.
-                            let sumi = _mm256_add_epi32(sumi[0], sumi[1]);
-                            let sumi =
-                                _mm256_add_epi32(sumi, _mm256_permute2x128_si256(sumi, sumi, 0x01));
-                            let sumi =
-                                _mm256_castsi128_si256(all_lanes4(_mm256_castsi256_si128(sumi)));
-                            let sumi = _mm256_permute2x128_si256(sumi, sumi, 0x00);
+                            let sumi = all_lanes8(_mm256_add_epi32(sumi[0], sumi[1]));
                             acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc[r][t]);
                         }
                     }
                 }
                 *acc_out = acc;
                 *acc_m_out = acc_m;
+            }
+
+            /// The sum of `x`'s eight lanes, in every lane (exact
+            /// integers: any order).
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn all_lanes8(x: __m256i) -> __m256i {
+                let x = _mm256_add_epi32(x, _mm256_permute2x128_si256(x, x, 0x01));
+                let x = _mm256_add_epi32(x, _mm256_shuffle_epi32(x, 0b01_00_11_10));
+                _mm256_add_epi32(x, _mm256_shuffle_epi32(x, 0b10_11_00_01))
             }
 
             /// The sum of `x`'s four lanes, in every lane (exact integers:
@@ -1644,9 +1662,9 @@ mod lanes;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod q4k8;
-#[cfg(target_arch = "x86_64")]
-mod q4k8_512;
 mod q6k8;
 mod quantize;
 #[cfg(test)]
 mod tests;
+#[cfg(target_arch = "x86_64")]
+mod zmm;

@@ -67,65 +67,6 @@ pub(crate) fn gguf_row(
     }
 }
 
-/// Eight rows' 32-byte runs (`src[r]`) transposed as 4-byte words: `dst[w]`
-/// receives word `w` of rows 0..8 in turn: most of both layouts' quants
-/// are placed this way.
-///
-/// # Safety
-/// The CPU has AVX2; each `src[r]` has 32 readable bytes, each `dst[w]` 32
-/// writable ones.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-pub(crate) unsafe fn transpose_words(src: [*const u8; 8], dst: [*mut u8; 8]) {
-    use std::arch::x86_64::*;
-    let r: [__m256i; 8] =
-        std::array::from_fn(|i| unsafe { _mm256_loadu_si256(src[i] as *const __m256i) });
-    // Pairs of rows, then quads, per 128-bit half (words 0..4 | 4..8).
-    let t: [__m256i; 8] = std::array::from_fn(|i| {
-        let (a, b) = (r[2 * (i / 2)], r[2 * (i / 2) + 1]);
-        if i % 2 == 0 {
-            _mm256_unpacklo_epi32(a, b)
-        } else {
-            _mm256_unpackhi_epi32(a, b)
-        }
-    });
-    // u[4q + w]: word w (and w + 4) of rows 4q..4q + 4.
-    let u: [__m256i; 8] = std::array::from_fn(|i| {
-        let (q, w) = (i / 4, i % 4);
-        let (a, b) = (t[4 * q + w / 2], t[4 * q + 2 + w / 2]);
-        if w % 2 == 0 {
-            _mm256_unpacklo_epi64(a, b)
-        } else {
-            _mm256_unpackhi_epi64(a, b)
-        }
-    });
-    for w in 0..4 {
-        let (lo, hi) = (
-            _mm256_permute2x128_si256(u[w], u[4 + w], 0x20),
-            _mm256_permute2x128_si256(u[w], u[4 + w], 0x31),
-        );
-        unsafe {
-            _mm256_storeu_si256(dst[w] as *mut __m256i, lo);
-            _mm256_storeu_si256(dst[w + 4] as *mut __m256i, hi);
-        }
-    }
-}
-
-/// [`transpose_words`] in plain Rust, for CPUs without AVX2 (the layouts
-/// are the same bytes wherever they are built).
-///
-/// # Safety
-/// Each `src[r]` has 32 readable bytes, each `dst[w]` 32 writable ones.
-#[cfg(not(target_arch = "x86_64"))]
-pub(crate) unsafe fn transpose_words(src: [*const u8; 8], dst: [*mut u8; 8]) {
-    for (w, &to) in dst.iter().enumerate() {
-        for (r, &from) in src.iter().enumerate() {
-            // SAFETY: 4 bytes inside the 32 the caller vouches for.
-            unsafe { std::ptr::copy_nonoverlapping(from.add(4 * w), to.add(4 * r), 4) };
-        }
-    }
-}
-
 /// Asks for the cache lines of `bytes`.
 pub(crate) fn prefetch(bytes: &[u8]) {
     #[cfg(not(target_arch = "x86_64"))]

@@ -5,13 +5,13 @@
 //! one, which sums in another order, so this is what ties the NEON
 //! kernels to the x86 ones.
 //!
-//! Q8_0 and Q6_K: integer products are summed into eight lanes, lane `l`
-//! taking elements `4l..4l + 4` of every 32-quant chunk (times the chunk's
-//! sub-block scale for Q6_K); once per block each lane's sum is multiplied
-//! into its own float accumulator by a fused multiply-add with the block
-//! scales' product; the lanes are added as `((0 + 4) + (2 + 6)) + ((1 + 5)
-//! + (3 + 7))`. Q4_K sums a block in one exact integer instead (see
-//! [`q4k`]): that lets the 512-bit kernels multiply with `vpdpbusd`.
+//! Q8_0: integer products are summed into eight lanes, lane `l` taking
+//! elements `4l..4l + 4` of every 32-quant block; once per block each
+//! lane's sum is multiplied into its own float accumulator by a fused
+//! multiply-add with the block scales' product; the lanes are added as
+//! `((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7))`. The K-quants sum a block in
+//! one exact integer per row instead (see [`q4k`], [`q6k`]): that lets the
+//! 512-bit kernels multiply with `vpdpbusd`.
 
 use super::{Kind, Q8K_BYTES, Q8K_SUMS, as_bytes};
 use candle_core::quantized::k_quants::{BlockQ8_0, BlockQ8K, GgmlType as _};
@@ -114,32 +114,27 @@ fn q4k(row: &[u8], x: &[f32]) -> f32 {
     acc + acc_m
 }
 
+/// Q6_K, like Q4_K, sums a block's products exactly in one integer per
+/// row: `Σ_s scale_s Σ_e (q_se - 32) y_se` (`q` 0..64), one fused
+/// multiply-add per block with the scales' product.
 fn q6k(row: &[u8], x: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
+    let mut acc = 0f32;
     for (blk, (ad, qs, _)) in row.chunks_exact(210).zip(q8k_blocks(x)) {
         let xd = f16_at(&blk[208..]);
         let sc = &blk[192..208];
-        let mut sumi = [0i32; 8];
+        let mut sumi = 0i32;
         for c in 0..8 {
             // Chunk c = 4j + i: quants 128j + 32i.. of the block.
             let (j, i) = (c / 4, c % 4);
             let (ql, qh) = (&blk[64 * j..], &blk[128 + 32 * j..]);
-            let w: Vec<i32> = (0..32)
-                .map(|e| {
-                    let low = (ql[32 * (i % 2) + e] >> (4 * (i / 2))) & 15;
-                    let high = (qh[e] >> (2 * i)) & 3;
-                    i32::from(low | (high << 4)) - 32
-                })
-                .collect();
-            for (l, s) in sumi.iter_mut().enumerate() {
-                // Lanes 0..4 take sub-block scale 2c, 4..8 2c + 1.
-                *s += i32::from(sc[2 * c + l / 4] as i8) * lane(&w, &qs[32 * c..], l);
+            for e in 0..32 {
+                let low = (ql[32 * (i % 2) + e] >> (4 * (i / 2))) & 15;
+                let high = (qh[e] >> (2 * i)) & 3;
+                let q = i32::from(low | (high << 4)) - 32;
+                sumi += i32::from(sc[2 * c + e / 16] as i8) * q * i32::from(qs[32 * c + e]);
             }
         }
-        let d = ad * xd;
-        for l in 0..8 {
-            acc[l] = d.mul_add(sumi[l] as f32, acc[l]);
-        }
+        acc = (ad * xd).mul_add(sumi as f32, acc);
     }
-    hsum8(acc)
+    acc
 }

@@ -252,10 +252,13 @@ macro_rules! kernels {
                         }
                     }
                     for t in 0..T {
-                        let v = if kind == Kind::Q4K {
-                            vgetq_lane_f32::<0>(acc[t][0]) + vgetq_lane_f32::<0>(acc_m[t])
-                        } else {
-                            hsum8(acc[t])
+                        // K-quants: one value per accumulator, in every lane.
+                        let v = match kind {
+                            Kind::Q4K => {
+                                vgetq_lane_f32::<0>(acc[t][0]) + vgetq_lane_f32::<0>(acc_m[t])
+                            }
+                            Kind::Q6K => vgetq_lane_f32::<0>(acc[t][0]),
+                            Kind::Q5_0 | Kind::Q8_0 => hsum8(acc[t]),
                         };
                         let o = out(t);
                         unsafe { *o = if k > 0 { *o + v } else { v } };
@@ -436,10 +439,14 @@ macro_rules! kernels {
                             std::ptr::read_unaligned(a[t].add(b * Q8K_BYTES) as *const f32)
                         };
                         let d = vdupq_n_f32(yd * xd);
-                        for h in 0..2 {
-                            let sumi = vaddq_s32(sumi[t][0][h], sumi[t][1][h]);
-                            acc[t][h] = vfmaq_f32(acc[t][h], d, vcvtq_f32_s32(sumi));
-                        }
+                        // One exact integer per block (see `lanes::q6k`),
+                        // in every lane; lane 0 is read.
+                        let sumi = vaddq_s32(
+                            vaddq_s32(sumi[t][0][0], sumi[t][1][0]),
+                            vaddq_s32(sumi[t][0][1], sumi[t][1][1]),
+                        );
+                        let sumi = vdupq_n_s32(vaddvq_s32(sumi));
+                        acc[t][0] = vfmaq_f32(acc[t][0], d, vcvtq_f32_s32(sumi));
                     }
                 }
                 *acc_out = acc;

@@ -8,12 +8,14 @@
 //! |---|---|
 //! | 0..16 | the eight rows' `d` (f16) |
 //! | 16..144 | scales: byte `16 + 8 * s + r` is sub-block scale `s` of row `r` |
-//! | 144..1680 | for lane `l` (0..8) and half `j` (0..2), at `144 + 96 * (2l + j)`: three vectors of 32 bytes, each holding four bytes per row (row `r` at `4r`): low bits `ql[64j + 4l..]`, low bits `ql[64j + 32 + 4l..]`, high bits `qh[32j + 4l..]` |
+//! | 144..1680 | for half `n` (0..2) and eighth `j` (0..4), at `144 + 192 * (4n + j)`: three vectors of 64 bytes, each holding eight bytes per row (row `r` at `8r`): low bits `ql[64n + 8j..]`, low bits `ql[64n + 32 + 8j..]`, high bits `qh[32n + 8j..]` |
 //!
 //! Those three vectors decode (as ggml decodes a row's) into elements
-//! `4l..4l + 4` of the four 32-quant chunks `4j..4j + 4` for all eight rows:
-//! exactly what lane `l` of ggml's per-row integer sums adds up, so the
-//! kernel's results are the same bits as the row-at-a-time kernel's.
+//! `8j..8j + 8` of the four 32-quant chunks `4n..4n + 4` for all eight
+//! rows: eight consecutive quants per row, the form of the Q4_K group
+//! vectors, which a 512-bit `vpdpbusd` multiplies by eight activation bytes
+//! broadcast. The arithmetic (`lanes::q6k`) sums a row's block in one exact
+//! integer, so every kernel's grouping of the products gives the same bits.
 
 use super::groups::{self, ROWS};
 
@@ -28,16 +30,14 @@ pub(crate) const QUANTS_AT: usize = 144;
 fn place(i: usize, at: usize) -> usize {
     match at {
         0..128 => {
-            // ql: half j, second 32 bytes or not, lane l, byte k of four.
-            let (j, rest) = (at / 64, at % 64);
+            // ql: half n, second 32 bytes or not, eighth j, byte k of eight.
+            let (n, rest) = (at / 64, at % 64);
             let (second, e) = (rest / 32, rest % 32);
-            let (l, k) = (e / 4, e % 4);
-            QUANTS_AT + 96 * (2 * l + j) + 32 * second + 4 * i + k
+            QUANTS_AT + 192 * (4 * n + e / 8) + 64 * second + 8 * i + e % 8
         }
         128..192 => {
-            let (j, e) = ((at - 128) / 32, (at - 128) % 32);
-            let (l, k) = (e / 4, e % 4);
-            QUANTS_AT + 96 * (2 * l + j) + 64 + 4 * i + k
+            let (n, e) = ((at - 128) / 32, (at - 128) % 32);
+            QUANTS_AT + 192 * (4 * n + e / 8) + 128 + 8 * i + e % 8
         }
         192..208 => SCALES_AT + 8 * (at - 192) + i,
         _ => 2 * i + (at - 208),
@@ -53,17 +53,10 @@ pub(crate) fn interleave(src: &[u8], rows: usize, nb: usize) -> Vec<u8> {
                 dst[SCALES_AT + 8 * s + i] = v;
             }
             dst[2 * i..2 * i + 2].copy_from_slice(&x[208..210]);
-        }
-        // Quants: 32-byte runs of low bits (`64j + 32h`) and of high bits
-        // (`128 + 32j`), each a transpose of words over the rows; `to` is
-        // where lane 0's vector goes (lane l: 192 further on).
-        for (run, to) in [(0, 0), (32, 32), (64, 96), (96, 128), (128, 64), (160, 160)] {
-            let from = std::array::from_fn(|i| x[i][run..][..32].as_ptr());
-            let dst_at =
-                std::array::from_fn(|l| dst[QUANTS_AT + to + 192 * l..][..32].as_mut_ptr());
-            // SAFETY: on x86 only where the kernels run (AVX2; elsewhere the
-            // plain-Rust version); 32-byte slices.
-            unsafe { groups::transpose_words(from, dst_at) };
+            // Quants in runs of eight bytes, which stay together.
+            for at in (0..192).step_by(8) {
+                dst[place(i, at)..][..8].copy_from_slice(&x[at..at + 8]);
+            }
         }
     })
 }
@@ -75,11 +68,6 @@ pub(crate) fn gguf_row(held: &[u8], rows: usize, nb: usize, r: usize, out: &mut 
         out.extend((0..210).map(|at| src[place(i, at)]))
     });
 }
-
-/// `_mm_shuffle_epi8` pick doubling each of eight bytes (a scale per row,
-/// then sign-extended into the two i16 lanes of that row's i32 lane).
-#[cfg(target_arch = "x86_64")]
-pub(crate) const DOUBLE: [u8; 16] = [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7];
 
 #[cfg(test)]
 mod tests {

@@ -60,7 +60,7 @@ const KERNEL_TYPES: [(Kind, GgmlType, &[usize]); 4] = [
 
 /// Every (token, row) pair's dot product as the x86 kernels compute it
 /// ([`super::lanes`]); on x86 also candle's `vec_dot` (ggml's AVX2 dot
-/// products), which it must equal bit for bit (Q4_K: within rounding).
+/// products), which it must equal bit for bit (K-quants: within rounding).
 fn reference(kind: Kind, bytes: &[u8], rows: usize, cols: usize, x: &[f32], m: usize) -> Vec<f32> {
     let row_bytes = cols / kind.block_len() * kind.block_bytes();
     let mut out = vec![0f32; m * rows];
@@ -78,15 +78,15 @@ fn reference(kind: Kind, bytes: &[u8], rows: usize, cols: usize, x: &[f32], m: u
             Kind::Q6K => candle_vec_dot::<BlockQ6K, BlockQ8K>(bytes, rows, cols, x, m),
             Kind::Q5_0 => unreachable!("checked against its Q8_0 repacking"),
         };
-        if kind == Kind::Q4K {
-            // Q4_K sums each block exactly (see `lanes::q4k`), where ggml
+        if matches!(kind, Kind::Q4K | Kind::Q6K) {
+            // K-quants sum each block exactly (see `lanes::q4k`), where ggml
             // rounds eight lane sums apiece: close, not the same bits (the
             // scales and mins' terms cancel, so within the outputs' size).
             let size = candle.iter().fold(0f32, |m, v| m.max(v.abs()));
             for (a, b) in out.iter().zip(&candle) {
                 assert!(
                     (a - b).abs() <= 1e-4 * size,
-                    "Q4_K: the reference {a} is far from candle's vec_dot {b} (outputs up to {size})"
+                    "{kind:?}: the reference {a} is far from candle's vec_dot {b} (outputs up to {size})"
                 );
             }
         } else {
@@ -172,37 +172,49 @@ fn q4_k_equals_its_exact_block_sums_bit_for_bit() {
 }
 
 #[test]
-fn q6_k_equals_candle_vec_dot_bit_for_bit() {
+fn q6_k_equals_its_exact_block_sums_bit_for_bit() {
     check(Kind::Q6K, GgmlType::Q6_K, &[208]);
 }
 
-/// The 512-bit Q4_K kernel multiplies a lane's sum over one sub-block by
-/// its scale as an i16 (`vpdpwssd`): the largest quants (15) against the
-/// largest activations (-128) with the largest scales and mins (63) must
-/// still give the exact sums, in every variant and layout.
+/// The 512-bit K-quant kernels multiply a lane's sum over one sub-block
+/// by its scale as an i16 (`vpdpwssd`): the largest quants (15, 63)
+/// against the largest activations (-128) with the largest scales and mins
+/// (63; Q6_K: -128 and 127) must still give the exact sums, in every
+/// variant and layout.
 #[test]
-fn q4_k_largest_quants_and_scales_stay_exact() {
+fn k_quants_largest_quants_and_scales_stay_exact() {
     if !available() {
         return;
     }
     let (rows, cols) = (16, 512);
-    let mut block = [0xFFu8; 144];
-    block[0..2].copy_from_slice(&half::f16::from_f32(1.0).to_le_bytes());
-    block[2..4].copy_from_slice(&half::f16::from_f32(0.5).to_le_bytes());
-    let bytes = block.repeat(rows * cols / 256);
-    for x0 in [-1.0f32, 1.0] {
-        for interleave in [true, false] {
-            let w = QWeight::with_layout(GgmlType::Q4_K, rows, cols, &bytes, interleave).unwrap();
-            for m in [1usize, 3, 8, 9] {
-                let x = vec![x0; m * cols];
-                let want = reference(Kind::Q4K, &bytes, rows, cols, &x, m);
-                for &isa in variants() {
-                    let mut got = vec![0f32; m * rows];
-                    w.matmul_on(isa, &x, m, &w.whole(), &mut got);
-                    assert!(
-                        same_bits(&got, &want),
-                        "{m} tokens of {x0}, {isa:?}, {interleave}"
-                    );
+    let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
+    let mut q4k = [0xFFu8; 144];
+    q4k[0..2].copy_from_slice(&f16(1.0));
+    q4k[2..4].copy_from_slice(&f16(0.5));
+    let mut q6k = [0xFFu8; 210];
+    for (s, v) in q6k[192..208].iter_mut().enumerate() {
+        *v = if s % 3 == 0 { 0x7F } else { 0x80 };
+    }
+    q6k[208..210].copy_from_slice(&f16(1.0));
+    for (kind, ty, block) in [
+        (Kind::Q4K, GgmlType::Q4_K, &q4k[..]),
+        (Kind::Q6K, GgmlType::Q6_K, &q6k[..]),
+    ] {
+        let bytes = block.repeat(rows * cols / 256);
+        for x0 in [-1.0f32, 1.0] {
+            for interleave in [true, false] {
+                let w = QWeight::with_layout(ty, rows, cols, &bytes, interleave).unwrap();
+                for m in [1usize, 3, 8, 9] {
+                    let x = vec![x0; m * cols];
+                    let want = reference(kind, &bytes, rows, cols, &x, m);
+                    for &isa in variants() {
+                        let mut got = vec![0f32; m * rows];
+                        w.matmul_on(isa, &x, m, &w.whole(), &mut got);
+                        assert!(
+                            same_bits(&got, &want),
+                            "{ty}: {m} tokens of {x0}, {isa:?}, interleaved {interleave}"
+                        );
+                    }
                 }
             }
         }

@@ -1,0 +1,204 @@
+//! The K-quant group kernels with 512-bit AVX-512 VNNI: one `vpdpbusd`
+//! adds 64 products (four per 32-bit lane, two lanes per row of the group,
+//! see [`super::q4k8`], [`super::q6k8`]), where the 256-bit kernels take
+//! `vpmaddubsw` and `vpmaddwd` for 32. A lane's sum over one sub-block fits
+//! an i16 (Q4_K: 16 products of at most 15 × 128; Q6_K: 4 of 63 × 128), so
+//! `vpdpwssd` then multiplies it by the sub-block scale exactly and adds it
+//! to the block's sum. Each row's block sum is one exact integer, the same
+//! as the 256-bit kernels' and the row kernels' (see `lanes::q4k`,
+//! `lanes::q6k`).
+
+use super::q4k8::{BYTES, PICK_MINS, QUANTS_AT};
+use super::q6k8;
+use super::vnni::{q4k8_head, scale_bytes};
+use super::{Q8K_BYTES, Q8K_SUMS};
+use std::arch::x86_64::*;
+use std::ptr::read_unaligned;
+
+/// Eight interleaved Q4_K rows (`nb` group blocks at `g`) against `T`
+/// tokens' Q8_K blocks at `a`: the eight rows' results go to `out[t]`.
+///
+/// # Safety
+/// The CPU has AVX-512 VNNI; `g` holds `nb` group blocks, each `a[t]` the
+/// token's `nb` blocks (with sums of 32 quants), each `out[t]` room for
+/// eight floats.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn q4k8<const T: usize>(
+    g: *const u8,
+    nb: usize,
+    a: [*const u8; T],
+    out: [*mut f32; T],
+) {
+    let m4 = _mm512_set1_epi8(0xF);
+    let pick = unsafe { _mm256_loadu_si256(PICK_MINS.as_ptr() as *const __m256i) };
+    let mut acc = [_mm256_setzero_ps(); T];
+    let mut acc_m = [_mm256_setzero_ps(); T];
+    for b in 0..nb {
+        let blk = unsafe { g.add(b * BYTES) };
+        // Six group blocks ahead, as the 256-bit kernel does.
+        let ahead = blk.wrapping_add(6 * BYTES);
+        for off in (0..BYTES).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off) as *const i8);
+        }
+        let (xd, nxmin, u) = unsafe { q4k8_head(blk) };
+        let mut d = [_mm256_setzero_ps(); T];
+        {
+            let mins: [__m256i; 4] = std::array::from_fn(|gi| {
+                let v = u[2 + gi / 2];
+                let mn = if gi % 2 == 0 {
+                    _mm256_permute2x128_si256(v, v, 0x00)
+                } else {
+                    _mm256_permute2x128_si256(v, v, 0x11)
+                };
+                _mm256_shuffle_epi8(mn, pick)
+            });
+            for t in 0..T {
+                let y = unsafe { a[t].add(b * Q8K_BYTES) };
+                let yd = _mm256_set1_ps(unsafe { read_unaligned(y as *const f32) });
+                d[t] = _mm256_mul_ps(yd, xd);
+                let mut summ = _mm256_setzero_si256();
+                for (i, mn) in mins.iter().enumerate() {
+                    let s = unsafe { read_unaligned(y.add(Q8K_SUMS + 4 * i) as *const i32) };
+                    summ = _mm256_dpwssd_epi32(summ, *mn, _mm256_set1_epi32(s));
+                }
+                let dmin = _mm256_mul_ps(yd, nxmin);
+                acc_m[t] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(summ), acc_m[t]);
+            }
+        }
+        // Lane 2r + h: row r, the four quants at 4h of each eight.
+        let mut sumi = [_mm512_setzero_si512(); T];
+        for c in 0..4 {
+            let mut lo = [_mm512_setzero_si512(); T];
+            let mut hi = [_mm512_setzero_si512(); T];
+            for j in 0..4 {
+                let bits = unsafe {
+                    _mm512_loadu_si512(blk.add(QUANTS_AT + 64 * (4 * c + j)) as *const _)
+                };
+                let ql = _mm512_and_si512(bits, m4);
+                let qh = _mm512_and_si512(_mm512_srli_epi16(bits, 4), m4);
+                for t in 0..T {
+                    // Elements 8j..8j + 8 of sub-blocks 2c and 2c + 1.
+                    let q8 = unsafe { a[t].add(b * Q8K_BYTES + 4 + 64 * c + 8 * j) };
+                    let (yl, yh) = unsafe {
+                        (
+                            _mm512_set1_epi64(read_unaligned(q8 as *const i64)),
+                            _mm512_set1_epi64(read_unaligned(q8.add(32) as *const i64)),
+                        )
+                    };
+                    lo[t] = _mm512_dpbusd_epi32(lo[t], ql, yl);
+                    hi[t] = _mm512_dpbusd_epi32(hi[t], qh, yh);
+                }
+            }
+            // Sub-block scales 2c and 2c + 1 in lanes 2r and 2r + 1.
+            let (sl, sh) = (
+                _mm512_cvtepu8_epi32(scale_bytes(u[c / 2], (2 * c) % 4)),
+                _mm512_cvtepu8_epi32(scale_bytes(u[c / 2], (2 * c + 1) % 4)),
+            );
+            for t in 0..T {
+                sumi[t] = _mm512_dpwssd_epi32(sumi[t], lo[t], sl);
+                sumi[t] = _mm512_dpwssd_epi32(sumi[t], hi[t], sh);
+            }
+        }
+        for t in 0..T {
+            // Each row's two lanes, added in the low half of its 64 bits.
+            let pairs = _mm512_add_epi32(sumi[t], _mm512_srli_epi64(sumi[t], 32));
+            let s = _mm512_cvtepi64_epi32(pairs);
+            acc[t] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(s), acc[t]);
+        }
+    }
+    for t in 0..T {
+        unsafe { _mm256_storeu_ps(out[t], _mm256_add_ps(acc[t], acc_m[t])) };
+    }
+}
+
+/// Eight interleaved Q6_K rows (`nb` group blocks at `g`) against `T`
+/// tokens' Q8_K blocks at `a`, `block` bytes apart (with or without the
+/// row kernels' offset sums after each): the eight rows' results go to
+/// `out[t]`.
+///
+/// # Safety
+/// As [`q4k8`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn q6k8<const T: usize>(
+    g: *const u8,
+    nb: usize,
+    a: [*const u8; T],
+    block: usize,
+    out: [*mut f32; T],
+) {
+    let (m4, m3) = (_mm512_set1_epi8(0xF), _mm512_set1_epi8(3));
+    let mut acc = [_mm256_setzero_ps(); T];
+    for b in 0..nb {
+        let blk = unsafe { g.add(b * q6k8::BYTES) };
+        let ahead = blk.wrapping_add(4 * q6k8::BYTES);
+        for off in (0..q6k8::BYTES).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off) as *const i8);
+        }
+        let scales = |s: usize| unsafe {
+            _mm_loadl_epi64(blk.add(q6k8::SCALES_AT + 8 * s) as *const __m128i)
+        };
+        // Lane 2r + h: row r, the four quants at 4h of each eight.
+        let mut sumi = [_mm512_setzero_si512(); T];
+        for n in 0..2 {
+            for j in 0..4 {
+                let v = unsafe { blk.add(q6k8::QUANTS_AT + 192 * (4 * n + j)) };
+                let (l0, l1, h) = unsafe {
+                    (
+                        _mm512_loadu_si512(v as *const _),
+                        _mm512_loadu_si512(v.add(64) as *const _),
+                        _mm512_loadu_si512(v.add(128) as *const _),
+                    )
+                };
+                let high = |shift: u32| {
+                    let h = match shift {
+                        0 => h,
+                        2 => _mm512_srli_epi16(h, 2),
+                        4 => _mm512_srli_epi16(h, 4),
+                        _ => _mm512_srli_epi16(h, 6),
+                    };
+                    _mm512_slli_epi16(_mm512_and_si512(h, m3), 4)
+                };
+                // Elements 8j..8j + 8 of chunks 4n..4n + 4 (0..64).
+                let q = [
+                    _mm512_or_si512(_mm512_and_si512(l0, m4), high(0)),
+                    _mm512_or_si512(_mm512_and_si512(l1, m4), high(2)),
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), high(4)),
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4), high(6)),
+                ];
+                for (i, q) in q.iter().enumerate() {
+                    // Sub-block (128n + 32i + 8j) / 16: its scale in the
+                    // low i16 of each row's two lanes, zero above.
+                    let x = scales(8 * n + 2 * i + j / 2);
+                    let sc = _mm512_cvtepu16_epi32(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(x, x)));
+                    for t in 0..T {
+                        let y = unsafe { a[t].add(b * block + 4 + 128 * n + 32 * i + 8 * j) };
+                        let y = _mm512_set1_epi64(unsafe { read_unaligned(y as *const i64) });
+                        let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), *q, y);
+                        sumi[t] = _mm512_dpwssd_epi32(sumi[t], p, sc);
+                    }
+                }
+            }
+        }
+        let xd = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(blk as *const __m128i) });
+        // Pairs of sub-block scales (2p, 2p + 1) in each row's i16 lanes,
+        // for the quants' offset of 32: Σ_s scale_s (sum of sub-block s).
+        let pairs: [__m256i; 8] = std::array::from_fn(|p| {
+            _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(scales(2 * p), scales(2 * p + 1)))
+        });
+        for t in 0..T {
+            let y = unsafe { a[t].add(b * block) };
+            let mut off = _mm256_setzero_si256();
+            for (p, pair) in pairs.iter().enumerate() {
+                let s = unsafe { read_unaligned(y.add(Q8K_SUMS + 4 * p) as *const i32) };
+                off = _mm256_dpwssd_epi32(off, *pair, _mm256_set1_epi32(s));
+            }
+            let pairs = _mm512_add_epi32(sumi[t], _mm512_srli_epi64(sumi[t], 32));
+            let s = _mm256_sub_epi32(_mm512_cvtepi64_epi32(pairs), _mm256_slli_epi32(off, 5));
+            let yd = _mm256_set1_ps(unsafe { read_unaligned(y as *const f32) });
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(yd, xd), _mm256_cvtepi32_ps(s), acc[t]);
+        }
+    }
+    for t in 0..T {
+        unsafe { _mm256_storeu_ps(out[t], acc[t]) };
+    }
+}
