@@ -92,13 +92,13 @@ impl Isa {
     pub(crate) fn kernels(self) -> &'static str {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => "candle-qmm4-avx2",
+            Isa::Avx2 => "candle-qmm5-avx2",
             #[cfg(target_arch = "x86_64")]
-            Isa::Vnni => "candle-qmm4-vnni",
+            Isa::Vnni => "candle-qmm5-vnni",
             #[cfg(target_arch = "aarch64")]
-            Isa::Neon => "candle-qmm4-neon",
+            Isa::Neon => "candle-qmm5-neon",
             #[cfg(target_arch = "aarch64")]
-            Isa::Dotprod => "candle-qmm4-dotprod",
+            Isa::Dotprod => "candle-qmm5-dotprod",
         }
     }
 }

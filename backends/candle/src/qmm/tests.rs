@@ -470,8 +470,8 @@ fn segment_sums_equal_the_segments_added_bit_for_bit() {
 }
 
 /// The variant `ARBOR_EXPECT_KERNELS` names runs here, when it is set: the
-/// ARM64 CI sets it per emulated CPU (`candle-qmm4-dotprod` on `-cpu max`,
-/// `candle-qmm4-neon` on a Cortex-A72), so each run proves which kernels
+/// ARM64 CI sets it per emulated CPU (`candle-qmm5-dotprod` on `-cpu max`,
+/// `candle-qmm5-neon` on a Cortex-A72), so each run proves which kernels
 /// the tests above checked.
 #[test]
 fn the_expected_variant_runs() {
