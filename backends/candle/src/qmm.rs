@@ -12,18 +12,22 @@
 //! order, whatever the batch size: a token's logits never depend on which
 //! tokens were batched with it (speculative verification relies on that).
 //!
-//! The per-block arithmetic is ggml's AVX2 dot products (as ported to
-//! candle): activations are quantized by candle's own `from_float` (Q8_0 or
-//! Q8_K blocks), integer products are summed in the same eight lanes, and
-//! the float steps (scale products, fused multiply-adds, the horizontal sum)
-//! happen in the same order. Results therefore equal candle's `vec_dot` bit
-//! for bit (a test checks it), so greedy outputs still match llama.cpp's.
+//! Activations are quantized by candle's own `from_float` (Q8_0 or Q8_K
+//! blocks). Q8_0 and Q5_0 follow ggml's AVX2 dot products (as ported to
+//! candle): integer products summed in the same eight lanes, the float
+//! steps (scale products, fused multiply-adds, the horizontal sum) in the
+//! same order, so their results equal candle's `vec_dot` bit for bit. Q4_K
+//! and Q6_K sum each row's products over a block into one exact integer
+//! and take one fused multiply-add per block (`qmm/lanes.rs` has the arithmetic
+//! in plain Rust): any grouping of the products gives the same bits, which
+//! lets the 512-bit kernels (`qmm/zmm.rs`) multiply with `vpdpbusd`. Every
+//! variant, on x86 and aarch64, gives the same bits (tests check it).
 //!
 //! Weights hold exactly their GGUF bytes, unaligned: Q8_0 and Q5_0 as in
 //! the file, Q4_K and Q6_K (when loaded to stay, on x86) with rows
-//! interleaved in groups of eight ([`groups`]), whose kernels work on eight
-//! rows per instruction and still form ggml's per-row sums. The NEON
-//! kernels take every type row at a time, with the same sums. Rows are shared out to
+//! interleaved in groups of eight ([`groups`]), eight bytes of each row per
+//! 64-byte vector. The NEON kernels take every type row at a time. Rows
+//! are shared out to
 //! candle's spinning thread pool, which the calling thread joins.
 
 use arbor_tensor::GgmlType;
@@ -601,10 +605,10 @@ fn as_bytes<T>(blocks: &[T]) -> &[u8] {
 }
 
 /// The kernels, compiled once per instruction set: `avx2` everywhere, and
-/// `vnni` with AVX-512 VNNI (256-bit forms), whose fused integer
-/// multiply-adds give exactly the same integer sums, so both produce the
-/// same bits; `vnni` also multiplies each decoded K-quant block into more
-/// tokens (it has twice the vector registers).
+/// `vnni` with AVX-512 VNNI, whose fused integer multiply-adds give exactly
+/// the same integer sums, so both produce the same bits; `vnni` sends
+/// interleaved K-quant rows to the 512-bit group kernels (`qmm/zmm.rs`), which
+/// multiply each decoded vector into eight tokens.
 #[cfg(target_arch = "x86_64")]
 macro_rules! kernels {
     ($name:ident, $features:literal, vnni: $vnni:literal) => {

@@ -1,7 +1,8 @@
 //! The x86 kernels' arithmetic in plain Rust, one (row, token) pair at a
 //! time: the reference the kernels are tested against on every CPU. On
 //! x86 the tests also hold it against candle's `vec_dot` (ggml's AVX2 dot
-//! products), bit for bit; on aarch64 candle's `vec_dot` is ggml's NEON
+//! products): bit for bit for Q8_0, within rounding for the K-quants (see
+//! below); on aarch64 candle's `vec_dot` is ggml's NEON
 //! one, which sums in another order, so this is what ties the NEON
 //! kernels to the x86 ones.
 //!
