@@ -954,42 +954,33 @@ macro_rules! kernels {
             #[inline]
             #[target_feature(enable = $features)]
             unsafe fn q4k8_any<const T: usize>(at: Group<'_>) {
+                let (a, o) = at.tokens::<T>();
                 if VNNI {
-                    let a: [*const u8; T] = std::array::from_fn(|t| unsafe {
-                        at.act.bytes.as_ptr().add((at.t0 + t) * at.act.stride)
-                    });
-                    let o: [*mut f32; T] = std::array::from_fn(|t| unsafe {
-                        at.out.get().add((at.t0 + t) * at.out_rows + at.r)
-                    });
                     // SAFETY: this module's CPU has AVX-512 VNNI.
                     #[allow(unused_unsafe)]
                     unsafe {
                         super::zmm::q4k8::<T>(at.g, at.nb, a, o)
                     }
                 } else {
-                    unsafe { q4k8::<T>(at) }
+                    unsafe { q4k8::<T>(at.g, at.nb, a, o) }
                 }
             }
 
-            /// Q6_K group tiles, as [`q4k8_any`].
+            /// Q6_K group tiles, as [`q4k8_any`]; the activations' blocks
+            /// may carry the row kernels' offset sums (`block` bytes each).
             #[inline]
             #[target_feature(enable = $features)]
             unsafe fn q6k8_any<const T: usize>(at: Group<'_>) {
+                let (a, o) = at.tokens::<T>();
+                let block = at.act.stride / at.nb;
                 if VNNI {
-                    let a: [*const u8; T] = std::array::from_fn(|t| unsafe {
-                        at.act.bytes.as_ptr().add((at.t0 + t) * at.act.stride)
-                    });
-                    let o: [*mut f32; T] = std::array::from_fn(|t| unsafe {
-                        at.out.get().add((at.t0 + t) * at.out_rows + at.r)
-                    });
-                    let block = at.act.stride / at.nb;
                     // SAFETY: this module's CPU has AVX-512 VNNI.
                     #[allow(unused_unsafe)]
                     unsafe {
                         super::zmm::q6k8::<T>(at.g, at.nb, a, block, o)
                     }
                 } else {
-                    unsafe { q6k8::<T>(at) }
+                    unsafe { q6k8::<T>(at.g, at.nb, a, block, o) }
                 }
             }
 
@@ -1006,26 +997,36 @@ macro_rules! kernels {
                 out: SendPtr<f32>,
             }
 
+            impl Group<'_> {
+                /// Where tokens `t0..t0 + T`' activations are read and
+                /// their eight outputs written.
+                fn tokens<const T: usize>(&self) -> ([*const u8; T], [*mut f32; T]) {
+                    // SAFETY (pointer arithmetic): within the activations
+                    // and the output the caller holds.
+                    let a = std::array::from_fn(|t| unsafe {
+                        self.act.bytes.as_ptr().add((self.t0 + t) * self.act.stride)
+                    });
+                    let o = std::array::from_fn(|t| unsafe {
+                        self.out.get().add((self.t0 + t) * self.out_rows + self.r)
+                    });
+                    (a, o)
+                }
+            }
+
             /// Eight interleaved Q4_K rows against `T` tokens' Q8_K blocks,
             /// 256 bits at a time: a group block's 64-byte vector is two
             /// halves of four rows, whose lanes `2r + h` sum the same
-            /// integers as the 512-bit kernel's ([`super::zmm`]).
-            /// `acc[t]` and `acc_m[t]` hold one value per row.
+            /// integers as the 512-bit kernel's ([`super::zmm`]); the
+            /// arguments are its. `acc[t]` and `acc_m[t]` hold one value
+            /// per row.
             #[target_feature(enable = $features)]
-            unsafe fn q4k8<const T: usize>(at: Group<'_>) {
+            unsafe fn q4k8<const T: usize>(
+                g: *const u8,
+                nb: usize,
+                a: [*const u8; T],
+                out: [*mut f32; T],
+            ) {
                 use super::q4k8::{BYTES, PICK_MINS, QUANTS_AT};
-                let Group {
-                    g,
-                    nb,
-                    out_rows,
-                    r,
-                    act,
-                    t0,
-                    out,
-                } = at;
-                let a: [*const u8; T] = std::array::from_fn(|t| unsafe {
-                    act.bytes.as_ptr().add((t0 + t) * act.stride)
-                });
                 let m4 = _mm256_set1_epi8(0xF);
                 let pick = unsafe { load(PICK_MINS.as_ptr()) };
                 let mut acc = [_mm256_setzero_ps(); T];
@@ -1038,27 +1039,13 @@ macro_rules! kernels {
                     // follow in memory).
                     prefetch(blk.wrapping_add(6 * BYTES), BYTES);
                     let (xd, nxmin, u) = unsafe { q4k8_head(blk) };
-                    let mins: [__m256i; 4] = std::array::from_fn(|gi| {
-                        let v = u[2 + gi / 2];
-                        let mn = if gi % 2 == 0 {
-                            _mm256_permute2x128_si256(v, v, 0x00)
-                        } else {
-                            _mm256_permute2x128_si256(v, v, 0x11)
-                        };
-                        _mm256_shuffle_epi8(mn, pick)
-                    });
+                    let mins = q4k8_mins(&u, pick);
                     let mut d = [_mm256_setzero_ps(); T];
                     for t in 0..T {
                         let y = unsafe { a[t].add(b * Q8K_BYTES) };
                         let yd = _mm256_set1_ps(unsafe { read_unaligned(y as *const f32) });
                         d[t] = _mm256_mul_ps(yd, xd);
-                        let mut summ = _mm256_setzero_si256();
-                        for (i, mn) in mins.iter().enumerate() {
-                            // The sums of sub-blocks 2i and 2i + 1's quants.
-                            let s =
-                                unsafe { read_unaligned(y.add(Q8K_SUMS + 4 * i) as *const i32) };
-                            summ = madd_add(summ, *mn, _mm256_set1_epi32(s));
-                        }
+                        let summ = unsafe { q4k8_min_sum(&mins, y) };
                         let dmin = _mm256_mul_ps(yd, nxmin);
                         acc_m[t] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(summ), acc_m[t]);
                     }
@@ -1112,12 +1099,7 @@ macro_rules! kernels {
                     }
                 }
                 for t in 0..T {
-                    unsafe {
-                        _mm256_storeu_ps(
-                            out.get().add((t0 + t) * out_rows + r),
-                            _mm256_add_ps(acc[t], acc_m[t]),
-                        )
-                    };
+                    unsafe { _mm256_storeu_ps(out[t], _mm256_add_ps(acc[t], acc_m[t])) };
                 }
             }
 
@@ -1158,6 +1140,88 @@ macro_rules! kernels {
                 (xd, _mm256_xor_ps(xmin, _mm256_set1_ps(-0.0)), u)
             }
 
+            /// A Q4_K group block's mins (the last two of
+            /// [`q4k8_head`]'s vectors) for [`q4k8_min_sum`]: vector `i`
+            /// holds those of sub-blocks `2i` and `2i + 1` of row `r` in
+            /// i16 lanes `2r` and `2r + 1` (`pick` is
+            /// [`super::q4k8::PICK_MINS`]).
+            #[inline]
+            #[target_feature(enable = $features)]
+            pub(super) fn q4k8_mins(u: &[__m256i; 4], pick: __m256i) -> [__m256i; 4] {
+                std::array::from_fn(|i| {
+                    let v = u[2 + i / 2];
+                    let mn = if i % 2 == 0 {
+                        _mm256_permute2x128_si256(v, v, 0x00)
+                    } else {
+                        _mm256_permute2x128_si256(v, v, 0x11)
+                    };
+                    _mm256_shuffle_epi8(mn, pick)
+                })
+            }
+
+            /// Each row's `Σ_k min_k s_k`, `s_k` the sum of sub-block `k`'s
+            /// quants of the token's Q8_K block at `y` (Q4_K's pair sums).
+            ///
+            /// # Safety
+            /// `y` points at a Q8_K block with its sums.
+            #[inline]
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn q4k8_min_sum(mins: &[__m256i; 4], y: *const u8) -> __m256i {
+                let mut summ = _mm256_setzero_si256();
+                for (i, mn) in mins.iter().enumerate() {
+                    // The sums of sub-blocks 2i and 2i + 1's quants.
+                    let s = unsafe { read_unaligned(y.add(Q8K_SUMS + 4 * i) as *const i32) };
+                    summ = madd_add(summ, *mn, _mm256_set1_epi32(s));
+                }
+                summ
+            }
+
+            /// The eight rows' scales of Q6_K sub-block `s` in a group
+            /// block, in the low 8 bytes.
+            ///
+            /// # Safety
+            /// `blk` points at a Q6_K group block.
+            #[inline]
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn q6k8_scales(blk: *const u8, s: usize) -> __m128i {
+                use super::q6k8::SCALES_AT;
+                unsafe { _mm_loadl_epi64(blk.add(SCALES_AT + 8 * s) as *const __m128i) }
+            }
+
+            /// A Q6_K group block's sub-block scales for [`q6k8_offset`]:
+            /// vector `p` holds scales `2p` and `2p + 1` of row `r` in i16
+            /// lanes `2r` and `2r + 1`.
+            ///
+            /// # Safety
+            /// As [`q6k8_scales`].
+            #[inline]
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn q6k8_scale_pairs(blk: *const u8) -> [__m256i; 8] {
+                std::array::from_fn(|p| unsafe {
+                    _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(
+                        q6k8_scales(blk, 2 * p),
+                        q6k8_scales(blk, 2 * p + 1),
+                    ))
+                })
+            }
+
+            /// Each row's `Σ_s scale_s sum_s`, `sum_s` the sum of the 16
+            /// quants of sub-block `s` of the token's Q8_K block at `y`:
+            /// what the quants' offset of 32 takes away, divided by 32.
+            ///
+            /// # Safety
+            /// `y` points at a Q8_K block with its sums.
+            #[inline]
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn q6k8_offset(pairs: &[__m256i; 8], y: *const u8) -> __m256i {
+                let mut off = _mm256_setzero_si256();
+                for (p, pair) in pairs.iter().enumerate() {
+                    let s = unsafe { read_unaligned(y.add(Q8K_SUMS + 4 * p) as *const i32) };
+                    off = madd_add(off, *pair, _mm256_set1_epi32(s));
+                }
+                off
+            }
+
             /// The eight row scales at bytes `8i..8i + 8` of `v`, each
             /// doubled: bytes `2r` and `2r + 1` hold row `r`'s.
             #[inline]
@@ -1179,29 +1243,19 @@ macro_rules! kernels {
             /// 256 bits at a time: as [`q4k8`], two halves of four rows
             /// whose lanes sum the same integers as [`super::zmm::q6k8`]'s.
             #[target_feature(enable = $features)]
-            unsafe fn q6k8<const T: usize>(at: Group<'_>) {
-                use super::q6k8::{BYTES, QUANTS_AT, SCALES_AT};
-                let Group {
-                    g,
-                    nb,
-                    out_rows,
-                    r,
-                    act,
-                    t0,
-                    out,
-                } = at;
-                let block = act.stride / nb;
-                let a: [*const u8; T] = std::array::from_fn(|t| unsafe {
-                    act.bytes.as_ptr().add((t0 + t) * act.stride)
-                });
+            unsafe fn q6k8<const T: usize>(
+                g: *const u8,
+                nb: usize,
+                a: [*const u8; T],
+                block: usize,
+                out: [*mut f32; T],
+            ) {
+                use super::q6k8::{BYTES, QUANTS_AT};
                 let mut acc = [_mm256_setzero_ps(); T];
                 for b in 0..nb {
                     let blk = unsafe { g.add(b * BYTES) };
                     // As in `q4k8`.
                     prefetch(blk.wrapping_add(4 * BYTES), BYTES);
-                    let scales = |s: usize| unsafe {
-                        _mm_loadl_epi64(blk.add(SCALES_AT + 8 * s) as *const __m128i)
-                    };
                     let mut sumi = [[_mm256_setzero_si256(); 2]; T];
                     for n in 0..2 {
                         for j in 0..4 {
@@ -1213,7 +1267,7 @@ macro_rules! kernels {
                             for i in 0..4 {
                                 // Sub-block (128n + 32i + 8j) / 16's scale
                                 // in the i16 lanes of each half's rows.
-                                let x = scales(8 * n + 2 * i + j / 2);
+                                let x = unsafe { q6k8_scales(blk, 8 * n + 2 * i + j / 2) };
                                 let x = _mm_unpacklo_epi8(x, x);
                                 let sc = [
                                     _mm256_cvtepi8_epi16(_mm_unpacklo_epi16(x, x)),
@@ -1235,18 +1289,10 @@ macro_rules! kernels {
                         }
                     }
                     let xd = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(blk as *const __m128i) });
-                    // Scale pairs for the offset of 32, as the 512-bit kernel.
-                    let pairs: [__m256i; 8] = std::array::from_fn(|p| {
-                        _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(scales(2 * p), scales(2 * p + 1)))
-                    });
+                    let pairs = unsafe { q6k8_scale_pairs(blk) };
                     for t in 0..T {
                         let y = unsafe { a[t].add(b * block) };
-                        let mut off = _mm256_setzero_si256();
-                        for (p, pair) in pairs.iter().enumerate() {
-                            let s =
-                                unsafe { read_unaligned(y.add(Q8K_SUMS + 4 * p) as *const i32) };
-                            off = madd_add(off, *pair, _mm256_set1_epi32(s));
-                        }
+                        let off = unsafe { q6k8_offset(&pairs, y) };
                         // Rows 0, 1, 4, 5 | 2, 3, 6, 7, then in order.
                         let s = _mm256_hadd_epi32(sumi[t][0], sumi[t][1]);
                         let s = _mm256_permute4x64_epi64(s, 0b11_01_10_00);
@@ -1257,7 +1303,7 @@ macro_rules! kernels {
                     }
                 }
                 for t in 0..T {
-                    unsafe { _mm256_storeu_ps(out.get().add((t0 + t) * out_rows + r), acc[t]) };
+                    unsafe { _mm256_storeu_ps(out[t], acc[t]) };
                 }
             }
 
@@ -1318,7 +1364,7 @@ macro_rules! kernels {
             /// lie past the weights: prefetches never fault).
             #[inline]
             #[target_feature(enable = $features)]
-            fn prefetch(p: *const u8, len: usize) {
+            pub(super) fn prefetch(p: *const u8, len: usize) {
                 let mut off = 0;
                 while off < len {
                     _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off) as *const i8);

@@ -8,10 +8,13 @@
 //! as the 256-bit kernels' and the row kernels' (see `lanes::q4k`,
 //! `lanes::q6k`).
 
+use super::Q8K_BYTES;
 use super::q4k8::{BYTES, PICK_MINS, QUANTS_AT};
 use super::q6k8;
-use super::vnni::{q4k8_head, scale_bytes};
-use super::{Q8K_BYTES, Q8K_SUMS};
+use super::vnni::{
+    prefetch, q4k8_head, q4k8_min_sum, q4k8_mins, q6k8_offset, q6k8_scale_pairs, q6k8_scales,
+    scale_bytes,
+};
 use std::arch::x86_64::*;
 use std::ptr::read_unaligned;
 
@@ -36,31 +39,16 @@ pub(super) unsafe fn q4k8<const T: usize>(
     for b in 0..nb {
         let blk = unsafe { g.add(b * BYTES) };
         // Six group blocks ahead, as the 256-bit kernel does.
-        let ahead = blk.wrapping_add(6 * BYTES);
-        for off in (0..BYTES).step_by(64) {
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off) as *const i8);
-        }
+        prefetch(blk.wrapping_add(6 * BYTES), BYTES);
         let (xd, nxmin, u) = unsafe { q4k8_head(blk) };
         let mut d = [_mm256_setzero_ps(); T];
         {
-            let mins: [__m256i; 4] = std::array::from_fn(|gi| {
-                let v = u[2 + gi / 2];
-                let mn = if gi % 2 == 0 {
-                    _mm256_permute2x128_si256(v, v, 0x00)
-                } else {
-                    _mm256_permute2x128_si256(v, v, 0x11)
-                };
-                _mm256_shuffle_epi8(mn, pick)
-            });
+            let mins = q4k8_mins(&u, pick);
             for t in 0..T {
                 let y = unsafe { a[t].add(b * Q8K_BYTES) };
                 let yd = _mm256_set1_ps(unsafe { read_unaligned(y as *const f32) });
                 d[t] = _mm256_mul_ps(yd, xd);
-                let mut summ = _mm256_setzero_si256();
-                for (i, mn) in mins.iter().enumerate() {
-                    let s = unsafe { read_unaligned(y.add(Q8K_SUMS + 4 * i) as *const i32) };
-                    summ = _mm256_dpwssd_epi32(summ, *mn, _mm256_set1_epi32(s));
-                }
+                let summ = unsafe { q4k8_min_sum(&mins, y) };
                 let dmin = _mm256_mul_ps(yd, nxmin);
                 acc_m[t] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(summ), acc_m[t]);
             }
@@ -130,13 +118,7 @@ pub(super) unsafe fn q6k8<const T: usize>(
     let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..nb {
         let blk = unsafe { g.add(b * q6k8::BYTES) };
-        let ahead = blk.wrapping_add(4 * q6k8::BYTES);
-        for off in (0..q6k8::BYTES).step_by(64) {
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off) as *const i8);
-        }
-        let scales = |s: usize| unsafe {
-            _mm_loadl_epi64(blk.add(q6k8::SCALES_AT + 8 * s) as *const __m128i)
-        };
+        prefetch(blk.wrapping_add(4 * q6k8::BYTES), q6k8::BYTES);
         // Lane 2r + h: row r, the four quants at 4h of each eight.
         let mut sumi = [_mm512_setzero_si512(); T];
         for n in 0..2 {
@@ -168,7 +150,7 @@ pub(super) unsafe fn q6k8<const T: usize>(
                 for (i, q) in q.iter().enumerate() {
                     // Sub-block (128n + 32i + 8j) / 16: its scale in the
                     // low i16 of each row's two lanes, zero above.
-                    let x = scales(8 * n + 2 * i + j / 2);
+                    let x = unsafe { q6k8_scales(blk, 8 * n + 2 * i + j / 2) };
                     let sc = _mm512_cvtepu16_epi32(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(x, x)));
                     for t in 0..T {
                         let y = unsafe { a[t].add(b * block + 4 + 128 * n + 32 * i + 8 * j) };
@@ -180,18 +162,11 @@ pub(super) unsafe fn q6k8<const T: usize>(
             }
         }
         let xd = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(blk as *const __m128i) });
-        // Pairs of sub-block scales (2p, 2p + 1) in each row's i16 lanes,
-        // for the quants' offset of 32: Σ_s scale_s (sum of sub-block s).
-        let pairs: [__m256i; 8] = std::array::from_fn(|p| {
-            _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(scales(2 * p), scales(2 * p + 1)))
-        });
+        // For the quants' offset of 32.
+        let pairs = unsafe { q6k8_scale_pairs(blk) };
         for t in 0..T {
             let y = unsafe { a[t].add(b * block) };
-            let mut off = _mm256_setzero_si256();
-            for (p, pair) in pairs.iter().enumerate() {
-                let s = unsafe { read_unaligned(y.add(Q8K_SUMS + 4 * p) as *const i32) };
-                off = _mm256_dpwssd_epi32(off, *pair, _mm256_set1_epi32(s));
-            }
+            let off = unsafe { q6k8_offset(&pairs, y) };
             let pairs = _mm512_add_epi32(sumi[t], _mm512_srli_epi64(sumi[t], 32));
             let s = _mm256_sub_epi32(_mm512_cvtepi64_epi32(pairs), _mm256_slli_epi32(off, 5));
             let yd = _mm256_set1_ps(unsafe { read_unaligned(y as *const f32) });
