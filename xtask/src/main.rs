@@ -305,9 +305,9 @@ fn test_arm64(cpus: &[&str]) -> Result<(), String> {
                     .env("QEMU_CPU", cpu);
                 // Which kernel variant must run there (a kernel test checks).
                 match *cpu {
-                    "max" => c.env("ARBOR_EXPECT_KERNELS", "candle-qmm5-dotprod"),
+                    "max" => c.env("ARBOR_EXPECT_KERNELS", "candle-qmm6-dotprod"),
                     "cortex-a72" | "cortex-a53" | "cortex-a57" => {
-                        c.env("ARBOR_EXPECT_KERNELS", "candle-qmm5-neon")
+                        c.env("ARBOR_EXPECT_KERNELS", "candle-qmm6-neon")
                     }
                     _ => &mut c,
                 };

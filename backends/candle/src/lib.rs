@@ -127,8 +127,8 @@ impl CandleBackend {
     }
 
     /// This backend with the matmul kernels it runs here:
-    /// `candle-qmm5-vnni`, `candle-qmm5-avx2` (ours on x86, see [`qmm`]),
-    /// `candle-qmm5-dotprod`, `candle-qmm5-neon` (ours on aarch64) or
+    /// `candle-qmm6-vnni`, `candle-qmm6-avx2` (ours on x86, see [`qmm`]),
+    /// `candle-qmm6-dotprod`, `candle-qmm6-neon` (ours on aarch64) or
     /// `candle` (candle-core's). Anything measured with one (latency
     /// profiles) is stale for another; the number changes when our kernels'
     /// speeds do.

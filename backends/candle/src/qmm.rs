@@ -70,6 +70,14 @@ impl Kind {
     fn block_len(self) -> usize {
         self.ty().block_len()
     }
+
+    /// Rows per interleaved group (see [`groups`]).
+    fn group_rows(self) -> usize {
+        match self {
+            Kind::Q4K | Kind::Q6K => groups::ROWS,
+            Kind::Q5_0 | Kind::Q8_0 => q8x16::ROWS,
+        }
+    }
 }
 
 /// One compiled variant of the kernels, per instruction set. All give the
@@ -96,13 +104,13 @@ impl Isa {
     pub(crate) fn kernels(self) -> &'static str {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => "candle-qmm5-avx2",
+            Isa::Avx2 => "candle-qmm6-avx2",
             #[cfg(target_arch = "x86_64")]
-            Isa::Vnni => "candle-qmm5-vnni",
+            Isa::Vnni => "candle-qmm6-vnni",
             #[cfg(target_arch = "aarch64")]
-            Isa::Neon => "candle-qmm5-neon",
+            Isa::Neon => "candle-qmm6-neon",
             #[cfg(target_arch = "aarch64")]
-            Isa::Dotprod => "candle-qmm5-dotprod",
+            Isa::Dotprod => "candle-qmm6-dotprod",
         }
     }
 }
@@ -167,8 +175,9 @@ pub(crate) struct QWeight {
     rows: usize,
     cols: usize,
     bytes: Vec<u8>,
-    /// Leading rows held in interleaved groups of eight (K-quants; see
-    /// [`q4k8`], [`q6k8`]); the rest are GGUF rows.
+    /// Leading rows held in interleaved groups (of eight for the
+    /// K-quants, [`q4k8`] and [`q6k8`]; of sixteen for Q8_0 and Q5_0,
+    /// [`q8x16`]); the rest are GGUF rows.
     grouped: usize,
 }
 
@@ -180,10 +189,10 @@ impl QWeight {
         Self::with_layout(ty, rows, cols, bytes, true)
     }
 
-    /// [`Self::new`], with K-quant rows interleaved in groups of eight
-    /// (faster kernels, at the cost of a pass over the bytes) or left as
-    /// GGUF rows: both give the same bits. Only the x86 kernels have the
-    /// interleaved layout: elsewhere rows stay GGUF rows.
+    /// [`Self::new`], with rows interleaved in groups (faster kernels, at
+    /// the cost of a pass over the bytes) or left as GGUF rows: both give
+    /// the same bits. Only the x86 kernels have the interleaved layouts:
+    /// elsewhere rows stay GGUF rows.
     pub(crate) fn with_layout(
         ty: GgmlType,
         rows: usize,
@@ -200,11 +209,14 @@ impl QWeight {
             bytes.len()
         );
         let interleave = interleave && cfg!(target_arch = "x86_64");
-        let grouped = rows / groups::ROWS * groups::ROWS;
+        let grouped = rows / kind.group_rows() * kind.group_rows();
+        let nb = cols / kind.block_len();
         let (bytes, grouped) = match kind {
-            Kind::Q4K if interleave => (q4k8::interleave(bytes, rows, cols / 256), grouped),
-            Kind::Q6K if interleave => (q6k8::interleave(bytes, rows, cols / 256), grouped),
-            _ => (bytes.to_vec(), 0),
+            _ if !interleave => (bytes.to_vec(), 0),
+            Kind::Q4K => (q4k8::interleave(bytes, rows, nb), grouped),
+            Kind::Q6K => (q6k8::interleave(bytes, rows, nb), grouped),
+            Kind::Q8_0 => (q8x16::interleave_q8_0(bytes, rows, nb), grouped),
+            Kind::Q5_0 => (q8x16::interleave_q5_0(bytes, rows, nb), grouped),
         };
         Some(QWeight {
             kind,
@@ -229,14 +241,20 @@ impl QWeight {
                 Kind::Q6K if r < self.grouped => {
                     q6k8::gguf_row(&self.bytes, self.rows, nb, r, &mut out)
                 }
+                Kind::Q8_0 if r < self.grouped => {
+                    q8x16::gguf_row_q8_0(&self.bytes, self.rows, nb, r, &mut out)
+                }
+                Kind::Q5_0 if r < self.grouped => {
+                    q8x16::gguf_row_q5_0(&self.bytes, self.rows, nb, r, &mut out)
+                }
                 _ => out.extend_from_slice(&self.bytes[r * row_bytes..][..row_bytes]),
             }
         }
         out
     }
 
-    /// Rows held and computed in interleaved groups of eight (the rest,
-    /// fewer than eight, by the row-at-a-time kernels).
+    /// Rows held and computed in interleaved groups (the rest, fewer than
+    /// a group, by the row-at-a-time kernels).
     fn grouped_rows(&self) -> usize {
         self.grouped
     }
@@ -260,12 +278,12 @@ impl QWeight {
 
     /// The part of the first `rows` rows over input columns `cols`, if the
     /// kernels can multiply it in place: `cols` on block boundaries, and
-    /// `rows` whole groups of eight where rows are interleaved.
+    /// `rows` whole groups where rows are interleaved.
     pub(crate) fn part(&self, rows: usize, cols: &Range<usize>) -> Option<Part> {
         let len = self.kind.block_len();
         let fits = rows > 0
             && rows <= self.rows
-            && (rows >= self.grouped || rows.is_multiple_of(groups::ROWS))
+            && (rows >= self.grouped || rows.is_multiple_of(self.kind.group_rows()))
             && cols.start < cols.end
             && cols.end <= self.cols
             && cols.start.is_multiple_of(len)
@@ -405,7 +423,7 @@ impl QWeight {
         let pool = candle_core::utils::barrier_pool();
         let work = |range: Range<usize>| {
             let span = range.start * chunk..(range.end * chunk).min(part.rows);
-            // Whole chunks are whole groups of eight rows.
+            // Whole chunks are whole groups (of eight or sixteen rows).
             let split = span.end.min(self.grouped_rows()).max(span.start);
             let (grouped, single) = (span.start..split, split..span.end);
             // SAFETY: the CPU has the variant's features (checked just
@@ -481,6 +499,10 @@ struct Activations {
     bytes: Vec<u8>,
     /// Q8_0 block scales as f32 (empty for Q8_K).
     scales: Vec<f32>,
+    /// Q8_0 on x86: each block's sum of quants (for the group kernels'
+    /// unsigned weights, [`q8x16`]); empty for Q8_K and elsewhere.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    sums: Vec<i32>,
     /// Bytes per token.
     stride: usize,
 }
@@ -494,13 +516,18 @@ impl Activations {
                 let raw = as_bytes(&blocks);
                 let mut bytes = Vec::with_capacity(m * nb * 32);
                 let mut scales = Vec::with_capacity(m * nb);
+                let mut sums = Vec::with_capacity(m * nb);
                 for b in raw.chunks_exact(34) {
                     scales.push(half::f16::from_le_bytes([b[0], b[1]]).to_f32());
                     bytes.extend_from_slice(&b[2..]);
+                    if cfg!(target_arch = "x86_64") {
+                        sums.push(b[2..].iter().map(|&q| i32::from(q as i8)).sum());
+                    }
                 }
                 Activations {
                     bytes,
                     scales,
+                    sums,
                     stride: nb * 32,
                 }
             }
@@ -533,6 +560,7 @@ impl Activations {
                 Activations {
                     bytes,
                     scales: Vec::new(),
+                    sums: Vec::new(),
                     stride: nb * block,
                 }
             }
@@ -866,11 +894,10 @@ macro_rules! kernels {
                             }
                             continue;
                         }
-                        // K-quants: one value per accumulator, in every lane.
+                        // One value per accumulator, in every lane.
                         let v = match w.kind {
                             Kind::Q4K => _mm256_cvtss_f32(main[i][t]) + _mm_cvtss_f32(mins[i][t]),
-                            Kind::Q6K => _mm256_cvtss_f32(main[i][t]),
-                            Kind::Q5_0 | Kind::Q8_0 => hsum(main[i][t]),
+                            _ => _mm256_cvtss_f32(main[i][t]),
                         };
                         let o = unsafe { out.get().add((t0 + t) * out_rows + r + i) };
                         unsafe { *o = if add { *o + v } else { v } };
@@ -882,12 +909,14 @@ macro_rules! kernels {
             /// interleaved K-quant rows (the 512-bit kernels' registers
             /// hold eight tokens' sums).
             const TILE_Q4: usize = if VNNI { 8 } else { 2 };
+            /// The same for sixteen Q8_0 or Q5_0 rows.
+            const TILE_Q8G: usize = if VNNI { 8 } else { 4 };
 
-            /// Computes output rows `rows` (whole groups of eight
-            /// interleaved K-quant rows, see [`super::q4k8`] and
-            /// [`super::q6k8`]) for all `m`
-            /// tokens: each group block is decoded once per tile of tokens,
-            /// eight rows at a time.
+            /// Computes output rows `rows` (whole groups of interleaved
+            /// rows: eight K-quant rows, see [`super::q4k8`] and
+            /// [`super::q6k8`], or sixteen Q8_0 or Q5_0 rows,
+            /// [`super::q8x16`]) for all `m` tokens: each group block is
+            /// decoded once per tile of tokens.
             ///
             /// # Safety
             /// As [`rows`]; `rows` starts and ends on group boundaries.
@@ -901,19 +930,24 @@ macro_rules! kernels {
                 out: SendPtr<f32>,
             ) {
                 let m = tokens.end;
-                debug_assert!(rows.start % 8 == 0 && rows.end % 8 == 0 && rows.end <= w.rows);
+                let n_rows = w.kind.group_rows();
+                debug_assert!(
+                    rows.start % n_rows == 0 && rows.end % n_rows == 0 && rows.end <= w.rows
+                );
                 // Group blocks per group, and those computed.
-                let (stride, nb) = (w.cols / 256, part.blocks.len());
-                let bytes = match w.kind {
-                    Kind::Q4K => super::q4k8::BYTES,
-                    _ => super::q6k8::BYTES,
+                let (stride, nb) = (w.cols / w.kind.block_len(), part.blocks.len());
+                let (bytes, tile) = match w.kind {
+                    Kind::Q4K => (super::q4k8::BYTES, TILE_Q4),
+                    Kind::Q6K => (super::q6k8::BYTES, TILE_Q4),
+                    Kind::Q8_0 => (super::q8x16::Q8_BYTES, TILE_Q8G),
+                    Kind::Q5_0 => (super::q8x16::Q5_BYTES, TILE_Q8G),
                 };
-                for r in rows.step_by(8) {
-                    let at = (r / 8 * stride + part.blocks.start) * bytes;
+                for r in rows.step_by(n_rows) {
+                    let at = (r / n_rows * stride + part.blocks.start) * bytes;
                     let g = unsafe { w.bytes.as_ptr().add(at) };
                     let mut t0 = tokens.start;
                     while t0 < m {
-                        let n = (m - t0).min(TILE_Q4);
+                        let n = (m - t0).min(tile);
                         let at = Group {
                             g,
                             nb,
@@ -933,6 +967,22 @@ macro_rules! kernels {
                                 (Kind::Q4K, 6) => q4k8_any::<6>(at),
                                 (Kind::Q4K, 7) => q4k8_any::<7>(at),
                                 (Kind::Q4K, 8) => q4k8_any::<8>(at),
+                                (Kind::Q8_0, 1) => q8x16_any::<1, false>(at),
+                                (Kind::Q8_0, 2) => q8x16_any::<2, false>(at),
+                                (Kind::Q8_0, 3) => q8x16_any::<3, false>(at),
+                                (Kind::Q8_0, 4) => q8x16_any::<4, false>(at),
+                                (Kind::Q8_0, 5) => q8x16_any::<5, false>(at),
+                                (Kind::Q8_0, 6) => q8x16_any::<6, false>(at),
+                                (Kind::Q8_0, 7) => q8x16_any::<7, false>(at),
+                                (Kind::Q8_0, 8) => q8x16_any::<8, false>(at),
+                                (Kind::Q5_0, 1) => q8x16_any::<1, true>(at),
+                                (Kind::Q5_0, 2) => q8x16_any::<2, true>(at),
+                                (Kind::Q5_0, 3) => q8x16_any::<3, true>(at),
+                                (Kind::Q5_0, 4) => q8x16_any::<4, true>(at),
+                                (Kind::Q5_0, 5) => q8x16_any::<5, true>(at),
+                                (Kind::Q5_0, 6) => q8x16_any::<6, true>(at),
+                                (Kind::Q5_0, 7) => q8x16_any::<7, true>(at),
+                                (Kind::Q5_0, 8) => q8x16_any::<8, true>(at),
                                 (_, 1) => q6k8_any::<1>(at),
                                 (_, 2) => q6k8_any::<2>(at),
                                 (_, 3) => q6k8_any::<3>(at),
@@ -941,7 +991,7 @@ macro_rules! kernels {
                                 (_, 6) => q6k8_any::<6>(at),
                                 (_, 7) => q6k8_any::<7>(at),
                                 (_, 8) => q6k8_any::<8>(at),
-                                _ => unreachable!("group tiles hold at most {TILE_Q4} tokens"),
+                                _ => unreachable!("group tiles hold at most {tile} tokens"),
                             }
                         }
                         t0 += n;
@@ -984,8 +1034,128 @@ macro_rules! kernels {
                 }
             }
 
+            /// Q8_0 (`Q5`: Q5_0) group tiles: 512-bit `vpdpbusd` where the
+            /// module has VNNI ([`super::zmm`]), else 256-bit; the same
+            /// bits.
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn q8x16_any<const T: usize, const Q5: bool>(at: Group<'_>) {
+                let (a, o) = at.tokens::<T>();
+                // SAFETY (pointer arithmetic): each token's `nb` blocks.
+                let s = std::array::from_fn(|t| unsafe {
+                    at.act.scales.as_ptr().add((at.t0 + t) * at.nb)
+                });
+                let sums = std::array::from_fn(|t| unsafe {
+                    at.act.sums.as_ptr().add((at.t0 + t) * at.nb)
+                });
+                if VNNI {
+                    // SAFETY: this module's CPU has AVX-512 VNNI.
+                    #[allow(unused_unsafe)]
+                    unsafe {
+                        super::zmm::q8x16::<T, Q5>(at.g, at.nb, a, s, sums, o)
+                    }
+                } else {
+                    unsafe { q8x16::<T, Q5>(at.g, at.nb, a, s, sums, o) }
+                }
+            }
+
+            /// Sixteen interleaved Q8_0 rows (`Q5`: Q5_0 rows) against `T`
+            /// tokens' Q8_0 quants `a`, scales `s` and block sums `sums`,
+            /// 256 bits at a time: rows 0..8 from the low half of each
+            /// group vector, then rows 8..16 from the high half. Q8_0
+            /// weights go back to i8 and multiply as ggml's do (`|w|` by
+            /// `y` with `w`'s sign); Q5_0's `q` (0..32) multiply `y` and
+            /// the kernel subtracts `16 Σ y`. Each row's block sum is the
+            /// same exact integer as the 512-bit kernel's.
+            #[target_feature(enable = $features)]
+            unsafe fn q8x16<const T: usize, const Q5: bool>(
+                g: *const u8,
+                nb: usize,
+                a: [*const u8; T],
+                s: [*const f32; T],
+                sums: [*const i32; T],
+                out: [*mut f32; T],
+            ) {
+                use super::q8x16::{Q5_BYTES, Q5_MASKS_AT, Q5_NIBBLES_AT, Q8_BYTES, Q8_QUANTS_AT};
+                let bytes = if Q5 { Q5_BYTES } else { Q8_BYTES };
+                let m4 = _mm256_set1_epi8(0xF);
+                let mut acc = [[_mm256_setzero_ps(); 2]; T];
+                for b in 0..nb {
+                    let blk = unsafe { g.add(b * bytes) };
+                    prefetch(blk.wrapping_add(8 * bytes), bytes);
+                    for h in 0..2 {
+                        let wd = _mm256_cvtph_ps(unsafe {
+                            _mm_loadu_si128(blk.add(16 * h) as *const __m128i)
+                        });
+                        let mut sumi = [_mm256_setzero_si256(); T];
+                        for v in 0..8 {
+                            let (x, ax) = if Q5 {
+                                let n =
+                                    unsafe { load(blk.add(Q5_NIBBLES_AT + 64 * (v % 4) + 32 * h)) };
+                                let n = if v < 4 { n } else { _mm256_srli_epi16(n, 4) };
+                                let bits = unsafe {
+                                    read_unaligned(
+                                        blk.add(Q5_MASKS_AT + 8 * v + 4 * h) as *const u32
+                                    )
+                                };
+                                let q = _mm256_or_si256(_mm256_and_si256(n, m4), high_bits(bits));
+                                (q, q)
+                            } else {
+                                let u = unsafe { load(blk.add(Q8_QUANTS_AT + 64 * v + 32 * h)) };
+                                let x = _mm256_xor_si256(u, _mm256_set1_epi8(0x80u8 as i8));
+                                (x, _mm256_sign_epi8(x, x))
+                            };
+                            for t in 0..T {
+                                let y = unsafe {
+                                    read_unaligned(a[t].add(b * 32 + 4 * v) as *const i32)
+                                };
+                                let y = _mm256_set1_epi32(y);
+                                let y = if Q5 { y } else { _mm256_sign_epi8(y, x) };
+                                sumi[t] = _mm256_add_epi32(sumi[t], dot4(ax, y));
+                            }
+                        }
+                        for t in 0..T {
+                            let (ys, yd) = unsafe { (*sums[t].add(b), *s[t].add(b)) };
+                            let sumi = if Q5 {
+                                _mm256_sub_epi32(sumi[t], _mm256_set1_epi32(16 * ys))
+                            } else {
+                                sumi[t]
+                            };
+                            let d = _mm256_mul_ps(wd, _mm256_set1_ps(yd));
+                            acc[t][h] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc[t][h]);
+                        }
+                    }
+                }
+                for t in 0..T {
+                    unsafe {
+                        _mm256_storeu_ps(out[t], acc[t][0]);
+                        _mm256_storeu_ps(out[t].add(8), acc[t][1]);
+                    }
+                }
+            }
+
+            /// Byte `j` = 16 where bit `j` of `bits` is set, else 0.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn high_bits(bits: u32) -> __m256i {
+                let spread = _mm256_shuffle_epi8(
+                    _mm256_set1_epi32(bits as i32),
+                    _mm256_set_epi64x(
+                        0x0303030303030303,
+                        0x0202020202020202,
+                        0x0101010101010101,
+                        0,
+                    ),
+                );
+                let set = _mm256_cmpeq_epi8(
+                    _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
+                    _mm256_set1_epi8(-1),
+                );
+                _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+            }
+
             /// One group kernel call: the `nb` group blocks at `g` (rows
-            /// `r..r + 8`) against tokens `t0..t0 + T`.
+            /// `r..r + 8`, or `r..r + 16`) against tokens `t0..t0 + T`.
             struct Group<'a> {
                 g: *const u8,
                 nb: usize,
@@ -1340,26 +1510,6 @@ macro_rules! kernels {
                 _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
             }
 
-            /// ggml's horizontal sum of eight lanes: the two halves, then
-            /// as [`hsum4`].
-            #[inline]
-            #[target_feature(enable = $features)]
-            fn hsum(x: __m256) -> f32 {
-                hsum4(_mm_add_ps(
-                    _mm256_extractf128_ps(x, 1),
-                    _mm256_castps256_ps128(x),
-                ))
-            }
-
-            /// Lanes (0 + 2) + (1 + 3).
-            #[inline]
-            #[target_feature(enable = $features)]
-            fn hsum4(r: __m128) -> f32 {
-                let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-                let r = _mm_add_ss(r, _mm_movehdup_ps(r));
-                _mm_cvtss_f32(r)
-            }
-
             /// Asks for the cache lines of `len` bytes from `p` (which may
             /// lie past the weights: prefetches never fault).
             #[inline]
@@ -1435,7 +1585,9 @@ macro_rules! kernels {
                         for t in 0..T {
                             let by = unsafe { load(a[t].add(b * 32)) };
                             let sy = _mm256_sign_epi8(by, bx);
-                            let q = _mm256_cvtepi32_ps(dot4(ax, sy));
+                            // The block's one integer (see `lanes::q8_0`)
+                            // in every lane; lane 0 is read.
+                            let q = _mm256_cvtepi32_ps(all_lanes8(dot4(ax, sy)));
                             // wd * the token's block scale, in every lane.
                             let d = _mm256_mul_ps(wdv, _mm256_set1_ps(unsafe { *s[t].add(b) }));
                             acc[r][t] = _mm256_fmadd_ps(d, q, acc[r][t]);
@@ -1713,6 +1865,7 @@ mod lanes;
 mod neon;
 mod q4k8;
 mod q6k8;
+mod q8x16;
 mod quantize;
 #[cfg(test)]
 mod tests;

@@ -1,34 +1,35 @@
-//! What the interleaved K-quant layouts ([`super::q4k8`], [`super::q6k8`])
-//! share: the blocks of eight consecutive rows at one column become one
-//! group block holding the same bytes, and rows after the last whole group
-//! stay GGUF blocks where they were (a group takes exactly the bytes of its
-//! eight rows).
+//! What the interleaved layouts share (the K-quants' groups of eight rows,
+//! [`super::q4k8`] and [`super::q6k8`]; Q8_0's and Q5_0's groups of
+//! sixteen, [`super::q8x16`]): the blocks of `N` consecutive rows at one
+//! column become one group block holding the same bytes, and rows after the
+//! last whole group stay GGUF blocks where they were (a group takes exactly
+//! the bytes of its rows).
 
-/// Rows per group.
+/// Rows per K-quant group.
 pub(crate) const ROWS: usize = 8;
 
 /// `src` (`rows` rows of `nb` blocks of `block` bytes) with its first
-/// `rows / 8 * 8` rows in group blocks of `GROUP` (= 8 × `block`) bytes,
-/// each laid out by `fill` from its eight rows' blocks. Runs once per
+/// `rows / N * N` rows in group blocks of `GROUP` (= `N` × `block`) bytes,
+/// each laid out by `fill` from its `N` rows' blocks. Runs once per
 /// resident weight, at load.
-pub(crate) fn interleave<const GROUP: usize>(
+pub(crate) fn interleave<const N: usize, const GROUP: usize>(
     src: &[u8],
     rows: usize,
     nb: usize,
     block: usize,
-    fill: impl Fn(&[&[u8]; ROWS], &mut [u8; GROUP]),
+    fill: impl Fn(&[&[u8]; N], &mut [u8; GROUP]),
 ) -> Vec<u8> {
-    assert_eq!(GROUP, ROWS * block, "a group block is eight blocks");
+    assert_eq!(GROUP, N * block, "a group block is N blocks");
     let row_bytes = nb * block;
-    let groups = rows / ROWS;
+    let groups = rows / N;
     // Appended in order, never zero-filled first (a whole extra pass).
     let mut out = Vec::with_capacity(src.len());
     for g in 0..groups {
-        let at = |r: usize, b: usize| (g * ROWS + r) * row_bytes + b * block;
+        let at = |r: usize, b: usize| (g * N + r) * row_bytes + b * block;
         for b in 0..nb {
-            // Eight source streams, which the hardware prefetcher follows
+            // `N` source streams, which the hardware prefetcher follows
             // poorly.
-            for r in 0..ROWS {
+            for r in 0..N {
                 if let Some(p) = src.get(at(r, b + 4)..at(r, b + 4) + block) {
                     prefetch(p);
                 }
@@ -42,28 +43,28 @@ pub(crate) fn interleave<const GROUP: usize>(
             out.extend_from_slice(&dst);
         }
     }
-    out.extend_from_slice(&src[groups * ROWS * row_bytes..]);
+    out.extend_from_slice(&src[groups * N * row_bytes..]);
     out
 }
 
 /// Row `r` as GGUF blocks of `block` bytes (appended to `out`), from a
-/// weight laid out by [`interleave`]; `unfill` appends row `i`'s block of
-/// a group block.
+/// weight laid out by [`interleave`] in groups of `n` rows; `unfill`
+/// appends row `i`'s block of a group block.
 pub(crate) fn gguf_row(
     held: &[u8],
-    (rows, nb, block): (usize, usize, usize),
+    (rows, nb, block, n): (usize, usize, usize, usize),
     r: usize,
     out: &mut Vec<u8>,
     unfill: impl Fn(&[u8], usize, &mut Vec<u8>),
 ) {
     let row_bytes = nb * block;
-    if r >= rows / ROWS * ROWS {
+    if r >= rows / n * n {
         out.extend_from_slice(&held[r * row_bytes..][..row_bytes]);
         return;
     }
-    let (g, i) = (r / ROWS, r % ROWS);
+    let (g, i) = (r / n, r % n);
     for b in 0..nb {
-        unfill(&held[(g * nb + b) * ROWS * block..][..ROWS * block], i, out);
+        unfill(&held[(g * nb + b) * n * block..][..n * block], i, out);
     }
 }
 
@@ -84,7 +85,7 @@ pub(crate) fn prefetch(bytes: &[u8]) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{q4k8, q6k8};
+    use super::super::{q4k8, q6k8, q8x16};
 
     type Layout = (
         usize,
@@ -94,19 +95,21 @@ mod tests {
 
     #[test]
     fn every_row_comes_back_as_its_gguf_blocks() {
-        let layouts: [Layout; 2] = [
+        let layouts: [Layout; 4] = [
             (144, q4k8::interleave, q4k8::gguf_row),
             (210, q6k8::interleave, q6k8::gguf_row),
+            (34, q8x16::interleave_q8_0, q8x16::gguf_row_q8_0),
+            (22, q8x16::interleave_q5_0, q8x16::gguf_row_q5_0),
         ];
         for (block, interleave, gguf_row) in layouts {
-            for rows in [1usize, 8, 13, 16, 21] {
+            for rows in [1usize, 8, 13, 16, 21, 32, 37] {
                 let nb = 3;
                 let src: Vec<u8> = (0..rows * nb * block)
                     .map(|i| ((i as u32).wrapping_mul(2654435761) >> 13) as u8)
                     .collect();
                 let held = interleave(&src, rows, nb);
                 assert_eq!(held.len(), src.len());
-                if rows >= 8 {
+                if rows >= 16 {
                     assert_ne!(
                         held, src,
                         "{block}-byte blocks, {rows} rows: not interleaved"

@@ -1,18 +1,17 @@
 //! The x86 kernels' arithmetic in plain Rust, one (row, token) pair at a
 //! time: the reference the kernels are tested against on every CPU. On
 //! x86 the tests also hold it against candle's `vec_dot` (ggml's AVX2 dot
-//! products): bit for bit for Q8_0, within rounding for the K-quants (see
-//! below); on aarch64 candle's `vec_dot` is ggml's NEON
-//! one, which sums in another order, so this is what ties the NEON
-//! kernels to the x86 ones.
+//! products), within rounding (see below); on aarch64 candle's `vec_dot`
+//! is ggml's NEON one, which sums in another order, so this is what ties
+//! the NEON kernels to the x86 ones.
 //!
-//! Q8_0: integer products are summed into eight lanes, lane `l` taking
-//! elements `4l..4l + 4` of every 32-quant block; once per block each
-//! lane's sum is multiplied into its own float accumulator by a fused
-//! multiply-add with the block scales' product; the lanes are added as
-//! `((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7))`. The K-quants sum a block in
-//! one exact integer per row instead (see [`q4k`], [`q6k`]): that lets the
-//! 512-bit kernels multiply with `vpdpbusd`.
+//! Every type sums a row's products over a block in one exact integer
+//! (see [`q8_0`], [`q4k`], [`q6k`]) and takes one fused multiply-add per
+//! block with the block scales' product: integer sums are exact in any
+//! order, so the 512-bit kernels may multiply with `vpdpbusd` over lanes
+//! of their own and still give the row kernels' bits. (ggml instead keeps
+//! eight lane sums per row in eight float accumulators and adds them at
+//! the end.)
 
 use super::{Kind, Q8K_BYTES, Q8K_SUMS, as_bytes};
 use candle_core::quantized::k_quants::{BlockQ8_0, BlockQ8K, GgmlType as _};
@@ -43,23 +42,8 @@ fn q8k_blocks(x: &[f32]) -> Vec<(f32, Vec<i8>, Vec<i16>)> {
         .collect()
 }
 
-/// ggml's horizontal sum of eight lanes.
-fn hsum8(x: [f32; 8]) -> f32 {
-    hsum4(std::array::from_fn(|i| x[i] + x[i + 4]))
-}
-
-/// `(0 + 2) + (1 + 3)`.
-fn hsum4(x: [f32; 4]) -> f32 {
-    (x[0] + x[2]) + (x[1] + x[3])
-}
-
 fn f16_at(b: &[u8]) -> f32 {
     half::f16::from_le_bytes([b[0], b[1]]).to_f32()
-}
-
-/// Lane `l`'s sum over one 32-quant chunk: `Σ w[e] y[e]`, `e` in `4l..4l + 4`.
-fn lane(w: &[i32], y: &[i8], l: usize) -> i32 {
-    (4 * l..4 * l + 4).map(|e| w[e] * i32::from(y[e])).sum()
 }
 
 /// Row `row` (GGUF blocks of `kind`; Q5_0 as its Q8_0 repacking) times
@@ -73,16 +57,18 @@ pub(super) fn dot(kind: Kind, row: &[u8], x: &[f32]) -> f32 {
     }
 }
 
+/// Q8_0: `Σ_e q_e y_e` over a block, one exact integer (at most 32 ×
+/// 128 × 127 in size: exact as an f32 too), into one float accumulator by
+/// a fused multiply-add with the product of the two block scales.
 fn q8_0(row: &[u8], x: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
+    let mut acc = 0f32;
     for (blk, (ad, qs)) in row.chunks_exact(34).zip(q8_0_blocks(x)) {
-        let w: Vec<i32> = blk[2..].iter().map(|&q| i32::from(q as i8)).collect();
-        let d = f16_at(blk) * ad;
-        for (l, acc) in acc.iter_mut().enumerate() {
-            *acc = d.mul_add(lane(&w, &qs, l) as f32, *acc);
-        }
+        let sumi: i32 = (blk[2..].iter().zip(&qs))
+            .map(|(&q, &y)| i32::from(q as i8) * i32::from(y))
+            .sum();
+        acc = (f16_at(blk) * ad).mul_add(sumi as f32, acc);
     }
-    hsum8(acc)
+    acc
 }
 
 /// Q4_K sums each block's products exactly, in one integer per row and

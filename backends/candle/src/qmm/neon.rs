@@ -1,18 +1,12 @@
 //! The kernels on aarch64 (NEON), row at a time, with exactly the
 //! arithmetic of the x86 kernels: results are the same bits.
 //!
-//! ggml's AVX2 dot products sum integer products into eight 32-bit lanes,
-//! lane `l` adding up elements `4l..4l + 4` of each 32-quant chunk (times
-//! the chunk's sub-block scale), then multiply-add each lane into its own
-//! float accumulator once per block and add the eight lanes up in a fixed
-//! order. Here the eight lanes are two 128-bit registers (lanes 0..4 from
-//! a chunk's first 16 quants, 4..8 from its last 16): `sdot` (dotprod)
-//! sums four i8 × i8 products per lane, exactly the four that lane adds on
-//! x86; without dotprod, `smull` + pairwise adds give the same sums.
-//! Integer sums are exact, so only the float steps could differ, and they
-//! are the same ones in the same order: the block scale product, one fused
-//! multiply-add per lane, ggml's horizontal sum (`(0 + 4) + (2 + 6)`,
-//! then `(1 + 5) + (3 + 7)`, then the two).
+//! Every type sums a row's products over a block into one exact integer
+//! (`qmm/lanes.rs`): `sdot` (dotprod) sums four i8 × i8 products per
+//! 32-bit lane, and without dotprod `smull` + pairwise adds give the same
+//! sums; the lanes are added across (`addv`), exact in any order. The
+//! float steps are the x86 kernels' in the same order: the block scales'
+//! product, then one fused multiply-add per block.
 //!
 //! Per 256 quants (a K-quant block) against one token: Q4_K reads 144
 //! weight bytes and does 16 `sdot` + 16 `mla` (a scale per 32 quants);
@@ -59,22 +53,6 @@ fn dot4_plain(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
     let lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
     let hi = vmull_high_s8(a, b);
     vaddq_s32(acc, vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi)))
-}
-
-/// ggml's horizontal sum of eight lanes (`x[0]` lanes 0..4, `x[1]`
-/// 4..8): `((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7))`.
-#[inline]
-#[target_feature(enable = "neon")]
-fn hsum8(x: [float32x4_t; 2]) -> f32 {
-    hsum4(vaddq_f32(x[0], x[1]))
-}
-
-/// `(0 + 2) + (1 + 3)` (not `vaddvq_f32`, which adds `(0 + 1) + (2 + 3)`).
-#[inline]
-#[target_feature(enable = "neon")]
-fn hsum4(x: float32x4_t) -> f32 {
-    let p = vadd_f32(vget_low_f32(x), vget_high_f32(x));
-    vget_lane_f32::<0>(p) + vget_lane_f32::<1>(p)
 }
 
 /// The f16 at `p`, as f32: one `fcvt` (Armv8 base; `half` would check
@@ -252,13 +230,12 @@ macro_rules! kernels {
                         }
                     }
                     for t in 0..T {
-                        // K-quants: one value per accumulator, in every lane.
+                        // One value per accumulator, in every lane.
                         let v = match kind {
                             Kind::Q4K => {
                                 vgetq_lane_f32::<0>(acc[t][0]) + vgetq_lane_f32::<0>(acc_m[t])
                             }
-                            Kind::Q6K => vgetq_lane_f32::<0>(acc[t][0]),
-                            Kind::Q5_0 | Kind::Q8_0 => hsum8(acc[t]),
+                            _ => vgetq_lane_f32::<0>(acc[t][0]),
                         };
                         let o = out(t);
                         unsafe { *o = if k > 0 { *o + v } else { v } };
@@ -297,10 +274,10 @@ macro_rules! kernels {
                         let (y0, y1) = unsafe { (vld1q_s8(y), vld1q_s8(y.add(16))) };
                         // wd * the token's block scale, in every lane.
                         let d = vdupq_n_f32(wd * unsafe { *s[t].add(b) });
-                        let lo = vcvtq_f32_s32(dot4(zero, x[0], y0));
-                        let hi = vcvtq_f32_s32(dot4(zero, x[1], y1));
-                        acc[t][0] = vfmaq_f32(acc[t][0], d, lo);
-                        acc[t][1] = vfmaq_f32(acc[t][1], d, hi);
+                        // The block's one integer (see `lanes::q8_0`).
+                        let sumi = vaddvq_s32(dot4(dot4(zero, x[0], y0), x[1], y1));
+                        let q = vdupq_n_f32(sumi as f32);
+                        acc[t][0] = vfmaq_f32(acc[t][0], d, q);
                     }
                 }
                 *acc_out = acc;

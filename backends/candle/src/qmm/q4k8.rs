@@ -68,7 +68,7 @@ fn pack_scales(s: &[u8; 8], m: &[u8; 8]) -> [u8; 12] {
 /// The weight with its first `rows / 8 * 8` rows in group blocks (see
 /// [`groups::interleave`]).
 pub(crate) fn interleave(src: &[u8], rows: usize, nb: usize) -> Vec<u8> {
-    groups::interleave::<BYTES>(src, rows, nb, 144, |x, dst| {
+    groups::interleave::<ROWS, BYTES>(src, rows, nb, 144, |x, dst| {
         let mut u = [0u8; 128];
         for (r, x) in x.iter().enumerate() {
             dst[2 * r..2 * r + 2].copy_from_slice(&x[0..2]);
@@ -97,7 +97,7 @@ pub(crate) fn interleave(src: &[u8], rows: usize, nb: usize) -> Vec<u8> {
 /// Row `r` as GGUF Q4_K blocks (appended to `out`), from a weight laid out
 /// by [`interleave`].
 pub(crate) fn gguf_row(held: &[u8], rows: usize, nb: usize, r: usize, out: &mut Vec<u8>) {
-    groups::gguf_row(held, (rows, nb, 144), r, out, |src, i, out| {
+    groups::gguf_row(held, (rows, nb, 144, ROWS), r, out, |src, i, out| {
         let mut block = [0u8; 144];
         block[0..2].copy_from_slice(&src[2 * i..2 * i + 2]);
         block[2..4].copy_from_slice(&src[16 + 2 * i..16 + 2 * i + 2]);

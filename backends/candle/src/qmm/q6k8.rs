@@ -47,7 +47,7 @@ fn place(i: usize, at: usize) -> usize {
 /// The weight with its first `rows / 8 * 8` rows in group blocks (see
 /// [`groups::interleave`]).
 pub(crate) fn interleave(src: &[u8], rows: usize, nb: usize) -> Vec<u8> {
-    groups::interleave::<BYTES>(src, rows, nb, 210, |x, dst| {
+    groups::interleave::<ROWS, BYTES>(src, rows, nb, 210, |x, dst| {
         for (i, x) in x.iter().enumerate() {
             for (s, &v) in x[192..208].iter().enumerate() {
                 dst[SCALES_AT + 8 * s + i] = v;
@@ -64,7 +64,7 @@ pub(crate) fn interleave(src: &[u8], rows: usize, nb: usize) -> Vec<u8> {
 /// Row `r` as GGUF Q6_K blocks (appended to `out`), from a weight laid out
 /// by [`interleave`].
 pub(crate) fn gguf_row(held: &[u8], rows: usize, nb: usize, r: usize, out: &mut Vec<u8>) {
-    groups::gguf_row(held, (rows, nb, 210), r, out, |src, i, out| {
+    groups::gguf_row(held, (rows, nb, 210, ROWS), r, out, |src, i, out| {
         out.extend((0..210).map(|at| src[place(i, at)]))
     });
 }

@@ -1,4 +1,5 @@
-//! The kernels against candle's one-pair `vec_dot`, bit for bit.
+//! The kernels against their arithmetic in plain Rust (`lanes.rs`), bit
+//! for bit, and that against candle's one-pair `vec_dot`, within rounding.
 
 use super::*;
 #[cfg(target_arch = "x86_64")]
@@ -60,7 +61,7 @@ const KERNEL_TYPES: [(Kind, GgmlType, &[usize]); 4] = [
 
 /// Every (token, row) pair's dot product as the x86 kernels compute it
 /// ([`super::lanes`]); on x86 also candle's `vec_dot` (ggml's AVX2 dot
-/// products), which it must equal bit for bit (K-quants: within rounding).
+/// products), which it must equal within rounding.
 fn reference(kind: Kind, bytes: &[u8], rows: usize, cols: usize, x: &[f32], m: usize) -> Vec<f32> {
     let row_bytes = cols / kind.block_len() * kind.block_bytes();
     let mut out = vec![0f32; m * rows];
@@ -78,21 +79,14 @@ fn reference(kind: Kind, bytes: &[u8], rows: usize, cols: usize, x: &[f32], m: u
             Kind::Q6K => candle_vec_dot::<BlockQ6K, BlockQ8K>(bytes, rows, cols, x, m),
             Kind::Q5_0 => unreachable!("checked against its Q8_0 repacking"),
         };
-        if matches!(kind, Kind::Q4K | Kind::Q6K) {
-            // K-quants sum each block exactly (see `lanes::q4k`), where ggml
-            // rounds eight lane sums apiece: close, not the same bits (the
-            // scales and mins' terms cancel, so within the outputs' size).
-            let size = candle.iter().fold(0f32, |m, v| m.max(v.abs()));
-            for (a, b) in out.iter().zip(&candle) {
-                assert!(
-                    (a - b).abs() <= 1e-4 * size,
-                    "{kind:?}: the reference {a} is far from candle's vec_dot {b} (outputs up to {size})"
-                );
-            }
-        } else {
+        // Blocks are summed exactly (see `lanes`), where ggml rounds eight
+        // lane sums apiece: close, not the same bits (K-quants: the scales
+        // and mins' terms cancel, so within the outputs' size).
+        let size = candle.iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (a, b) in out.iter().zip(&candle) {
             assert!(
-                same_bits(&out, &candle),
-                "{kind:?}: the lanes reference is not candle's vec_dot"
+                (a - b).abs() <= 1e-4 * size,
+                "{kind:?}: the reference {a} is far from candle's vec_dot {b} (outputs up to {size})"
             );
         }
     }
@@ -136,7 +130,7 @@ fn check(kind: Kind, ty: GgmlType, scale_at: &[usize]) {
     let rows = 37;
     let cols = if kind == Kind::Q8_0 { 50 * 32 } else { 7 * 256 };
     let bytes = blocks(kind, rows * cols / kind.block_len(), &mut g, scale_at);
-    // Interleaved (K-quants) and GGUF rows: both must give candle's bits.
+    // Interleaved and GGUF rows: both must give the reference's bits.
     for interleave in [true, false] {
         let w = QWeight::with_layout(ty, rows, cols, &bytes, interleave).unwrap();
         for m in [1usize, 2, 3, 4, 5, 7, 8, 9, 17] {
@@ -153,7 +147,7 @@ fn check(kind: Kind, ty: GgmlType, scale_at: &[usize]) {
                     assert_eq!(
                         a.to_bits(),
                         b.to_bits(),
-                        "{ty}, {m} tokens, {isa:?}, interleaved {interleave}, output {i}: {a} vs candle's {b}"
+                        "{ty}, {m} tokens, {isa:?}, interleaved {interleave}, output {i}: {a} vs the reference's {b}"
                     );
                 }
             }
@@ -162,7 +156,7 @@ fn check(kind: Kind, ty: GgmlType, scale_at: &[usize]) {
 }
 
 #[test]
-fn q8_0_equals_candle_vec_dot_bit_for_bit() {
+fn q8_0_equals_its_exact_block_sums_bit_for_bit() {
     check(Kind::Q8_0, GgmlType::Q8_0, &[0]);
 }
 
@@ -213,6 +207,51 @@ fn k_quants_largest_quants_and_scales_stay_exact() {
                         assert!(
                             same_bits(&got, &want),
                             "{ty}: {m} tokens of {x0}, {isa:?}, interleaved {interleave}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The group kernels multiply Q8_0 weights as `q + 128` and Q5_0 as `q`
+/// (0..32), then take the offset times the token's block sum back off:
+/// the extremes (Q8_0's -128 and 127, Q5_0's 0 and 31) against the
+/// largest activations of either sign must still give the exact sums,
+/// in every variant and layout, for groups of rows and rows after them.
+#[test]
+fn q8_0_and_q5_0_extremes_stay_exact() {
+    if !available() {
+        return;
+    }
+    let (rows, cols) = (17, 64);
+    let f16 = half::f16::from_f32(0.75).to_le_bytes();
+    let q8 = |q: u8| [&f16[..], &[q; 32]].concat();
+    // Q5_0: every high bit set and every nibble 15 (q = 31), or none (0).
+    let q5 = |v: u8| [&f16[..], &[v; 4], &[v; 16]].concat();
+    let q5_repacked = |v: u8| q8(if v == 0 { (-16i8) as u8 } else { 15 });
+    for (ty, block, repacked) in [
+        (GgmlType::Q8_0, q8(0x80), q8(0x80)),
+        (GgmlType::Q8_0, q8(0x7F), q8(0x7F)),
+        (GgmlType::Q5_0, q5(0xFF), q5_repacked(0xFF)),
+        (GgmlType::Q5_0, q5(0), q5_repacked(0)),
+    ] {
+        let bytes = block.repeat(rows * cols / 32);
+        let repacked = repacked.repeat(rows * cols / 32);
+        for x0 in [-1.0f32, 1.0] {
+            for interleave in [true, false] {
+                let w = QWeight::with_layout(ty, rows, cols, &bytes, interleave).unwrap();
+                for m in [1usize, 3, 8, 9] {
+                    let x = vec![x0; m * cols];
+                    let want = reference(Kind::Q8_0, &repacked, rows, cols, &x, m);
+                    for &isa in variants() {
+                        let mut got = vec![0f32; m * rows];
+                        w.matmul_on(isa, &x, m, &w.whole(), &mut got);
+                        assert!(
+                            same_bits(&got, &want),
+                            "{ty} {:?}: {m} tokens of {x0}, {isa:?}, interleaved {interleave}",
+                            &block[2..4]
                         );
                     }
                 }
@@ -356,8 +395,8 @@ fn parts_equal_the_part_cut_out_bit_for_bit() {
         let bytes = blocks(kind, rows * nb, &mut g, scale_at);
         for interleave in [true, false] {
             let w = QWeight::with_layout(ty, rows, cols, &bytes, interleave).unwrap();
-            // Row prefixes of whole groups of eight, or the whole matrix.
-            for (keep, blocks) in [(16, 0..nb), (24, 2..5), (37, 1..7), (8, 6..7), (37, 0..nb)] {
+            // Row prefixes of whole groups (of 8 or 16), or the whole matrix.
+            for (keep, blocks) in [(16, 0..nb), (32, 2..5), (37, 1..7), (16, 6..7), (37, 0..nb)] {
                 let part = w
                     .part(keep, &(blocks.start * len..blocks.end * len))
                     .unwrap();
@@ -380,7 +419,7 @@ fn parts_equal_the_part_cut_out_bit_for_bit() {
             }
             // Parts the kernels cannot read in place are refused (only
             // x86 interleaves rows; elsewhere any row prefix is a part).
-            if interleave && matches!(kind, Kind::Q4K | Kind::Q6K) {
+            if interleave {
                 assert_eq!(
                     w.part(12, &(0..cols)).is_none(),
                     cfg!(target_arch = "x86_64"),
@@ -470,8 +509,8 @@ fn segment_sums_equal_the_segments_added_bit_for_bit() {
 }
 
 /// The variant `ARBOR_EXPECT_KERNELS` names runs here, when it is set: the
-/// ARM64 CI sets it per emulated CPU (`candle-qmm5-dotprod` on `-cpu max`,
-/// `candle-qmm5-neon` on a Cortex-A72), so each run proves which kernels
+/// ARM64 CI sets it per emulated CPU (`candle-qmm6-dotprod` on `-cpu max`,
+/// `candle-qmm6-neon` on a Cortex-A72), so each run proves which kernels
 /// the tests above checked.
 #[test]
 fn the_expected_variant_runs() {

@@ -1,4 +1,10 @@
-//! The K-quant group kernels with 512-bit AVX-512 VNNI: one `vpdpbusd`
+//! The group kernels with 512-bit AVX-512 VNNI.
+//!
+//! Q8_0 and Q5_0 ([`q8x16`]): one `vpdpbusd` adds four products into
+//! each of sixteen rows' lanes; eight of them make a block's sums, exact,
+//! one per row, with no reduction (see [`super::q8x16`]).
+//!
+//! The K-quants ([`q4k8`], [`q6k8`]): one `vpdpbusd`
 //! adds 64 products (four per 32-bit lane, two lanes per row of the group,
 //! see [`super::q4k8`], [`super::q6k8`]), where the 256-bit kernels take
 //! `vpmaddubsw` and `vpmaddwd` for 32. A lane's sum over one sub-block fits
@@ -11,6 +17,7 @@
 use super::Q8K_BYTES;
 use super::q4k8::{BYTES, PICK_MINS, QUANTS_AT};
 use super::q6k8;
+use super::q8x16::{Q5_BYTES, Q5_MASKS_AT, Q5_NIBBLES_AT, Q8_BYTES, Q8_QUANTS_AT};
 use super::vnni::{
     prefetch, q4k8_head, q4k8_min_sum, q4k8_mins, q6k8_offset, q6k8_scale_pairs, q6k8_scales,
     scale_bytes,
@@ -176,4 +183,71 @@ pub(super) unsafe fn q6k8<const T: usize>(
     for t in 0..T {
         unsafe { _mm256_storeu_ps(out[t], acc[t]) };
     }
+}
+
+/// Sixteen interleaved Q8_0 rows (`Q5`: Q5_0 rows; `nb` group blocks at
+/// `g`) against `T` tokens' Q8_0 quants `a`, block scales `s` and block
+/// sums `sums`: the sixteen rows' results go to `out[t]`. The weights
+/// multiply as unsigned bytes (Q8_0: `q + 128`; Q5_0: `q` in 0..32), and
+/// the offset times the token's block sum comes off each lane.
+///
+/// # Safety
+/// The CPU has AVX-512 VNNI; `g` holds `nb` group blocks, each `a[t]`,
+/// `s[t]` and `sums[t]` the token's `nb` blocks, each `out[t]` room for
+/// sixteen floats.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn q8x16<const T: usize, const Q5: bool>(
+    g: *const u8,
+    nb: usize,
+    a: [*const u8; T],
+    s: [*const f32; T],
+    sums: [*const i32; T],
+    out: [*mut f32; T],
+) {
+    let bytes = if Q5 { Q5_BYTES } else { Q8_BYTES };
+    let offset = if Q5 { 16 } else { 128 };
+    let (m4, bit4) = (_mm512_set1_epi8(0xF), _mm512_set1_epi8(0x10));
+    let mut acc = [_mm512_setzero_ps(); T];
+    for b in 0..nb {
+        let blk = unsafe { g.add(b * bytes) };
+        prefetch(blk.wrapping_add(8 * bytes), bytes);
+        // Two chains for few tokens (the integer sums are exact: any split).
+        let mut sumi = [[_mm512_setzero_si512(); 2]; T];
+        for v in 0..8 {
+            let q = if Q5 {
+                let n = unsafe {
+                    _mm512_loadu_si512(blk.add(Q5_NIBBLES_AT + 64 * (v % 4)) as *const _)
+                };
+                let n = if v < 4 { n } else { _mm512_srli_epi16(n, 4) };
+                let high = unsafe { read_unaligned(blk.add(Q5_MASKS_AT + 8 * v) as *const u64) };
+                let n = _mm512_and_si512(n, m4);
+                with_high_bits(n, high, bit4)
+            } else {
+                unsafe { _mm512_loadu_si512(blk.add(Q8_QUANTS_AT + 64 * v) as *const _) }
+            };
+            for t in 0..T {
+                let y = unsafe { read_unaligned(a[t].add(b * 32 + 4 * v) as *const i32) };
+                let h = if T < 4 { v % 2 } else { 0 };
+                sumi[t][h] = _mm512_dpbusd_epi32(sumi[t][h], q, _mm512_set1_epi32(y));
+            }
+        }
+        let wd = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(blk as *const __m256i) });
+        for t in 0..T {
+            let (ys, yd) = unsafe { (*sums[t].add(b), *s[t].add(b)) };
+            let sum = _mm512_add_epi32(sumi[t][0], sumi[t][1]);
+            let sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(offset * ys));
+            let d = _mm512_mul_ps(wd, _mm512_set1_ps(yd));
+            acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum), acc[t]);
+        }
+    }
+    for t in 0..T {
+        unsafe { _mm512_storeu_ps(out[t], acc[t]) };
+    }
+}
+
+/// `n` with `bit` added in the bytes `mask` selects (`n` has bit 4 clear).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn with_high_bits(n: __m512i, mask: u64, bit: __m512i) -> __m512i {
+    _mm512_mask_add_epi8(n, mask, n, bit)
 }
