@@ -434,11 +434,42 @@ impl QWeight {
                     #[cfg(target_arch = "x86_64")]
                     Isa::Vnni => {
                         vnni::groups(self, part, act, tokens.clone(), grouped, out_at);
+                        // Q8_0 GGUF rows (streamed layers) sixteen at a
+                        // time, transposed in registers.
+                        let single = if self.kind == Kind::Q8_0 && segs.len() == 1 {
+                            let whole = single.start + single.len() / 16 * 16;
+                            zmm::gguf_q8_0(
+                                self,
+                                part,
+                                act,
+                                tokens.clone(),
+                                single.start..whole,
+                                out_at,
+                            );
+                            whole..single.end
+                        } else {
+                            single
+                        };
                         vnni::rows(self, part, segs, act, tokens.clone(), single, out_at)
                     }
                     #[cfg(target_arch = "x86_64")]
                     Isa::Avx2 => {
                         avx2::groups(self, part, act, tokens.clone(), grouped, out_at);
+                        // As above, eight rows at a time.
+                        let single = if self.kind == Kind::Q8_0 && segs.len() == 1 {
+                            let whole = single.start + single.len() / 8 * 8;
+                            avx2::gguf_q8_0(
+                                self,
+                                part,
+                                act,
+                                tokens.clone(),
+                                single.start..whole,
+                                out_at,
+                            );
+                            whole..single.end
+                        } else {
+                            single
+                        };
                         avx2::rows(self, part, segs, act, tokens.clone(), single, out_at)
                     }
                     // No interleaved rows here (`with_layout`).
@@ -1131,6 +1162,142 @@ macro_rules! kernels {
                         _mm256_storeu_ps(out[t], acc[t][0]);
                         _mm256_storeu_ps(out[t].add(8), acc[t][1]);
                     }
+                }
+            }
+
+            /// Q8_0 rows `rows` (whole groups of eight GGUF rows, as
+            /// streamed layers hold them) for tokens `tokens`: each block of
+            /// eight rows is transposed in registers (24 shuffles per 256
+            /// quants, shared by a tile of four tokens) so that a row's
+            /// block sum is one lane's, as in [`q8x16`]: the same bits.
+            ///
+            /// # Safety
+            /// As [`rows`]; `rows` is whole groups of eight rows of a Q8_0
+            /// weight held as GGUF rows.
+            // The VNNI module takes `zmm::gguf_q8_0` instead.
+            #[cfg_attr($vnni, allow(dead_code))]
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn gguf_q8_0(
+                w: &QWeight,
+                part: &Part,
+                act: &Activations,
+                tokens: Range<usize>,
+                rows: Range<usize>,
+                out: SendPtr<f32>,
+            ) {
+                debug_assert!(w.kind == Kind::Q8_0 && rows.len().is_multiple_of(8));
+                let nb = part.blocks.len();
+                let row_bytes = w.cols / 32 * 34;
+                for r in rows.step_by(8) {
+                    // SAFETY (pointer arithmetic): within the weight and
+                    // the activations the caller holds.
+                    let base =
+                        unsafe { w.bytes.as_ptr().add(r * row_bytes + part.blocks.start * 34) };
+                    let mut t0 = tokens.start;
+                    while t0 < tokens.end {
+                        let n = (tokens.end - t0).min(4);
+                        let o = |t: usize| unsafe { out.get().add((t0 + t) * part.rows + r) };
+                        let a = |t: usize| unsafe { act.bytes.as_ptr().add((t0 + t) * act.stride) };
+                        let s = |t: usize| unsafe { act.scales.as_ptr().add((t0 + t) * nb) };
+                        macro_rules! tile {
+                            ($t:literal) => {
+                                unsafe {
+                                    gguf_q8_0_tile::<$t>(
+                                        base,
+                                        row_bytes,
+                                        nb,
+                                        std::array::from_fn(a),
+                                        std::array::from_fn(s),
+                                        std::array::from_fn(o),
+                                    )
+                                }
+                            };
+                        }
+                        match n {
+                            1 => tile!(1),
+                            2 => tile!(2),
+                            3 => tile!(3),
+                            _ => tile!(4),
+                        }
+                        t0 += n;
+                    }
+                }
+            }
+
+            /// Eight GGUF Q8_0 rows at `base`, `row_bytes` apart, against
+            /// `T` tokens' quants `a` and scales `s`: results to `out[t]`.
+            #[cfg_attr($vnni, allow(dead_code))]
+            #[target_feature(enable = $features)]
+            unsafe fn gguf_q8_0_tile<const T: usize>(
+                base: *const u8,
+                row_bytes: usize,
+                nb: usize,
+                a: [*const u8; T],
+                s: [*const f32; T],
+                out: [*mut f32; T],
+            ) {
+                let mut acc = [_mm256_setzero_ps(); T];
+                for b in 0..nb {
+                    let blk = unsafe { base.add(b * 34) };
+                    if b % 2 == 0 {
+                        for i in 0..8 {
+                            _mm_prefetch::<_MM_HINT_T0>(
+                                blk.wrapping_add(i * row_bytes + 8 * 34) as *const i8
+                            );
+                        }
+                    }
+                    let z: [__m256i; 8] =
+                        std::array::from_fn(|i| unsafe { load(blk.add(i * row_bytes + 2)) });
+                    // An 8×8 transpose of 32-bit words: vector j holds
+                    // quants 4j..4j + 4 of the eight rows, in row order.
+                    let t: [__m256i; 8] = std::array::from_fn(|k| {
+                        let (x, y) = (z[2 * (k / 2)], z[2 * (k / 2) + 1]);
+                        if k % 2 == 0 {
+                            _mm256_unpacklo_epi32(x, y)
+                        } else {
+                            _mm256_unpackhi_epi32(x, y)
+                        }
+                    });
+                    let u: [__m256i; 8] = std::array::from_fn(|k| {
+                        let (c, g) = (k % 4, 4 * (k / 4));
+                        let (x, y) = (t[g + (c / 2)], t[g + 2 + (c / 2)]);
+                        if c % 2 == 0 {
+                            _mm256_unpacklo_epi64(x, y)
+                        } else {
+                            _mm256_unpackhi_epi64(x, y)
+                        }
+                    });
+                    let q: [__m256i; 8] = std::array::from_fn(|j| {
+                        if j < 4 {
+                            _mm256_permute2x128_si256::<0x20>(u[j], u[j + 4])
+                        } else {
+                            _mm256_permute2x128_si256::<0x31>(u[j - 4], u[j])
+                        }
+                    });
+                    let mut sumi = [_mm256_setzero_si256(); T];
+                    for (v, q) in q.iter().enumerate() {
+                        // ggml's sign trick: |q| times y with q's sign.
+                        let aq = _mm256_sign_epi8(*q, *q);
+                        for t in 0..T {
+                            let y =
+                                unsafe { read_unaligned(a[t].add(b * 32 + 4 * v) as *const i32) };
+                            let y = _mm256_sign_epi8(_mm256_set1_epi32(y), *q);
+                            sumi[t] = _mm256_add_epi32(sumi[t], dot4(aq, y));
+                        }
+                    }
+                    let d: [u16; 8] = std::array::from_fn(|i| unsafe {
+                        read_unaligned(blk.add(i * row_bytes) as *const u16)
+                    });
+                    let wd =
+                        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(d.as_ptr() as *const __m128i) });
+                    for t in 0..T {
+                        let yd = _mm256_set1_ps(unsafe { *s[t].add(b) });
+                        let dd = _mm256_mul_ps(wd, yd);
+                        acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+                    }
+                }
+                for t in 0..T {
+                    unsafe { _mm256_storeu_ps(out[t], acc[t]) };
                 }
             }
 

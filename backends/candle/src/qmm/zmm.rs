@@ -251,3 +251,168 @@ pub(super) unsafe fn q8x16<const T: usize, const Q5: bool>(
 fn with_high_bits(n: __m512i, mask: u64, bit: __m512i) -> __m512i {
     _mm512_mask_add_epi8(n, mask, n, bit)
 }
+
+/// Q8_0 rows `rows` (GGUF rows, as streamed layers hold them) of `part`
+/// for tokens `tokens`, sixteen rows at a time: each block of the sixteen
+/// rows is transposed in registers into [`q8x16`]'s vectors (32 shuffles
+/// per 512 quants, shared by a tile of eight tokens), so a row's block sum
+/// is its own lane's, as in the interleaved layout: the same bits, without
+/// laying the layer out first (which costs more than a one-row pass).
+///
+/// # Safety
+/// The CPU has AVX-512 VNNI; `rows` is whole groups of sixteen GGUF rows
+/// of a Q8_0 weight; `out` points to `tokens.end * part.rows` floats and no
+/// other thread writes these rows.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn gguf_q8_0(
+    w: &super::QWeight,
+    part: &super::Part,
+    act: &super::Activations,
+    tokens: std::ops::Range<usize>,
+    rows: std::ops::Range<usize>,
+    out: super::SendPtr<f32>,
+) {
+    debug_assert!(w.kind == super::Kind::Q8_0 && rows.len().is_multiple_of(16));
+    let nb = part.blocks.len();
+    let row_bytes = w.cols / 32 * 34;
+    for r in rows.step_by(16) {
+        // SAFETY (pointer arithmetic): within the weight's bytes.
+        let base = unsafe { w.bytes.as_ptr().add(r * row_bytes + part.blocks.start * 34) };
+        let mut t0 = tokens.start;
+        while t0 < tokens.end {
+            let n = (tokens.end - t0).min(8);
+            let o = |t: usize| unsafe { out.get().add((t0 + t) * part.rows + r) };
+            let a = |t: usize| unsafe { act.bytes.as_ptr().add((t0 + t) * act.stride) };
+            let s = |t: usize| unsafe { act.scales.as_ptr().add((t0 + t) * nb) };
+            let y = |t: usize| unsafe { act.sums.as_ptr().add((t0 + t) * nb) };
+            macro_rules! tile {
+                ($t:literal) => {
+                    unsafe {
+                        gguf_q8_0_tile::<$t>(
+                            base,
+                            row_bytes,
+                            nb,
+                            std::array::from_fn(a),
+                            std::array::from_fn(s),
+                            std::array::from_fn(y),
+                            std::array::from_fn(o),
+                        )
+                    }
+                };
+            }
+            match n {
+                1 => tile!(1),
+                2 => tile!(2),
+                3 => tile!(3),
+                4 => tile!(4),
+                5 => tile!(5),
+                6 => tile!(6),
+                7 => tile!(7),
+                _ => tile!(8),
+            }
+            t0 += n;
+        }
+    }
+}
+
+/// Lane `l` of the transposed vectors holds row `ROW_GROUP_OF_LANES[l / 4]
+/// * 4 + l % 4`'s quants (the transpose's order of four-row groups).
+const ROW_GROUP_OF_LANES: [usize; 4] = [0, 2, 1, 3];
+
+/// `z[i]` holds the eight 32-bit words of row `i` (low half) and of row
+/// `i + 8` (high half); word `j` of all sixteen rows goes to vector `j`,
+/// four-row groups in the lane order [`ROW_GROUP_OF_LANES`].
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn transpose(z: &[__m512i; 8]) -> [__m512i; 8] {
+    // In every 128-bit lane: pairs of rows, then words c of four rows.
+    let t: [__m512i; 8] = std::array::from_fn(|k| {
+        let (x, y) = (z[2 * (k / 2)], z[2 * (k / 2) + 1]);
+        if k % 2 == 0 {
+            _mm512_unpacklo_epi32(x, y)
+        } else {
+            _mm512_unpackhi_epi32(x, y)
+        }
+    });
+    // u[c] (rows 0..4 and 8..12) and u[c + 4] (rows 4..8, 12..16): 128-bit
+    // lanes hold words c, c + 4 of the low rows, then c, c + 4 of the high.
+    let u: [__m512i; 8] = std::array::from_fn(|k| {
+        let (c, g) = (k % 4, 4 * (k / 4));
+        let (x, y) = (t[g + (c / 2)], t[g + 2 + (c / 2)]);
+        if c % 2 == 0 {
+            _mm512_unpacklo_epi64(x, y)
+        } else {
+            _mm512_unpackhi_epi64(x, y)
+        }
+    });
+    std::array::from_fn(|j| {
+        let (c, hi) = (j % 4, j >= 4);
+        if hi {
+            _mm512_shuffle_i32x4::<0b11_01_11_01>(u[c], u[c + 4])
+        } else {
+            _mm512_shuffle_i32x4::<0b10_00_10_00>(u[c], u[c + 4])
+        }
+    })
+}
+
+/// Sixteen GGUF Q8_0 rows at `base`, `row_bytes` apart, against `T`
+/// tokens (as [`q8x16`]).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn gguf_q8_0_tile<const T: usize>(
+    base: *const u8,
+    row_bytes: usize,
+    nb: usize,
+    a: [*const u8; T],
+    s: [*const f32; T],
+    sums: [*const i32; T],
+    out: [*mut f32; T],
+) {
+    let flip = _mm512_set1_epi8(0x80u8 as i8);
+    // Byte offsets of the rows in lane order, for the scales' gather.
+    let offsets: [i32; 16] = std::array::from_fn(|l| {
+        let row = ROW_GROUP_OF_LANES[l / 4] * 4 + l % 4;
+        (row * row_bytes) as i32
+    });
+    let offsets = unsafe { _mm512_loadu_si512(offsets.as_ptr() as *const _) };
+    let mut acc = [_mm512_setzero_ps(); T];
+    for b in 0..nb {
+        let blk = unsafe { base.add(b * 34) };
+        // Rows i and i + 8 side by side, then an 8×8 transpose of 32-bit
+        // words in each half.
+        let z: [__m512i; 8] = std::array::from_fn(|i| unsafe {
+            let lo = _mm256_loadu_si256(blk.add(i * row_bytes + 2) as *const __m256i);
+            let hi = _mm256_loadu_si256(blk.add((i + 8) * row_bytes + 2) as *const __m256i);
+            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+        });
+        if b % 2 == 0 {
+            // Sixteen streams, one cache line per two blocks, eight ahead.
+            for i in 0..16 {
+                _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(i * row_bytes + 8 * 34) as *const i8);
+            }
+        }
+        let q = transpose(&z);
+        let q = q.map(|v| _mm512_xor_si512(v, flip));
+        let mut sumi = [[_mm512_setzero_si512(); 2]; T];
+        for (v, q) in q.iter().enumerate() {
+            for t in 0..T {
+                let y = unsafe { read_unaligned(a[t].add(b * 32 + 4 * v) as *const i32) };
+                let h = if T < 4 { v % 2 } else { 0 };
+                sumi[t][h] = _mm512_dpbusd_epi32(sumi[t][h], *q, _mm512_set1_epi32(y));
+            }
+        }
+        let d = unsafe { _mm512_i32gather_epi32::<1>(offsets, blk as *const _) };
+        let wd = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
+        for t in 0..T {
+            let (ys, yd) = unsafe { (*sums[t].add(b), *s[t].add(b)) };
+            let sum = _mm512_add_epi32(sumi[t][0], sumi[t][1]);
+            let sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(128 * ys));
+            let dd = _mm512_mul_ps(wd, _mm512_set1_ps(yd));
+            acc[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(sum), acc[t]);
+        }
+    }
+    for t in 0..T {
+        // Lanes back in row order: groups 0, 2, 1, 3.
+        let v = _mm512_shuffle_f32x4::<0b11_01_10_00>(acc[t], acc[t]);
+        unsafe { _mm512_storeu_ps(out[t], v) };
+    }
+}
