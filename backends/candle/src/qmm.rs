@@ -434,6 +434,8 @@ impl QWeight {
                     #[cfg(target_arch = "x86_64")]
                     Isa::Vnni => {
                         vnni::groups(self, part, act, tokens.clone(), grouped, out_at);
+                        let single =
+                            self.laid_out_in_passing(isa, part, segs, act, &tokens, single, out_at);
                         // Q8_0 GGUF rows (streamed layers) sixteen at a
                         // time, transposed in registers.
                         let single = if self.kind == Kind::Q8_0 && segs.len() == 1 {
@@ -455,6 +457,8 @@ impl QWeight {
                     #[cfg(target_arch = "x86_64")]
                     Isa::Avx2 => {
                         avx2::groups(self, part, act, tokens.clone(), grouped, out_at);
+                        let single =
+                            self.laid_out_in_passing(isa, part, segs, act, &tokens, single, out_at);
                         // As above, eight rows at a time.
                         let single = if self.kind == Kind::Q8_0 && segs.len() == 1 {
                             let whole = single.start + single.len() / 8 * 8;
@@ -489,6 +493,81 @@ impl QWeight {
         pool.execute_chunked(n_chunks, work);
     }
 }
+
+impl QWeight {
+    /// GGUF rows `single` of a K-quant or Q5_0 weight (a streamed layer)
+    /// in a pass of at least [`LAID_OUT_FROM`] tokens (Q5_0, whose layout is
+    /// cheaper: half that): each group of rows
+    /// is laid out as the resident layers are (a copy of the group's
+    /// bytes, on this thread) and multiplied by the group kernels, which
+    /// pays for the copy from that many tokens on. The same bits. Returns
+    /// the rows left for the row kernels (those after the last whole group;
+    /// all of them for fewer tokens, other types, or several segments).
+    ///
+    /// # Safety
+    /// As the kernels': the CPU has `isa`'s features, `out` holds the
+    /// pass's outputs and no other thread writes rows `single`.
+    #[cfg(target_arch = "x86_64")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn laid_out_in_passing(
+        &self,
+        isa: Isa,
+        part: &Part,
+        segs: &[Range<usize>],
+        act: &Activations,
+        tokens: &Range<usize>,
+        single: Range<usize>,
+        out: SendPtr<f32>,
+    ) -> Range<usize> {
+        let n = self.kind.group_rows();
+        let layout: fn(&[u8], usize, usize) -> Vec<u8> = match self.kind {
+            Kind::Q4K => q4k8::interleave,
+            // AVX2's Q6_K group kernel gains less than the copy costs.
+            Kind::Q6K if isa == Isa::Avx2 => return single,
+            Kind::Q6K => q6k8::interleave,
+            Kind::Q5_0 => q8x16::interleave_q5_0,
+            // Q8_0 GGUF rows are transposed in registers (`gguf_q8_0`).
+            Kind::Q8_0 => return single,
+        };
+        let from = match self.kind {
+            Kind::Q5_0 => LAID_OUT_FROM / 2,
+            _ => LAID_OUT_FROM,
+        };
+        if tokens.len() < from || segs.len() != 1 || single.len() < n {
+            return single;
+        }
+        let nb = self.cols / self.kind.block_len();
+        let row_bytes = nb * self.kind.block_bytes();
+        let whole = single.start + single.len() / n * n;
+        for r in (single.start..whole).step_by(n) {
+            let group = QWeight {
+                kind: self.kind,
+                rows: n,
+                cols: self.cols,
+                bytes: layout(&self.bytes[r * row_bytes..(r + n) * row_bytes], n, nb),
+                grouped: n,
+            };
+            // Row `r`'s outputs; `part.rows` apart per token as before.
+            let out = SendPtr(out.get().wrapping_add(r));
+            // SAFETY: as this function's.
+            unsafe {
+                match isa {
+                    Isa::Vnni => vnni::groups(&group, part, act, tokens.clone(), 0..n, out),
+                    Isa::Avx2 => avx2::groups(&group, part, act, tokens.clone(), 0..n, out),
+                }
+            }
+        }
+        whole..single.end
+    }
+}
+
+/// Tokens in a pass from which streamed K-quant rows are laid out in
+/// passing (see [`QWeight::laid_out_in_passing`]). `qmm_rows --streamed`,
+/// Intel VM kind, 2 threads: a Q4_K 8960×1536 pass of 8 rows costs about
+/// the same either way (1.2 ms), of 16 rows 2.46 ms row at a time against
+/// 1.45 laid out.
+#[cfg(target_arch = "x86_64")]
+const LAID_OUT_FROM: usize = 16;
 
 /// A part of a weight matrix: its first `rows` rows, over a range of
 /// each row's blocks (see [`QWeight::part`]).

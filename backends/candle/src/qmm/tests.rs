@@ -277,20 +277,23 @@ fn q5_0_equals_its_q8_0_repacking_bit_for_bit() {
     let (rows, cols) = (37, 50 * 32);
     let bytes = blocks(Kind::Q5_0, rows * cols / 32, &mut g, &[0]);
     let repacked = arbor_gguf::quant::repack_q5_0_to_q8_0(&bytes).unwrap();
-    let q5 = QWeight::new(GgmlType::Q5_0, rows, cols, &bytes).unwrap();
-    let q8 = QWeight::new(GgmlType::Q8_0, rows, cols, &repacked).unwrap();
-    for m in [1usize, 3, 8, 11] {
-        let x: Vec<f32> = (0..m * cols).map(|_| g.f32()).collect();
-        let want = reference(Kind::Q8_0, &repacked, rows, cols, &x, m);
-        for &isa in variants() {
-            for w in [&q5, &q8] {
-                let mut got = vec![0f32; m * rows];
-                w.matmul_on(isa, &x, m, &w.whole(), &mut got);
-                let same = got
-                    .iter()
-                    .zip(&want)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(same, "{:?}, {m} tokens, {isa:?}", w.kind);
+    // Interleaved and GGUF rows (laid out in passing from 16 tokens on).
+    for interleave in [true, false] {
+        let q5 = QWeight::with_layout(GgmlType::Q5_0, rows, cols, &bytes, interleave).unwrap();
+        let q8 = QWeight::with_layout(GgmlType::Q8_0, rows, cols, &repacked, interleave).unwrap();
+        for m in [1usize, 3, 8, 11, 17] {
+            let x: Vec<f32> = (0..m * cols).map(|_| g.f32()).collect();
+            let want = reference(Kind::Q8_0, &repacked, rows, cols, &x, m);
+            for &isa in variants() {
+                for w in [&q5, &q8] {
+                    let mut got = vec![0f32; m * rows];
+                    w.matmul_on(isa, &x, m, &w.whole(), &mut got);
+                    assert!(
+                        same_bits(&got, &want),
+                        "{:?}, {m} tokens, {isa:?}, interleaved {interleave}",
+                        w.kind
+                    );
+                }
             }
         }
     }
