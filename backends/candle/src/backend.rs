@@ -39,8 +39,10 @@ impl Backend for CandleBackend {
         self.weight_with(w, true)
     }
 
-    /// K-quant layers streamed under a memory budget keep their GGUF rows:
-    /// interleaving them would cost more per pass than it saves.
+    /// Layers streamed under a memory budget keep their GGUF rows:
+    /// interleaving a whole layer costs more than a one-row pass saves.
+    /// Passes of many tokens lay groups of rows out in passing, and Q8_0
+    /// rows are transposed in registers (see `qmm`).
     fn streamed_weight(&self, w: WeightData<'_>) -> Result<CandleWeight> {
         self.weight_with(w, false)
     }

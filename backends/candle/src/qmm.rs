@@ -13,22 +13,24 @@
 //! tokens were batched with it (speculative verification relies on that).
 //!
 //! Activations are quantized by candle's own `from_float` (Q8_0 or Q8_K
-//! blocks). Q8_0 and Q5_0 follow ggml's AVX2 dot products (as ported to
-//! candle): integer products summed in the same eight lanes, the float
-//! steps (scale products, fused multiply-adds, the horizontal sum) in the
-//! same order, so their results equal candle's `vec_dot` bit for bit. Q4_K
-//! and Q6_K sum each row's products over a block into one exact integer
-//! and take one fused multiply-add per block (`qmm/lanes.rs` has the arithmetic
-//! in plain Rust): any grouping of the products gives the same bits, which
-//! lets the 512-bit kernels (`qmm/zmm.rs`) multiply with `vpdpbusd`. Every
-//! variant, on x86 and aarch64, gives the same bits (tests check it).
+//! blocks). Every type sums each row's products over a block into one
+//! exact integer and takes one fused multiply-add per block with the block
+//! scales' product (`qmm/lanes.rs` has the arithmetic in plain Rust): any
+//! grouping of the products gives the same bits, which lets the 512-bit
+//! kernels (`qmm/zmm.rs`) multiply with `vpdpbusd`. (ggml's dot products,
+//! which candle ports, keep eight float lanes per row instead: outputs
+//! differ from candle's `vec_dot` by rounding.) Every variant, on x86 and
+//! aarch64, gives the same bits (tests check it).
 //!
-//! Weights hold exactly their GGUF bytes, unaligned: Q8_0 and Q5_0 as in
-//! the file, Q4_K and Q6_K (when loaded to stay, on x86) with rows
-//! interleaved in groups of eight ([`groups`]), eight bytes of each row per
-//! 64-byte vector. The NEON kernels take every type row at a time. Rows
-//! are shared out to
-//! candle's spinning thread pool, which the calling thread joins.
+//! Weights hold exactly their GGUF bytes, unaligned. Loaded to stay, on
+//! x86, rows are interleaved ([`groups`]): the K-quants eight rows at a
+//! time, eight bytes of each row per 64-byte vector ([`q4k8`],
+//! [`q6k8`]); Q8_0 and Q5_0 sixteen rows at a time, four bytes of each
+//! ([`q8x16`]). Streamed layers keep GGUF rows: Q8_0 ones are transposed
+//! in registers, passes of many tokens lay the others out group by group
+//! in passing, and short passes take them row at a time. The NEON kernels
+//! take every type row at a time. Rows are shared out to candle's spinning
+//! thread pool, which the calling thread joins.
 
 use arbor_tensor::GgmlType;
 use candle_core::quantized::k_quants::{BlockQ8_0, BlockQ8K, GgmlType as CandleBlock};
