@@ -182,7 +182,7 @@ impl Backend for CandleBackend {
                         "matmul_part",
                         format!(
                             "rows ..{rows} and columns {cols:?} do not fall on the {} blocks of `{}` \
-                             (or on groups of eight rows)",
+                             (or, for interleaved K-quant rows, on groups of eight)",
                             w.ty, w.rows
                         ),
                     )

@@ -80,6 +80,17 @@ impl Kind {
             Kind::Q5_0 | Kind::Q8_0 => q8x16::ROWS,
         }
     }
+
+    /// Bytes of one group block (a group's rows at one block column).
+    #[cfg(target_arch = "x86_64")]
+    fn group_bytes(self) -> usize {
+        match self {
+            Kind::Q4K => q4k8::BYTES,
+            Kind::Q6K => q6k8::BYTES,
+            Kind::Q8_0 => q8x16::Q8_BYTES,
+            Kind::Q5_0 => q8x16::Q5_BYTES,
+        }
+    }
 }
 
 /// One compiled variant of the kernels, per instruction set. All give the
@@ -279,13 +290,17 @@ impl QWeight {
     }
 
     /// The part of the first `rows` rows over input columns `cols`, if the
-    /// kernels can multiply it in place: `cols` on block boundaries, and
-    /// `rows` whole groups where rows are interleaved.
+    /// kernels can multiply it in place: `cols` on block boundaries, and,
+    /// where K-quant rows are interleaved, `rows` whole groups of eight
+    /// (Q8_0 and Q5_0 take any rows: a group cut short is computed whole
+    /// on the side, see [`Self::group_cut_short`]).
     pub(crate) fn part(&self, rows: usize, cols: &Range<usize>) -> Option<Part> {
         let len = self.kind.block_len();
         let fits = rows > 0
             && rows <= self.rows
-            && (rows >= self.grouped || rows.is_multiple_of(self.kind.group_rows()))
+            && (rows >= self.grouped
+                || rows.is_multiple_of(self.kind.group_rows())
+                || matches!(self.kind, Kind::Q8_0 | Kind::Q5_0))
             && cols.start < cols.end
             && cols.end <= self.cols
             && cols.start.is_multiple_of(len)
@@ -425,9 +440,19 @@ impl QWeight {
         let pool = candle_core::utils::barrier_pool();
         let work = |range: Range<usize>| {
             let span = range.start * chunk..(range.end * chunk).min(part.rows);
-            // Whole chunks are whole groups (of eight or sixteen rows).
+            // Whole chunks are whole groups (of eight or sixteen rows),
+            // but for a part whose rows end inside a group (Q8_0, Q5_0).
             let split = span.end.min(self.grouped_rows()).max(span.start);
-            let (grouped, single) = (span.start..split, split..span.end);
+            let n = self.kind.group_rows();
+            let whole = (split / n * n).max(span.start);
+            let (grouped, cut, single) = (span.start..whole, whole..split, split..span.end);
+            #[cfg(target_arch = "x86_64")]
+            if !cut.is_empty() {
+                // SAFETY: as below.
+                unsafe { self.group_cut_short(isa, part, act, &tokens, cut, out_at) };
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            debug_assert!(cut.is_empty(), "no interleaved rows here");
             // SAFETY: the CPU has the variant's features (checked just
             // above); each row range is handed out once, so writes never
             // overlap.
@@ -497,6 +522,56 @@ impl QWeight {
 }
 
 impl QWeight {
+    /// Rows `rows` of a part whose rows end inside an interleaved group
+    /// (`rows` from the group's first row to the part's last): the group is
+    /// computed whole, on the side, and those rows' outputs copied out. A
+    /// row's bits never depend on the rows beside it, so they are the bits
+    /// of the whole matrix.
+    ///
+    /// # Safety
+    /// As the kernels': the CPU has `isa`'s features, `out` holds the
+    /// pass's outputs and no other thread writes rows `rows`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn group_cut_short(
+        &self,
+        isa: Isa,
+        part: &Part,
+        act: &Activations,
+        tokens: &Range<usize>,
+        rows: Range<usize>,
+        out: SendPtr<f32>,
+    ) {
+        let n = self.kind.group_rows();
+        let (stride, bytes) = (self.cols / self.kind.block_len(), self.kind.group_bytes());
+        let g = rows.start / n;
+        let group = QWeight {
+            kind: self.kind,
+            rows: n,
+            cols: self.cols,
+            bytes: self.bytes[g * stride * bytes..(g + 1) * stride * bytes].to_vec(),
+            grouped: n,
+        };
+        let whole = Part {
+            rows: n,
+            blocks: part.blocks.clone(),
+        };
+        let mut side = vec![0f32; tokens.end * n];
+        let at = SendPtr(side.as_mut_ptr());
+        // SAFETY: as this function's; `side` holds `tokens.end` rows of `n`.
+        unsafe {
+            match isa {
+                Isa::Vnni => vnni::groups(&group, &whole, act, tokens.clone(), 0..n, at),
+                Isa::Avx2 => avx2::groups(&group, &whole, act, tokens.clone(), 0..n, at),
+            }
+        }
+        for t in tokens.clone() {
+            for (i, r) in rows.clone().enumerate() {
+                // SAFETY: row `r` of token `t` within the pass's outputs.
+                unsafe { *out.get().add(t * part.rows + r) = side[t * n + i] };
+            }
+        }
+    }
+
     /// GGUF rows `single` of a K-quant or Q5_0 weight (a streamed layer)
     /// in a pass of at least [`LAID_OUT_FROM`] tokens (Q5_0, whose layout is
     /// cheaper: half that): each group of rows
