@@ -463,22 +463,10 @@ impl QWeight {
                         vnni::groups(self, part, act, tokens.clone(), grouped, out_at);
                         let single =
                             self.laid_out_in_passing(isa, part, segs, act, &tokens, single, out_at);
-                        // Q8_0 GGUF rows (streamed layers) sixteen at a
-                        // time, transposed in registers.
-                        let single = if self.kind == Kind::Q8_0 && segs.len() == 1 {
-                            let whole = single.start + single.len() / 16 * 16;
-                            zmm::gguf_q8_0(
-                                self,
-                                part,
-                                act,
-                                tokens.clone(),
-                                single.start..whole,
-                                out_at,
-                            );
-                            whole..single.end
-                        } else {
-                            single
-                        };
+                        // Q8_0 GGUF rows (streamed layers), transposed in
+                        // registers.
+                        let single =
+                            vnni::gguf_q8_0(self, part, segs, act, &tokens, single, out_at);
                         vnni::rows(self, part, segs, act, tokens.clone(), single, out_at)
                     }
                     #[cfg(target_arch = "x86_64")]
@@ -486,21 +474,8 @@ impl QWeight {
                         avx2::groups(self, part, act, tokens.clone(), grouped, out_at);
                         let single =
                             self.laid_out_in_passing(isa, part, segs, act, &tokens, single, out_at);
-                        // As above, eight rows at a time.
-                        let single = if self.kind == Kind::Q8_0 && segs.len() == 1 {
-                            let whole = single.start + single.len() / 8 * 8;
-                            avx2::gguf_q8_0(
-                                self,
-                                part,
-                                act,
-                                tokens.clone(),
-                                single.start..whole,
-                                out_at,
-                            );
-                            whole..single.end
-                        } else {
-                            single
-                        };
+                        let single =
+                            avx2::gguf_q8_0(self, part, segs, act, &tokens, single, out_at);
                         avx2::rows(self, part, segs, act, tokens.clone(), single, out_at)
                     }
                     // No interleaved rows here (`with_layout`).
@@ -544,13 +519,7 @@ impl QWeight {
         let n = self.kind.group_rows();
         let (stride, bytes) = (self.cols / self.kind.block_len(), self.kind.group_bytes());
         let g = rows.start / n;
-        let group = QWeight {
-            kind: self.kind,
-            rows: n,
-            cols: self.cols,
-            bytes: self.bytes[g * stride * bytes..(g + 1) * stride * bytes].to_vec(),
-            grouped: n,
-        };
+        let group = self.bytes[g * stride * bytes..(g + 1) * stride * bytes].to_vec();
         let whole = Part {
             rows: n,
             blocks: part.blocks.clone(),
@@ -558,12 +527,7 @@ impl QWeight {
         let mut side = vec![0f32; tokens.end * n];
         let at = SendPtr(side.as_mut_ptr());
         // SAFETY: as this function's; `side` holds `tokens.end` rows of `n`.
-        unsafe {
-            match isa {
-                Isa::Vnni => vnni::groups(&group, &whole, act, tokens.clone(), 0..n, at),
-                Isa::Avx2 => avx2::groups(&group, &whole, act, tokens.clone(), 0..n, at),
-            }
-        }
+        unsafe { self.one_group(isa, group, &whole, act, tokens, at) };
         for t in tokens.clone() {
             for (i, r) in rows.clone().enumerate() {
                 // SAFETY: row `r` of token `t` within the pass's outputs.
@@ -617,24 +581,47 @@ impl QWeight {
         let row_bytes = nb * self.kind.block_bytes();
         let whole = single.start + single.len() / n * n;
         for r in (single.start..whole).step_by(n) {
-            let group = QWeight {
-                kind: self.kind,
-                rows: n,
-                cols: self.cols,
-                bytes: layout(&self.bytes[r * row_bytes..(r + n) * row_bytes], n, nb),
-                grouped: n,
-            };
+            let group = layout(&self.bytes[r * row_bytes..(r + n) * row_bytes], n, nb);
             // Row `r`'s outputs; `part.rows` apart per token as before.
             let out = SendPtr(out.get().wrapping_add(r));
             // SAFETY: as this function's.
-            unsafe {
-                match isa {
-                    Isa::Vnni => vnni::groups(&group, part, act, tokens.clone(), 0..n, out),
-                    Isa::Avx2 => avx2::groups(&group, part, act, tokens.clone(), 0..n, out),
-                }
-            }
+            unsafe { self.one_group(isa, group, part, act, tokens, out) };
         }
         whole..single.end
+    }
+
+    /// `bytes`, one group of this weight's rows in its interleaved layout
+    /// (over all its columns), multiplied by `isa`'s group kernels over
+    /// `part.blocks`: the group's outputs go to `out`, `part.rows` apart
+    /// per token.
+    ///
+    /// # Safety
+    /// As [`Self::laid_out_in_passing`], for the group's rows at `out`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn one_group(
+        &self,
+        isa: Isa,
+        bytes: Vec<u8>,
+        part: &Part,
+        act: &Activations,
+        tokens: &Range<usize>,
+        out: SendPtr<f32>,
+    ) {
+        let n = self.kind.group_rows();
+        let group = QWeight {
+            kind: self.kind,
+            rows: n,
+            cols: self.cols,
+            bytes,
+            grouped: n,
+        };
+        // SAFETY: as this function's.
+        unsafe {
+            match isa {
+                Isa::Vnni => vnni::groups(&group, part, act, tokens.clone(), 0..n, out),
+                Isa::Avx2 => avx2::groups(&group, part, act, tokens.clone(), 0..n, out),
+            }
+        }
     }
 }
 
@@ -1228,13 +1215,7 @@ macro_rules! kernels {
             #[target_feature(enable = $features)]
             unsafe fn q8x16_any<const T: usize, const Q5: bool>(at: Group<'_>) {
                 let (a, o) = at.tokens::<T>();
-                // SAFETY (pointer arithmetic): each token's `nb` blocks.
-                let s = std::array::from_fn(|t| unsafe {
-                    at.act.scales.as_ptr().add((at.t0 + t) * at.nb)
-                });
-                let sums = std::array::from_fn(|t| unsafe {
-                    at.act.sums.as_ptr().add((at.t0 + t) * at.nb)
-                });
+                let (s, sums) = at.q8_scales::<T>();
                 if VNNI {
                     // SAFETY: this module's CPU has AVX-512 VNNI.
                     #[allow(unused_unsafe)]
@@ -1321,67 +1302,92 @@ macro_rules! kernels {
                 }
             }
 
-            /// Q8_0 rows `rows` (whole groups of eight GGUF rows, as
-            /// streamed layers hold them) for tokens `tokens`: each block of
-            /// eight rows is transposed in registers (24 shuffles per 256
-            /// quants, shared by a tile of four tokens) so that a row's
-            /// block sum is one lane's, as in [`q8x16`]: the same bits.
+            /// GGUF rows of a Q8_0 weight (as streamed layers hold them)
+            /// at a time: sixteen with VNNI, eight without.
+            const GGUF_Q8_ROWS: usize = if VNNI { 16 } else { 8 };
+
+            /// Rows `single` of `w` (GGUF rows) for tokens `tokens`, when
+            /// `w` is Q8_0 and the part one segment: whole groups of
+            /// [`GGUF_Q8_ROWS`] rows, each block of them transposed in
+            /// registers so that a row's block sum is one lane's, as in
+            /// [`q8x16`] (the same bits). Returns the rows left for the
+            /// row kernels.
             ///
             /// # Safety
-            /// As [`rows`]; `rows` is whole groups of eight rows of a Q8_0
-            /// weight held as GGUF rows.
-            // The VNNI module takes `zmm::gguf_q8_0` instead.
-            #[cfg_attr($vnni, allow(dead_code))]
+            /// As [`rows`].
             #[target_feature(enable = $features)]
             pub(super) unsafe fn gguf_q8_0(
                 w: &QWeight,
                 part: &Part,
+                segs: &[Range<usize>],
                 act: &Activations,
-                tokens: Range<usize>,
-                rows: Range<usize>,
+                tokens: &Range<usize>,
+                single: Range<usize>,
                 out: SendPtr<f32>,
-            ) {
-                debug_assert!(w.kind == Kind::Q8_0 && rows.len().is_multiple_of(8));
+            ) -> Range<usize> {
+                if w.kind != Kind::Q8_0 || segs.len() != 1 {
+                    return single;
+                }
+                let whole = single.start + single.len() / GGUF_Q8_ROWS * GGUF_Q8_ROWS;
                 let nb = part.blocks.len();
                 let row_bytes = w.cols / 32 * 34;
-                for r in rows.step_by(8) {
-                    // SAFETY (pointer arithmetic): within the weight and
-                    // the activations the caller holds.
-                    let base =
-                        unsafe { w.bytes.as_ptr().add(r * row_bytes + part.blocks.start * 34) };
+                for r in (single.start..whole).step_by(GGUF_Q8_ROWS) {
+                    // SAFETY (pointer arithmetic): within the weight.
+                    let g = unsafe { w.bytes.as_ptr().add(r * row_bytes + part.blocks.start * 34) };
                     let mut t0 = tokens.start;
                     while t0 < tokens.end {
-                        let n = (tokens.end - t0).min(4);
-                        let o = |t: usize| unsafe { out.get().add((t0 + t) * part.rows + r) };
-                        let a = |t: usize| unsafe { act.bytes.as_ptr().add((t0 + t) * act.stride) };
-                        let s = |t: usize| unsafe { act.scales.as_ptr().add((t0 + t) * nb) };
-                        macro_rules! tile {
-                            ($t:literal) => {
-                                unsafe {
-                                    gguf_q8_0_tile::<$t>(
-                                        base,
-                                        row_bytes,
-                                        nb,
-                                        std::array::from_fn(a),
-                                        std::array::from_fn(s),
-                                        std::array::from_fn(o),
-                                    )
-                                }
-                            };
-                        }
-                        match n {
-                            1 => tile!(1),
-                            2 => tile!(2),
-                            3 => tile!(3),
-                            _ => tile!(4),
+                        let n = (tokens.end - t0).min(TILE_Q8G);
+                        let at = Group {
+                            g,
+                            nb,
+                            out_rows: part.rows,
+                            r,
+                            act,
+                            t0,
+                            out,
+                        };
+                        unsafe {
+                            match n {
+                                1 => gguf_q8_0_any::<1>(at, row_bytes),
+                                2 => gguf_q8_0_any::<2>(at, row_bytes),
+                                3 => gguf_q8_0_any::<3>(at, row_bytes),
+                                4 => gguf_q8_0_any::<4>(at, row_bytes),
+                                5 => gguf_q8_0_any::<5>(at, row_bytes),
+                                6 => gguf_q8_0_any::<6>(at, row_bytes),
+                                7 => gguf_q8_0_any::<7>(at, row_bytes),
+                                8 => gguf_q8_0_any::<8>(at, row_bytes),
+                                _ => unreachable!("tiles hold at most {TILE_Q8G} tokens"),
+                            }
                         }
                         t0 += n;
                     }
                 }
+                whole..single.end
+            }
+
+            /// One tile of [`gguf_q8_0`]: the 512-bit kernel
+            /// ([`super::zmm::gguf_q8_0_tile`]) where the module has VNNI,
+            /// else the 256-bit one; the same bits.
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn gguf_q8_0_any<const T: usize>(at: Group<'_>, row_bytes: usize) {
+                let (a, o) = at.tokens::<T>();
+                let (s, sums) = at.q8_scales::<T>();
+                if VNNI {
+                    // SAFETY: this module's CPU has AVX-512 VNNI.
+                    #[allow(unused_unsafe)]
+                    unsafe {
+                        super::zmm::gguf_q8_0_tile::<T>(at.g, row_bytes, at.nb, a, s, sums, o)
+                    }
+                } else {
+                    unsafe { gguf_q8_0_tile::<T>(at.g, row_bytes, at.nb, a, s, o) }
+                }
             }
 
             /// Eight GGUF Q8_0 rows at `base`, `row_bytes` apart, against
-            /// `T` tokens' quants `a` and scales `s`: results to `out[t]`.
+            /// `T` tokens' quants `a` and scales `s`: results to `out[t]`
+            /// (the VNNI module's [`gguf_q8_0_any`] takes the 512-bit
+            /// kernel instead).
             #[cfg_attr($vnni, allow(dead_code))]
             #[target_feature(enable = $features)]
             unsafe fn gguf_q8_0_tile<const T: usize>(
@@ -1503,6 +1509,18 @@ macro_rules! kernels {
                         self.out.get().add((self.t0 + t) * self.out_rows + self.r)
                     });
                     (a, o)
+                }
+
+                /// Tokens `t0..t0 + T`' Q8_0 block scales and block sums.
+                fn q8_scales<const T: usize>(&self) -> ([*const f32; T], [*const i32; T]) {
+                    // SAFETY (pointer arithmetic): each token's `nb` blocks.
+                    let s = std::array::from_fn(|t| unsafe {
+                        self.act.scales.as_ptr().add((self.t0 + t) * self.nb)
+                    });
+                    let sums = std::array::from_fn(|t| unsafe {
+                        self.act.sums.as_ptr().add((self.t0 + t) * self.nb)
+                    });
+                    (s, sums)
                 }
             }
 
@@ -1660,13 +1678,24 @@ macro_rules! kernels {
             #[inline]
             #[target_feature(enable = $features)]
             pub(super) unsafe fn q4k8_min_sum(mins: &[__m256i; 4], y: *const u8) -> __m256i {
-                let mut summ = _mm256_setzero_si256();
-                for (i, mn) in mins.iter().enumerate() {
-                    // The sums of sub-blocks 2i and 2i + 1's quants.
+                unsafe { sums_times(mins, y) }
+            }
+
+            /// `Σ_i madd(v[i], the token's i16 sums 2i and 2i + 1)`: the
+            /// Q8_K block at `y`'s sums (pair sums for Q4_K) against two
+            /// per-row factors per 32-bit lane.
+            ///
+            /// # Safety
+            /// `y` points at a Q8_K block with its sums.
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn sums_times<const N: usize>(v: &[__m256i; N], y: *const u8) -> __m256i {
+                let mut acc = _mm256_setzero_si256();
+                for (i, v) in v.iter().enumerate() {
                     let s = unsafe { read_unaligned(y.add(Q8K_SUMS + 4 * i) as *const i32) };
-                    summ = madd_add(summ, *mn, _mm256_set1_epi32(s));
+                    acc = madd_add(acc, *v, _mm256_set1_epi32(s));
                 }
-                summ
+                acc
             }
 
             /// The eight rows' scales of Q6_K sub-block `s` in a group
@@ -1707,12 +1736,7 @@ macro_rules! kernels {
             #[inline]
             #[target_feature(enable = $features)]
             pub(super) unsafe fn q6k8_offset(pairs: &[__m256i; 8], y: *const u8) -> __m256i {
-                let mut off = _mm256_setzero_si256();
-                for (p, pair) in pairs.iter().enumerate() {
-                    let s = unsafe { read_unaligned(y.add(Q8K_SUMS + 4 * p) as *const i32) };
-                    off = madd_add(off, *pair, _mm256_set1_epi32(s));
-                }
-                off
+                unsafe { sums_times(pairs, y) }
             }
 
             /// The eight row scales at bytes `8i..8i + 8` of `v`, each

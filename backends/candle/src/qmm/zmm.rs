@@ -252,69 +252,6 @@ fn with_high_bits(n: __m512i, mask: u64, bit: __m512i) -> __m512i {
     _mm512_mask_add_epi8(n, mask, n, bit)
 }
 
-/// Q8_0 rows `rows` (GGUF rows, as streamed layers hold them) of `part`
-/// for tokens `tokens`, sixteen rows at a time: each block of the sixteen
-/// rows is transposed in registers into [`q8x16`]'s vectors (32 shuffles
-/// per 512 quants, shared by a tile of eight tokens), so a row's block sum
-/// is its own lane's, as in the interleaved layout: the same bits, without
-/// laying the layer out first (which costs more than a one-row pass).
-///
-/// # Safety
-/// The CPU has AVX-512 VNNI; `rows` is whole groups of sixteen GGUF rows
-/// of a Q8_0 weight; `out` points to `tokens.end * part.rows` floats and no
-/// other thread writes these rows.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn gguf_q8_0(
-    w: &super::QWeight,
-    part: &super::Part,
-    act: &super::Activations,
-    tokens: std::ops::Range<usize>,
-    rows: std::ops::Range<usize>,
-    out: super::SendPtr<f32>,
-) {
-    debug_assert!(w.kind == super::Kind::Q8_0 && rows.len().is_multiple_of(16));
-    let nb = part.blocks.len();
-    let row_bytes = w.cols / 32 * 34;
-    for r in rows.step_by(16) {
-        // SAFETY (pointer arithmetic): within the weight's bytes.
-        let base = unsafe { w.bytes.as_ptr().add(r * row_bytes + part.blocks.start * 34) };
-        let mut t0 = tokens.start;
-        while t0 < tokens.end {
-            let n = (tokens.end - t0).min(8);
-            let o = |t: usize| unsafe { out.get().add((t0 + t) * part.rows + r) };
-            let a = |t: usize| unsafe { act.bytes.as_ptr().add((t0 + t) * act.stride) };
-            let s = |t: usize| unsafe { act.scales.as_ptr().add((t0 + t) * nb) };
-            let y = |t: usize| unsafe { act.sums.as_ptr().add((t0 + t) * nb) };
-            macro_rules! tile {
-                ($t:literal) => {
-                    unsafe {
-                        gguf_q8_0_tile::<$t>(
-                            base,
-                            row_bytes,
-                            nb,
-                            std::array::from_fn(a),
-                            std::array::from_fn(s),
-                            std::array::from_fn(y),
-                            std::array::from_fn(o),
-                        )
-                    }
-                };
-            }
-            match n {
-                1 => tile!(1),
-                2 => tile!(2),
-                3 => tile!(3),
-                4 => tile!(4),
-                5 => tile!(5),
-                6 => tile!(6),
-                7 => tile!(7),
-                _ => tile!(8),
-            }
-            t0 += n;
-        }
-    }
-}
-
 /// Lane `l` of the transposed vectors holds row `ROW_GROUP_OF_LANES[l / 4]
 /// * 4 + l % 4`'s quants (the transpose's order of four-row groups).
 const ROW_GROUP_OF_LANES: [usize; 4] = [0, 2, 1, 3];
@@ -355,10 +292,20 @@ fn transpose(z: &[__m512i; 8]) -> [__m512i; 8] {
     })
 }
 
-/// Sixteen GGUF Q8_0 rows at `base`, `row_bytes` apart, against `T`
-/// tokens (as [`q8x16`]).
+/// Sixteen GGUF Q8_0 rows at `base`, `row_bytes` apart (as streamed
+/// layers hold them), against `T` tokens (arguments as [`q8x16`]'s): each
+/// block of the sixteen rows is transposed in registers into
+/// [`q8x16`]'s vectors (32 shuffles per 512 quants, shared by the tile of
+/// tokens), so a row's block sum is its own lane's, as in the interleaved
+/// layout: the same bits, without laying the layer out first (which costs
+/// more than a one-row pass).
+///
+/// # Safety
+/// The CPU has AVX-512 VNNI; the sixteen rows hold `nb` Q8_0 blocks from
+/// `base`; `a[t]`, `s[t]` and `sums[t]` the token's `nb` blocks, each
+/// `out[t]` room for sixteen floats.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn gguf_q8_0_tile<const T: usize>(
+pub(super) unsafe fn gguf_q8_0_tile<const T: usize>(
     base: *const u8,
     row_bytes: usize,
     nb: usize,
