@@ -234,10 +234,11 @@ const PLAIN_NEON_TESTS: &[&str] = &[
 /// invocation (one feature resolution, so no crate is built twice; the
 /// engine with the candle backend only: burn is built only for the
 /// elastic tests' dev-dependency) and run once per emulated CPU (`-cpu
-/// max`: dotprod, i8mm, SVE; `cortex-a72`: plain NEON), so both kernel
-/// variants run; on an ARM64 host, once, natively. A subset, not a second
-/// build of the workspace: emulation is slow, and the rest has no
-/// ARM-specific code.
+/// max`: dotprod, i8mm, SVE; `cortex-a72`: plain NEON), so the `smmla`
+/// and the plain-NEON kernels run the models (the kernel tests run every
+/// variant the CPU has, `sdot` included); on an ARM64 host, once,
+/// natively. A subset, not a second build of the workspace: emulation is
+/// slow, and the rest has no ARM-specific code.
 fn test_arm64(cpus: &[&str]) -> Result<(), String> {
     let start = Instant::now();
     // The NEON kernels are compiled only there: lint them there too.
@@ -305,7 +306,10 @@ fn test_arm64(cpus: &[&str]) -> Result<(), String> {
                     .env("QEMU_CPU", cpu);
                 // Which kernel variant must run there (a kernel test checks).
                 match *cpu {
-                    "max" => c.env("ARBOR_EXPECT_KERNELS", "candle-qmm6-dotprod"),
+                    "max" => c.env("ARBOR_EXPECT_KERNELS", "candle-qmm6-i8mm"),
+                    "cortex-a76" | "neoverse-n1" => {
+                        c.env("ARBOR_EXPECT_KERNELS", "candle-qmm6-dotprod")
+                    }
                     "cortex-a72" | "cortex-a53" | "cortex-a57" => {
                         c.env("ARBOR_EXPECT_KERNELS", "candle-qmm6-neon")
                     }

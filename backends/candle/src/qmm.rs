@@ -110,6 +110,10 @@ pub(crate) enum Isa {
     /// later: Cortex-A76/A78, Jetson Orin, recent phones).
     #[cfg(target_arch = "aarch64")]
     Dotprod,
+    /// Dotprod and the int8 matrix multiply (`smmla`, [`mmla`]) for passes
+    /// of two tokens or more (Armv8.6 cores, some Armv8.2 ones).
+    #[cfg(target_arch = "aarch64")]
+    I8mm,
 }
 
 impl Isa {
@@ -124,6 +128,8 @@ impl Isa {
             Isa::Neon => "candle-qmm6-neon",
             #[cfg(target_arch = "aarch64")]
             Isa::Dotprod => "candle-qmm6-dotprod",
+            #[cfg(target_arch = "aarch64")]
+            Isa::I8mm => "candle-qmm6-i8mm",
         }
     }
 }
@@ -153,6 +159,9 @@ pub(crate) fn variants() -> &'static [Isa] {
             v.push(Isa::Neon);
             if std::arch::is_aarch64_feature_detected!("dotprod") {
                 v.push(Isa::Dotprod);
+                if std::arch::is_aarch64_feature_detected!("i8mm") {
+                    v.push(Isa::I8mm);
+                }
             }
         }
         v
@@ -171,6 +180,8 @@ pub(crate) fn isa() -> Option<Isa> {
             Isa::Vnni => !held_back("ARBOR_NO_AVX512"),
             #[cfg(target_arch = "aarch64")]
             Isa::Dotprod => !held_back("ARBOR_NO_DOTPROD"),
+            #[cfg(target_arch = "aarch64")]
+            Isa::I8mm => !held_back("ARBOR_NO_DOTPROD") && !held_back("ARBOR_NO_I8MM"),
             #[allow(unreachable_patterns)]
             _ => true,
         })
@@ -401,7 +412,12 @@ impl QWeight {
             self.cols
         );
         assert!(variants().contains(&isa), "this CPU lacks {isa:?}");
-        let act = Activations::quantize(self.kind, x, m, width);
+        #[allow(unused_mut)]
+        let mut act = Activations::quantize(self.kind, x, m, width);
+        #[cfg(target_arch = "aarch64")]
+        if isa == Isa::I8mm && m >= 2 {
+            act.pairs = Some(mmla::Pairs::new(self.kind, &act, m, part.blocks.len()));
+        }
         let out_at = SendPtr(out.as_mut_ptr());
         // Tokens taken a block at a time, every row for each block: each
         // rows' kernel call reads all of its tokens' activations, and the
@@ -483,6 +499,18 @@ impl QWeight {
                     Isa::Dotprod => {
                         debug_assert!(grouped.is_empty());
                         neon::dotprod::rows(self, part, segs, act, tokens.end, single, out_at)
+                    }
+                    #[cfg(target_arch = "aarch64")]
+                    Isa::I8mm => {
+                        debug_assert!(grouped.is_empty());
+                        match &act.pairs {
+                            Some(pairs) => {
+                                mmla::rows(self, part, segs, act, pairs, tokens.end, single, out_at)
+                            }
+                            None => neon::dotprod::rows(
+                                self, part, segs, act, tokens.end, single, out_at,
+                            ),
+                        }
                     }
                     #[cfg(target_arch = "aarch64")]
                     Isa::Neon => {
@@ -679,6 +707,10 @@ struct Activations {
     sums: Vec<i32>,
     /// Bytes per token.
     stride: usize,
+    /// The tokens in pairs, for the `smmla` kernels (i8mm, two tokens or
+    /// more).
+    #[cfg(target_arch = "aarch64")]
+    pairs: Option<mmla::Pairs>,
 }
 
 impl Activations {
@@ -703,6 +735,8 @@ impl Activations {
                     scales,
                     sums,
                     stride: nb * 32,
+                    #[cfg(target_arch = "aarch64")]
+                    pairs: None,
                 }
             }
             Kind::Q4K | Kind::Q6K => {
@@ -736,6 +770,8 @@ impl Activations {
                     scales: Vec::new(),
                     sums: Vec::new(),
                     stride: nb * block,
+                    #[cfg(target_arch = "aarch64")]
+                    pairs: None,
                 }
             }
         }
@@ -2208,6 +2244,8 @@ const Q4K_SCALE: [[u8; 32]; 8] = {
 mod groups;
 #[cfg(test)]
 mod lanes;
+#[cfg(target_arch = "aarch64")]
+mod mmla;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod q4k8;

@@ -63,7 +63,7 @@ fn dot4_plain(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
 /// `p` points at two readable bytes.
 #[inline]
 #[target_feature(enable = "neon")]
-unsafe fn f16_at(p: *const u8) -> f32 {
+pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
     let bits = u32::from(u16::from_le(unsafe {
         std::ptr::read_unaligned(p as *const u16)
     }));
@@ -89,7 +89,7 @@ unsafe fn f16_at(p: *const u8) -> f32 {
 /// `blk` points at a 22-byte Q5_0 block.
 #[inline]
 #[target_feature(enable = "neon")]
-unsafe fn q5_0_quants(blk: *const u8) -> [int8x16_t; 2] {
+pub(super) unsafe fn q5_0_quants(blk: *const u8) -> [int8x16_t; 2] {
     let qh = u32::from_le(unsafe { std::ptr::read_unaligned(blk.add(2) as *const u32) });
     let qs = unsafe { vld1q_u8(blk.add(6)) };
     let nibbles = [vandq_u8(qs, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(qs)];
