@@ -128,54 +128,86 @@ impl CandleBackend {
         let widened =
             (n > 1 && t * kvd <= WIDEN_MAX).then(|| (kv.k.widen(t, kvd), kv.v.widen(t, kvd)));
         let scale = 1.0 / (d as f32).sqrt();
+        // Runs of consecutive heads that read the same KV head (a group of
+        // grouped-query attention): one task per (query row, run) reads each
+        // key and value once for all of the run's heads, not once per head.
+        let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+        for head in 0..h.n_heads {
+            match runs.last_mut() {
+                Some(r) if h.kv_head(r.start) == h.kv_head(head) => r.end = head + 1,
+                _ => runs.push(head..head + 1),
+            }
+        }
         let mut out = vec![0f32; n * q.cols];
-        // One task per (query row, head): each writes its own slice of `out`.
-        let one = |(task, o): (usize, &mut [f32])| {
-            let (i, head) = (task / h.n_heads, task % h.n_heads);
-            let at = h.kv_head(head) * d;
-            let qi = &q.data[i * q.cols + head * d..][..d];
-            let allowed = &mask.allowed[i * t..(i + 1) * t];
-            let mut buf = vec![0f32; d];
-            let mut scores: Vec<(usize, f32)> = allowed
+        // Each head's arithmetic is the same as alone (the same dot products,
+        // softmax and `axpy`s in the same order): the same bits whatever its
+        // run's length.
+        let one = |task: usize, o: &mut [f32]| {
+            let (i, run) = (task / runs.len(), &runs[task % runs.len()]);
+            let at = h.kv_head(run.start) * d;
+            let qs = &q.data[i * q.cols + run.start * d..][..run.len() * d];
+            let keys: Vec<usize> = mask.allowed[i * t..(i + 1) * t]
                 .iter()
                 .enumerate()
-                .filter(|(_, a)| **a)
-                .map(|(j, _)| {
-                    let k = match &widened {
-                        Some((k, _)) => &k[j * kvd + at..][..d],
-                        None => kv.k.read(j, kvd, at, d, &mut buf),
-                    };
-                    (j, dot(qi, k) * scale)
-                })
+                .filter_map(|(j, a)| a.then_some(j))
                 .collect();
-            let max = scores.iter().map(|s| s.1).fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0.0;
-            for s in scores.iter_mut() {
-                s.1 = (s.1 - max).exp();
-                sum += s.1;
+            let nk = keys.len();
+            let mut buf = vec![0f32; d];
+            // Head-major: the run's head `g`'s score of key `keys[x]` at
+            // `g * nk + x`, then its weight.
+            let mut w = vec![0f32; run.len() * nk];
+            for (x, &j) in keys.iter().enumerate() {
+                let k = match &widened {
+                    Some((k, _)) => &k[j * kvd + at..][..d],
+                    None => kv.k.read(j, kvd, at, d, &mut buf),
+                };
+                for (g, qi) in qs.chunks_exact(d).enumerate() {
+                    w[g * nk + x] = dot(qi, k) * scale;
+                }
             }
-            for (j, s) in scores {
+            for scores in w.chunks_exact_mut(nk.max(1)) {
+                let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut sum = 0.0;
+                for s in scores.iter_mut() {
+                    *s = (*s - max).exp();
+                    sum += *s;
+                }
+                for s in scores.iter_mut() {
+                    *s = self.round_one(*s / sum);
+                }
+            }
+            for (x, &j) in keys.iter().enumerate() {
                 let v = match &widened {
                     Some((_, v)) => &v[j * kvd + at..][..d],
                     None => kv.v.read(j, kvd, at, d, &mut buf),
                 };
-                axpy(o, self.round_one(s / sum), v);
+                for (g, o) in o.chunks_exact_mut(d).enumerate() {
+                    axpy(o, w[g * nk + x], v);
+                }
             }
         };
+        let tasks = n * runs.len();
         // On the matmuls' spinning pool: even one decode step's attention
         // (tens of microseconds per layer) outweighs its hand-off, and the
         // pool's other thread would otherwise spin idle meanwhile.
+        let at = qmm::SendPtr(out.as_mut_ptr());
+        // Task `task` owns its row's run of heads: `d` values per head.
+        let span = |task: usize| {
+            let (i, run) = (task / runs.len(), &runs[task % runs.len()]);
+            (i * q.cols + run.start * d, run.len() * d)
+        };
+        let run_task = |task: usize| {
+            let (from, len) = span(task);
+            // SAFETY: runs partition the heads, so tasks own disjoint slices
+            // of `out`, which outlives every call.
+            let o = unsafe { std::slice::from_raw_parts_mut(at.get().add(from), len) };
+            one(task, o);
+        };
         if n * t * h.n_heads < PARALLEL_ATTENTION_MIN {
-            out.chunks_mut(d).enumerate().for_each(one);
+            (0..tasks).for_each(run_task);
         } else {
-            let at = qmm::SendPtr(out.as_mut_ptr());
-            candle_core::utils::barrier_pool().execute_chunked(n * h.n_heads, |tasks| {
-                for task in tasks {
-                    // SAFETY: task `task` owns `out[task * d..][..d]`, and
-                    // `out` outlives the pool call.
-                    let o = unsafe { std::slice::from_raw_parts_mut(at.get().add(task * d), d) };
-                    one((task, o));
-                }
+            candle_core::utils::barrier_pool().execute_chunked(tasks, |tasks| {
+                tasks.for_each(run_task);
             });
         }
         Ok(HostTensor {
