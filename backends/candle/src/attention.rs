@@ -64,10 +64,66 @@ pub(crate) fn dots(q: &[f32], k: &[f32], out: &mut [f32]) {
     dots_heads(q, k, out)
 }
 
+/// [`dots_heads`] in AVX2 intrinsics (the compiler's vectorisation of the
+/// portable loop shuffled lanes about): per head, the same eight lanes,
+/// products and adds, then the same sum across.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn dots_avx2(q: &[f32], k: &[f32], out: &mut [f32]) {
-    dots_heads(q, k, out)
+    let d = k.len();
+    let mut g0 = 0;
+    while g0 < out.len() {
+        let g = (out.len() - g0).min(4);
+        let (q, o) = (&q[g0 * d..], &mut out[g0..g0 + g]);
+        // SAFETY: the CPU has AVX2; `q` holds `g` heads of `d` values.
+        unsafe {
+            match g {
+                1 => dots_ymm::<1>(q, k, o),
+                2 => dots_ymm::<2>(q, k, o),
+                3 => dots_ymm::<3>(q, k, o),
+                _ => dots_ymm::<4>(q, k, o),
+            }
+        }
+        g0 += g;
+    }
+}
+
+/// `G` heads of [`dots_avx2`].
+///
+/// # Safety
+/// The CPU has AVX2; `q` holds at least `G` heads of `k.len()` values and
+/// `out` `G` results.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn dots_ymm<const G: usize>(q: &[f32], k: &[f32], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let d = k.len();
+    let whole = d / 8 * 8;
+    assert!(q.len() >= G * d && out.len() >= G);
+    let mut acc = [_mm256_setzero_ps(); G];
+    for c in (0..whole).step_by(8) {
+        // SAFETY: `c + 8 <= whole <= d`, and head `g`'s values are
+        // `q[g * d..][..d]`.
+        unsafe {
+            let y = _mm256_loadu_ps(k.as_ptr().add(c));
+            for (g, acc) in acc.iter_mut().enumerate() {
+                let x = _mm256_loadu_ps(q.as_ptr().add(g * d + c));
+                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(x, y));
+            }
+        }
+    }
+    for (g, acc) in acc.iter().enumerate() {
+        let mut lanes = [0f32; 8];
+        // SAFETY: eight floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *acc) };
+        let tail: f32 = q[g * d + whole..(g + 1) * d]
+            .iter()
+            .zip(&k[whole..])
+            .map(|(x, y)| x * y)
+            .sum();
+        out[g] = lanes.iter().sum::<f32>() + tail;
+    }
 }
 
 #[inline(always)]

@@ -108,19 +108,36 @@ pub fn release_freed_memory() {
     }
 }
 
+/// Free heap glibc keeps for reuse under a memory budget (see
+/// [`reuse_freed_memory`]).
+pub(crate) const KEEP_BUDGETED: usize = 64 << 20;
+
+/// Free heap glibc keeps for reuse with no memory budget: more than a
+/// 512-token pass's buffers of the 1.5B (its activations take ~100 MiB at
+/// the peak), so long prompts do not fault them in afresh on every pass.
+pub(crate) const KEEP_UNBUDGETED: usize = 1 << 30;
+
 /// Once everything resident is loaded, lets glibc keep freed blocks of up
-/// to 32 MiB for reuse: a streamed layer's weights are freed after each
-/// pass and the next layer allocates the same sizes again, and every
-/// forward pass allocates the same activation and logit buffers. Handing
-/// them back to the OS and faulting fresh zeroed pages in costs about a
-/// quarter of each streamed layer's build time (and a few percent of a
-/// resident decode step); keeping them costs only the memory the streaming
-/// reserve already accounts for.
-pub(crate) fn reuse_freed_memory() {
+/// to 32 MiB for reuse, and up to `keep` bytes of free heap: a streamed
+/// layer's weights are freed after each pass and the next layer allocates
+/// the same sizes again, and every forward pass allocates the same
+/// activation and logit buffers. Handing them back to the OS and faulting
+/// fresh zeroed pages in costs about a quarter of each streamed layer's
+/// build time and a few percent of a resident decode step; with 64 MiB
+/// kept, a 512-token pass of the 1.5B still trimmed and faulted in ~2 GiB
+/// (510,000 page faults a pass). Under a budget, keeping them costs only
+/// the memory the streaming reserve already accounts for
+/// ([`KEEP_BUDGETED`]).
+pub(crate) fn reuse_freed_memory(keep: usize) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator tunables.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
+        libc::mallopt(
+            libc::M_TRIM_THRESHOLD,
+            libc::c_int::try_from(keep).unwrap_or(libc::c_int::MAX),
+        );
     }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = keep;
 }

@@ -25,7 +25,7 @@ pub fn load_whole(
     let file = GgufFile::open(path)?;
     let tokenizer = Tokenizer::from_gguf(file.header())?;
     let model = load_file(&file, backend, progress)?;
-    reuse_freed_memory();
+    reuse_freed_memory(crate::KEEP_UNBUDGETED);
     Ok((model, tokenizer))
 }
 
@@ -115,7 +115,7 @@ pub fn load_under_budget(
         &options,
         progress,
     )?;
-    reuse_freed_memory();
+    reuse_freed_memory(crate::KEEP_BUDGETED);
     Ok(Loaded {
         model,
         tokenizer,
