@@ -254,6 +254,18 @@ impl CandleBackend {
                 _ => runs.push(head..head + 1),
             }
         }
+        // A pass of few rows (decode) halves each run, so that two threads
+        // share out a model with few KV heads (SmolLM2's three) evenly.
+        if n < 4 {
+            runs = runs
+                .into_iter()
+                .flat_map(|r| {
+                    let mid = r.start + r.len().div_ceil(2);
+                    [r.start..mid, mid..r.end]
+                })
+                .filter(|r| !r.is_empty())
+                .collect();
+        }
         let mut out = vec![0f32; n * q.cols];
         // Each head's arithmetic is the same as alone (the same dot products,
         // softmax and `axpy`s in the same order): the same bits whatever its
