@@ -1609,6 +1609,12 @@ macro_rules! kernels {
                                 _mm256_cvtepu8_epi16(_mm_unpackhi_epi16(x, x)),
                             ]
                         });
+                        // A sub-block's pair products summed in i16 lanes
+                        // before its scale: four of `maddubs`'s pairs are at
+                        // most 4 * 2 * 15 * 128 = 15,360 (no saturation), so
+                        // one `madd` per sub-block gives the same integers
+                        // as one per eight elements.
+                        let mut part = [[[_mm256_setzero_si256(); 2]; 2]; T];
                         for j in 0..4 {
                             let at = QUANTS_AT + 64 * (4 * c + j);
                             let q: [[__m256i; 2]; 2] = std::array::from_fn(|half| {
@@ -1618,7 +1624,7 @@ macro_rules! kernels {
                                     _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
                                 ]
                             });
-                            for t in 0..T {
+                            for (t, part) in part.iter_mut().enumerate() {
                                 // Elements 8j..8j + 8 of sub-blocks 2c, 2c + 1.
                                 let q8 = unsafe { a[t].add(b * Q8K_BYTES + 4 + 64 * c + 8 * j) };
                                 let y = unsafe {
@@ -1632,8 +1638,16 @@ macro_rules! kernels {
                                 for half in 0..2 {
                                     for h in 0..2 {
                                         let p = _mm256_maddubs_epi16(q[half][h], y[h]);
-                                        sumi[t][half] = madd_add(sumi[t][half], sc[h][half], p);
+                                        part[half][h] = _mm256_add_epi16(part[half][h], p);
                                     }
+                                }
+                            }
+                        }
+                        for t in 0..T {
+                            for half in 0..2 {
+                                for h in 0..2 {
+                                    sumi[t][half] =
+                                        madd_add(sumi[t][half], sc[h][half], part[t][half][h]);
                                 }
                             }
                         }
