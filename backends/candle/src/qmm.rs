@@ -121,15 +121,15 @@ impl Isa {
     pub(crate) fn kernels(self) -> &'static str {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => "candle-qmm6-avx2",
+            Isa::Avx2 => "candle-qmm7-avx2",
             #[cfg(target_arch = "x86_64")]
-            Isa::Vnni => "candle-qmm6-vnni",
+            Isa::Vnni => "candle-qmm7-vnni",
             #[cfg(target_arch = "aarch64")]
-            Isa::Neon => "candle-qmm6-neon",
+            Isa::Neon => "candle-qmm7-neon",
             #[cfg(target_arch = "aarch64")]
-            Isa::Dotprod => "candle-qmm6-dotprod",
+            Isa::Dotprod => "candle-qmm7-dotprod",
             #[cfg(target_arch = "aarch64")]
-            Isa::I8mm => "candle-qmm6-i8mm",
+            Isa::I8mm => "candle-qmm7-i8mm",
         }
     }
 }

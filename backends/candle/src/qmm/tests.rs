@@ -513,8 +513,8 @@ fn segment_sums_equal_the_segments_added_bit_for_bit() {
 }
 
 /// The variant `ARBOR_EXPECT_KERNELS` names runs here, when it is set: the
-/// ARM64 CI sets it per emulated CPU (`candle-qmm6-i8mm` on `-cpu max`,
-/// `candle-qmm6-neon` on a Cortex-A72), so each run proves which kernels
+/// ARM64 CI sets it per emulated CPU (`candle-qmm7-i8mm` on `-cpu max`,
+/// `candle-qmm7-neon` on a Cortex-A72), so each run proves which kernels
 /// the tests above checked.
 #[test]
 fn the_expected_variant_runs() {
