@@ -216,8 +216,9 @@ impl CandleBackend {
 
 impl CandleBackend {
     /// Scaled dot-product attention of `q` over the whole of `kv` (see
-    /// [`arbor_tensor::Backend::attention`]). Keys and values are read a
-    /// head at a time, widened from the cache's storage.
+    /// [`arbor_tensor::Backend::attention`]). Keys and values are read once
+    /// per run of query heads sharing a KV head, widened from the cache's
+    /// storage.
     pub(crate) fn attend(
         &self,
         q: &HostTensor,
@@ -270,8 +271,7 @@ impl CandleBackend {
         // Each head's arithmetic is the same as alone (the same dot products,
         // softmax and `axpy`s in the same order): the same bits whatever its
         // run's length.
-        let one = |task: usize, o: &mut [f32]| {
-            let (i, run) = (task / runs.len(), &runs[task % runs.len()]);
+        let one = |i: usize, run: &std::ops::Range<usize>, o: &mut [f32]| {
             let at = h.kv_head(run.start) * d;
             let qs = &q.data[i * q.cols + run.start * d..][..run.len() * d];
             let keys: Vec<usize> = mask.allowed[i * t..(i + 1) * t]
@@ -322,16 +322,13 @@ impl CandleBackend {
         // pool's other thread would otherwise spin idle meanwhile.
         let at = qmm::SendPtr(out.as_mut_ptr());
         // Task `task` owns its row's run of heads: `d` values per head.
-        let span = |task: usize| {
-            let (i, run) = (task / runs.len(), &runs[task % runs.len()]);
-            (i * q.cols + run.start * d, run.len() * d)
-        };
         let run_task = |task: usize| {
-            let (from, len) = span(task);
+            let (i, run) = (task / runs.len(), &runs[task % runs.len()]);
+            let (from, len) = (i * q.cols + run.start * d, run.len() * d);
             // SAFETY: runs partition the heads, so tasks own disjoint slices
             // of `out`, which outlives every call.
             let o = unsafe { std::slice::from_raw_parts_mut(at.get().add(from), len) };
-            one(task, o);
+            one(i, run, o);
         };
         if n * t * h.n_heads < PARALLEL_ATTENTION_MIN {
             (0..tasks).for_each(run_task);

@@ -13,16 +13,17 @@
 //! pairs at once; the float steps that follow are the same, lane by lane.
 //!
 //! Layout: the pass's tokens are taken in pairs, their quants interleaved
-//! eight at a time once per pass ([`Pairs`]); two weight rows are
-//! interleaved the same way in registers (`zip1`/`zip2` on 64-bit lanes)
-//! after unpacking, so the GGUF rows (resident or streamed) need no other
-//! layout. Per 256 quants and a tile of two rows × two tokens, a Q4_K
-//! block costs 32 `smmla` + 8 `mla` where the `sdot` kernel spends 64
-//! `sdot` + 64 `mla` (16 + 16 per row and token); the unpacking and 32
-//! `zip`s are shared by up to eight tokens. A lone token (decode) and an
-//! odd last row take the `sdot` kernel, which gives the same bits.
+//! eight at a time once per matmul, beside their quantization ([`Pairs`]);
+//! two weight rows are interleaved the same way in registers (`zip1`/`zip2`
+//! on 64-bit lanes) after unpacking, so the GGUF rows (resident or
+//! streamed) need no other layout. Per 256 quants and a tile of two rows ×
+//! two tokens, a Q4_K block costs 32 `smmla` + 8 `mla` where the `sdot`
+//! kernel spends 64 `sdot` + 64 `mla` (16 + 16 per row and token); the
+//! unpacking and 32 `zip`s are shared by up to eight tokens. A lone token
+//! (decode) and an odd last row take the `sdot` kernel, which gives the
+//! same bits.
 
-use super::neon::{f16_at, q5_0_quants};
+use super::neon::{f16_at, q5_0_quants, q6k_quants};
 use super::{Activations, Kind, Part, Q8K_SUMS, QWeight, SendPtr};
 use std::arch::aarch64::*;
 use std::ops::Range;
@@ -220,7 +221,7 @@ struct Tile<'a> {
 
 impl Tile<'_> {
     /// Index of pair `p0 + p`'s block `b` in [`Pairs`]' arrays.
-    fn at(&self, p: usize, b: usize) -> usize {
+    fn index(&self, p: usize, b: usize) -> usize {
         (self.p0 + p) * self.pairs.nb + b
     }
 }
@@ -292,7 +293,7 @@ unsafe fn q8_0<const P: usize, const Q5: bool>(
         let [z0, z1] = zip_rows(x[0][0], x[1][0]);
         let [z2, z3] = zip_rows(x[0][1], x[1][1]);
         for (p, acc) in acc.iter_mut().enumerate() {
-            let i = at.at(p, b);
+            let i = at.index(p, b);
             let y = unsafe { at.pairs.q.as_ptr().add(64 * i) };
             let mut s = vdupq_n_s32(0);
             for (c, z) in [z0, z1, z2, z3].into_iter().enumerate() {
@@ -347,7 +348,7 @@ unsafe fn q4k<const P: usize>(
             let ([q0, q1], [q2, q3]) = (quants(0), quants(1));
             let z = [zip_rows(q0, q1), zip_rows(q2, q3)];
             for (p, sumi) in sumi.iter_mut().enumerate() {
-                let y = unsafe { at.pairs.q.as_ptr().add(512 * at.at(p, b) + 64 * k) };
+                let y = unsafe { at.pairs.q.as_ptr().add(512 * at.index(p, b) + 64 * k) };
                 let mut s = zero;
                 for (c, z) in z.iter().flatten().enumerate() {
                     s = unsafe { smmla(s, *z, vld1q_s8(y.add(16 * c))) };
@@ -356,7 +357,7 @@ unsafe fn q4k<const P: usize>(
             }
         }
         for p in 0..P {
-            let i = at.at(p, b);
+            let i = at.index(p, b);
             let yd = unsafe { vld1q_f32(at.pairs.d.as_ptr().add(4 * i)) };
             // yd * xd and yd * -xmin, as the `sdot` kernel takes them.
             acc[p] = vfmaq_f32(acc[p], vmulq_f32(yd, xd), vcvtq_f32_s32(sumi[p]));
@@ -381,7 +382,6 @@ unsafe fn q4k<const P: usize>(
 #[target_feature(enable = "neon,dotprod,i8mm")]
 unsafe fn q6k<const P: usize>(at: &Tile<'_>, blocks: Range<usize>, acc: &mut [float32x4_t; P]) {
     let zero = vdupq_n_s32(0);
-    let (m4, m30, m32) = (vdupq_n_u8(0xF), vdupq_n_u8(0x30), vdupq_n_s8(32));
     for b in blocks {
         let blk = at.rows.map(|r| unsafe { r.add(b * 210) });
         let xd = unsafe { per_row_f32(f16_at(blk[0].add(208)), f16_at(blk[1].add(208))) };
@@ -394,33 +394,18 @@ unsafe fn q6k<const P: usize>(at: &Tile<'_>, blocks: Range<usize>, acc: &mut [fl
         for s in 0..16 {
             let (c, h) = (s / 2, s % 2);
             let (j, i) = (c / 4, c % 4);
-            let q = blk.map(|blk| {
-                let lo = unsafe { vld1q_u8(blk.add(64 * j + 32 * (i % 2) + 16 * h)) };
-                let hi = unsafe { vld1q_u8(blk.add(128 + 32 * j + 16 * h)) };
-                let low = if i < 2 {
-                    vandq_u8(lo, m4)
-                } else {
-                    vshrq_n_u8::<4>(lo)
-                };
-                let high = match i {
-                    0 => vandq_u8(vshlq_n_u8::<4>(hi), m30),
-                    1 => vandq_u8(vshlq_n_u8::<2>(hi), m30),
-                    2 => vandq_u8(hi, m30),
-                    _ => vandq_u8(vshrq_n_u8::<2>(hi), m30),
-                };
-                vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(low, high)), m32)
-            });
+            let q = blk.map(|blk| unsafe { q6k_quants(blk, j, i, h) });
             let z = zip_rows(q[0], q[1]);
             let scale = per_row_i32(i32::from(sc[0][s]), i32::from(sc[1][s]));
             for (p, sumi) in sumi.iter_mut().enumerate() {
-                let y = unsafe { at.pairs.q.as_ptr().add(512 * at.at(p, b) + 32 * s) };
+                let y = unsafe { at.pairs.q.as_ptr().add(512 * at.index(p, b) + 32 * s) };
                 let mut t = unsafe { smmla(zero, z[0], vld1q_s8(y)) };
                 t = unsafe { smmla(t, z[1], vld1q_s8(y.add(16))) };
                 *sumi = vmlaq_s32(*sumi, t, scale);
             }
         }
         for p in 0..P {
-            let yd = unsafe { vld1q_f32(at.pairs.d.as_ptr().add(4 * at.at(p, b))) };
+            let yd = unsafe { vld1q_f32(at.pairs.d.as_ptr().add(4 * at.index(p, b))) };
             acc[p] = vfmaq_f32(acc[p], vmulq_f32(yd, xd), vcvtq_f32_s32(sumi[p]));
         }
     }

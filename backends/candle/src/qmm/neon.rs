@@ -108,6 +108,33 @@ pub(super) unsafe fn q5_0_quants(blk: *const u8) -> [int8x16_t; 2] {
     })
 }
 
+/// Quants `16h..16h + 16` of 32-quant chunk `4j + i` of a Q6_K block, as
+/// i8 `q - 32`: low four bits from byte `64j + 32(i % 2) + 16h` (low
+/// nibbles for `i < 2`), the high two from byte `128 + 32j + 16h` (bits
+/// `2i`, `2i + 1`), as ggml lays them out.
+///
+/// # Safety
+/// `blk` points at a 210-byte Q6_K block; `j < 2`, `i < 4`, `h < 2`.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn q6k_quants(blk: *const u8, j: usize, i: usize, h: usize) -> int8x16_t {
+    let (m4, m30) = (vdupq_n_u8(0xF), vdupq_n_u8(0x30));
+    let lo = unsafe { vld1q_u8(blk.add(64 * j + 32 * (i % 2) + 16 * h)) };
+    let hi = unsafe { vld1q_u8(blk.add(128 + 32 * j + 16 * h)) };
+    let low = if i < 2 {
+        vandq_u8(lo, m4)
+    } else {
+        vshrq_n_u8::<4>(lo)
+    };
+    let high = match i {
+        0 => vandq_u8(vshlq_n_u8::<4>(hi), m30),
+        1 => vandq_u8(vshlq_n_u8::<2>(hi), m30),
+        2 => vandq_u8(hi, m30),
+        _ => vandq_u8(vshrq_n_u8::<2>(hi), m30),
+    };
+    vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(low, high)), vdupq_n_s8(32))
+}
+
 /// One kernel call's tokens: `t0..t0 + T`, quantized in `act`.
 struct Tokens<'a> {
     act: &'a Activations,
@@ -366,7 +393,6 @@ macro_rules! kernels {
             ) {
                 let mut acc = *acc_out;
                 let zero = vdupq_n_s32(0);
-                let (m4, m30, m32) = (vdupq_n_u8(0xF), vdupq_n_u8(0x30), vdupq_n_s8(32));
                 for b in blocks {
                     let blk = unsafe { w.add(b * 210) };
                     let xd = unsafe { f16_at(blk.add(208)) };
@@ -377,24 +403,8 @@ macro_rules! kernels {
                     // Half a block (128 quants, four 32-quant chunks) at a
                     // time, as ggml does.
                     for j in 0..2 {
-                        let (ql, qh) = unsafe { (blk.add(64 * j), blk.add(128 + 32 * j)) };
                         let q: [[int8x16_t; 2]; 4] = std::array::from_fn(|i| {
-                            std::array::from_fn(|h| {
-                                let lo = unsafe { vld1q_u8(ql.add(32 * (i % 2) + 16 * h)) };
-                                let hi = unsafe { vld1q_u8(qh.add(16 * h)) };
-                                let low = if i < 2 {
-                                    vandq_u8(lo, m4)
-                                } else {
-                                    vshrq_n_u8::<4>(lo)
-                                };
-                                let high = match i {
-                                    0 => vandq_u8(vshlq_n_u8::<4>(hi), m30),
-                                    1 => vandq_u8(vshlq_n_u8::<2>(hi), m30),
-                                    2 => vandq_u8(hi, m30),
-                                    _ => vandq_u8(vshrq_n_u8::<2>(hi), m30),
-                                };
-                                vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(low, high)), m32)
-                            })
+                            std::array::from_fn(|h| unsafe { q6k_quants(blk, j, i, h) })
                         });
                         for (t, sumi) in sumi.iter_mut().enumerate() {
                             let q8 = unsafe { a[t].add(b * Q8K_BYTES + 4) as *const i8 };
