@@ -306,12 +306,12 @@ fn test_arm64(cpus: &[&str]) -> Result<(), String> {
                     .env("QEMU_CPU", cpu);
                 // Which kernel variant must run there (a kernel test checks).
                 match *cpu {
-                    "max" => c.env("ARBOR_EXPECT_KERNELS", "candle-qmm7-i8mm"),
+                    "max" => c.env("ARBOR_EXPECT_KERNELS", "candle-qmm8-i8mm"),
                     "cortex-a76" | "neoverse-n1" => {
-                        c.env("ARBOR_EXPECT_KERNELS", "candle-qmm7-dotprod")
+                        c.env("ARBOR_EXPECT_KERNELS", "candle-qmm8-dotprod")
                     }
                     "cortex-a72" | "cortex-a53" | "cortex-a57" => {
-                        c.env("ARBOR_EXPECT_KERNELS", "candle-qmm7-neon")
+                        c.env("ARBOR_EXPECT_KERNELS", "candle-qmm8-neon")
                     }
                     _ => &mut c,
                 };

@@ -140,18 +140,23 @@ impl Backend for CandleBackend {
                 ),
             ));
         }
-        let mut data = vec![0f32; x.rows * w.rows];
-        match &w.mm {
-            Held::Own(q) => q.matmul(&x.data, x.rows, &mut data),
-            Held::Float(f) => f.matmul(&x.data, x.rows, &mut data),
+        let data = match &w.mm {
+            Held::Own(q) => q.matmul(&x.data, x.rows),
+            Held::Float(f) => {
+                let mut data = vec![0f32; x.rows * w.rows];
+                f.matmul(&x.data, x.rows, &mut data);
+                data
+            }
             Held::Candle(mm) => match q6k_blocks(mm) {
                 Some(blocks) => {
+                    let mut data = vec![0f32; x.rows * w.rows];
                     k_quants::matmul((x.rows, x.cols, w.rows), &x.data, blocks, &mut data)
-                        .map_err(err)?
+                        .map_err(err)?;
+                    data
                 }
                 None => return from_candle(&mm.forward(&to_candle(x)?).map_err(err)?),
             },
-        }
+        };
         Ok(HostTensor {
             data,
             rows: x.rows,
@@ -174,8 +179,7 @@ impl Backend for CandleBackend {
     ) -> Result<HostTensor> {
         check_part("matmul_part", (w.rows, w.cols), rows, &cols, x.cols)?;
         let xs = columns(x, cols.clone());
-        let mut data = vec![0f32; x.rows * rows];
-        match &w.mm {
+        let data = match &w.mm {
             Held::Own(q) => {
                 let part = q.part(rows, &cols).ok_or_else(|| {
                     shape_err(
@@ -187,11 +191,15 @@ impl Backend for CandleBackend {
                         ),
                     )
                 })?;
-                q.matmul_part(&xs, x.rows, &part, &mut data)
+                q.matmul_part(&xs, x.rows, &part)
             }
-            Held::Float(f) => f.matmul_part(&xs, x.rows, rows, cols, &mut data),
+            Held::Float(f) => {
+                let mut data = vec![0f32; x.rows * rows];
+                f.matmul_part(&xs, x.rows, rows, cols, &mut data);
+                data
+            }
             Held::Candle(_) => return matmul_part_padded(self, x, w, rows, cols),
-        }
+        };
         Ok(HostTensor {
             data,
             rows: x.rows,
@@ -220,8 +228,7 @@ impl Backend for CandleBackend {
             return matmul_sum_parts(self, x, w, rows, ends);
         };
         let xs = columns(x, 0..end);
-        let mut data = vec![0f32; x.rows * rows];
-        q.matmul_sum(&xs, x.rows, &part, &blocks, &mut data);
+        let data = q.matmul_sum(&xs, x.rows, &part, &blocks);
         Ok(HostTensor {
             data,
             rows: x.rows,

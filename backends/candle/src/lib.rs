@@ -127,8 +127,8 @@ impl CandleBackend {
     }
 
     /// This backend with the matmul kernels it runs here:
-    /// `candle-qmm7-vnni`, `candle-qmm7-avx2` (ours on x86, see [`qmm`]),
-    /// `candle-qmm7-i8mm`, `candle-qmm7-dotprod`, `candle-qmm7-neon` (ours
+    /// `candle-qmm8-vnni`, `candle-qmm8-avx2` (ours on x86, see [`qmm`]),
+    /// `candle-qmm8-i8mm`, `candle-qmm8-dotprod`, `candle-qmm8-neon` (ours
     /// on aarch64) or
     /// `candle` (candle-core's). Anything measured with one (latency
     /// profiles) is stale for another; the number changes when our kernels'

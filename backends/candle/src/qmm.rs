@@ -34,6 +34,7 @@
 
 use arbor_tensor::GgmlType;
 use candle_core::quantized::k_quants::{BlockQ8_0, BlockQ8K, GgmlType as CandleBlock};
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 /// A block type with a kernel here.
@@ -121,15 +122,15 @@ impl Isa {
     pub(crate) fn kernels(self) -> &'static str {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => "candle-qmm7-avx2",
+            Isa::Avx2 => "candle-qmm8-avx2",
             #[cfg(target_arch = "x86_64")]
-            Isa::Vnni => "candle-qmm7-vnni",
+            Isa::Vnni => "candle-qmm8-vnni",
             #[cfg(target_arch = "aarch64")]
-            Isa::Neon => "candle-qmm7-neon",
+            Isa::Neon => "candle-qmm8-neon",
             #[cfg(target_arch = "aarch64")]
-            Isa::Dotprod => "candle-qmm7-dotprod",
+            Isa::Dotprod => "candle-qmm8-dotprod",
             #[cfg(target_arch = "aarch64")]
-            Isa::I8mm => "candle-qmm7-i8mm",
+            Isa::I8mm => "candle-qmm8-i8mm",
         }
     }
 }
@@ -186,6 +187,37 @@ pub(crate) fn isa() -> Option<Isa> {
             _ => true,
         })
     })
+}
+
+/// Whether the x86 group kernels (interleaved rows) ask for weight blocks ahead of use
+/// (`prefetcht0`) when they multiply them by one token. Kernel calls of
+/// several tokens always do (AMD EPYC VM, 1.5B, 8 and 64 rows: 73-75 and
+/// 473 ms with, 79-85 and 496 without). For one token, Intel cores need
+/// them: the hardware prefetcher alone left a one-token product at 2/3 of
+/// DRAM bandwidth (Xeon VM, 2026-11); AMD cores do not: the 1.5B's
+/// one-token pass took 37-45 ms with them and 27-35 without (EPYC VM with
+/// AVX-512, 2026-11-30), the hardware prefetchers keeping up alone. So:
+/// on for Intel, off for other vendors; `ARBOR_PREFETCH=1` / `=0` decides
+/// instead. The same bits either way.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn soft_prefetch() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| match std::env::var("ARBOR_PREFETCH").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => cpu_vendor() == *b"GenuineIntel",
+    })
+}
+
+/// The CPU's vendor string (`cpuid` leaf 0).
+#[cfg(target_arch = "x86_64")]
+fn cpu_vendor() -> [u8; 12] {
+    let r = std::arch::x86_64::__cpuid(0);
+    let mut v = [0u8; 12];
+    for (i, w) in [r.ebx, r.edx, r.ecx].into_iter().enumerate() {
+        v[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+    }
+    v
 }
 
 /// Whether this CPU runs the kernels.
@@ -288,8 +320,8 @@ impl QWeight {
     }
 
     /// `out[t * rows + r] = x[t] · row r` for the `m` rows of `x`.
-    pub(crate) fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
-        self.matmul_part(x, m, &self.whole(), out);
+    pub(crate) fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
+        self.matmul_part(x, m, &self.whole())
     }
 
     /// The whole matrix as a [`Part`].
@@ -325,9 +357,9 @@ impl QWeight {
     /// `out[t * part.rows + r] = x[t] · row r's blocks part.blocks` for the
     /// `m` rows of `x` (each as wide as those blocks): the part read in
     /// place, with the bits of the part cut out as a matrix of its own.
-    pub(crate) fn matmul_part(&self, x: &[f32], m: usize, part: &Part, out: &mut [f32]) {
+    pub(crate) fn matmul_part(&self, x: &[f32], m: usize, part: &Part) -> Vec<f32> {
         let whole = 0..part.blocks.len();
-        self.matmul_sum(x, m, part, std::slice::from_ref(&whole), out)
+        self.matmul_sum(x, m, part, std::slice::from_ref(&whole))
     }
 
     /// The part over input columns `0..e` (`e` where the last of `segs`
@@ -361,8 +393,7 @@ impl QWeight {
         m: usize,
         part: &Part,
         segs: &[Range<usize>],
-        out: &mut [f32],
-    ) {
+    ) -> Vec<f32> {
         assert!(
             segs.first().is_some_and(|s| s.start == 0)
                 && segs.last().is_some_and(|s| s.end == part.blocks.len())
@@ -376,7 +407,15 @@ impl QWeight {
             "interleaved rows sum in one segment"
         );
         let isa = isa().expect("a QWeight is only built where a kernel variant runs");
-        self.matmul_sum_on(isa, x, m, part, segs, out);
+        // Not cleared first: a long prompt's outputs are tens of MiB per
+        // matrix, and clearing reused heap memory cost 4-5% of an AVX2 pass.
+        let n = m * part.rows;
+        let mut out = Vec::with_capacity(n);
+        self.matmul_sum_on(isa, x, m, part, segs, &mut out.spare_capacity_mut()[..n]);
+        // SAFETY: `matmul_sum_on` writes all `m * part.rows` outputs (the
+        // kernel tests start from NaN and compare every output).
+        unsafe { out.set_len(n) };
+        out
     }
 
     /// [`Self::matmul_part`] with one variant of the kernels (one of
@@ -384,10 +423,12 @@ impl QWeight {
     #[cfg(test)]
     fn matmul_on(&self, isa: Isa, x: &[f32], m: usize, part: &Part, out: &mut [f32]) {
         let whole = 0..part.blocks.len();
+        let out = tests::as_uninit(out);
         self.matmul_sum_on(isa, x, m, part, std::slice::from_ref(&whole), out)
     }
 
-    /// [`Self::matmul_sum`] with one variant of the kernels.
+    /// [`Self::matmul_sum`] with one variant of the kernels: writes every
+    /// one of `out`'s values.
     fn matmul_sum_on(
         &self,
         isa: Isa,
@@ -395,7 +436,7 @@ impl QWeight {
         m: usize,
         part: &Part,
         segs: &[Range<usize>],
-        out: &mut [f32],
+        out: &mut [MaybeUninit<f32>],
     ) {
         let width = part.blocks.len() * self.kind.block_len();
         assert!(x.len() == m * width && out.len() == m * part.rows);
@@ -418,7 +459,7 @@ impl QWeight {
         if isa == Isa::I8mm && m >= 2 {
             act.pairs = Some(mmla::Pairs::new(self.kind, &act, m, part.blocks.len()));
         }
-        let out_at = SendPtr(out.as_mut_ptr());
+        let out_at = SendPtr(out.as_mut_ptr().cast::<f32>());
         // Tokens taken a block at a time, every row for each block: each
         // rows' kernel call reads all of its tokens' activations, and the
         // activations of a long prompt against a wide matrix (512 tokens of
@@ -1286,7 +1327,7 @@ macro_rules! kernels {
                 let mut acc = [[_mm256_setzero_ps(); 2]; T];
                 for b in 0..nb {
                     let blk = unsafe { g.add(b * bytes) };
-                    prefetch(blk.wrapping_add(8 * bytes), bytes);
+                    prefetch_group(blk.wrapping_add(8 * bytes), bytes, T);
                     for h in 0..2 {
                         let wd = _mm256_cvtph_ps(unsafe {
                             _mm_loadu_si128(blk.add(16 * h) as *const __m128i)
@@ -1584,7 +1625,7 @@ macro_rules! kernels {
                     // product at 2/3 of DRAM bandwidth: ask for the group
                     // blocks six ahead (into the next group's, which
                     // follow in memory).
-                    prefetch(blk.wrapping_add(6 * BYTES), BYTES);
+                    prefetch_group(blk.wrapping_add(6 * BYTES), BYTES, T);
                     let (xd, nxmin, u) = unsafe { q4k8_head(blk) };
                     let mins = q4k8_mins(&u, pick);
                     let mut d = [_mm256_setzero_ps(); T];
@@ -1822,7 +1863,7 @@ macro_rules! kernels {
                 for b in 0..nb {
                     let blk = unsafe { g.add(b * BYTES) };
                     // As in `q4k8`.
-                    prefetch(blk.wrapping_add(4 * BYTES), BYTES);
+                    prefetch_group(blk.wrapping_add(4 * BYTES), BYTES, T);
                     let mut sumi = [[_mm256_setzero_si256(); 2]; T];
                     for n in 0..2 {
                         for j in 0..4 {
@@ -1905,6 +1946,16 @@ macro_rules! kernels {
                 // SAFETY (callers): `p` points at a block's f16 field.
                 let bits = unsafe { read_unaligned(p as *const u16) };
                 _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+            }
+
+            /// [`prefetch`] for a group kernel call of `tokens` tokens: for
+            /// one token only where [`super::soft_prefetch`] says it pays.
+            #[inline]
+            #[target_feature(enable = $features)]
+            pub(super) fn prefetch_group(p: *const u8, len: usize, tokens: usize) {
+                if tokens > 1 || super::soft_prefetch() {
+                    prefetch(p, len);
+                }
             }
 
             /// Asks for the cache lines of `len` bytes from `p` (which may

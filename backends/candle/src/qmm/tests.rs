@@ -140,7 +140,7 @@ fn check(kind: Kind, ty: GgmlType, scale_at: &[usize]) {
                 _ => reference(kind, &bytes, rows, cols, &x, m),
             };
             for &isa in variants() {
-                let mut got = vec![0f32; m * rows];
+                let mut got = vec![f32::NAN; m * rows];
                 w.matmul_on(isa, &x, m, &w.whole(), &mut got);
                 for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                     assert!(a.is_finite(), "{ty}: non-finite output {a}");
@@ -202,7 +202,7 @@ fn k_quants_largest_quants_and_scales_stay_exact() {
                     let x = vec![x0; m * cols];
                     let want = reference(kind, &bytes, rows, cols, &x, m);
                     for &isa in variants() {
-                        let mut got = vec![0f32; m * rows];
+                        let mut got = vec![f32::NAN; m * rows];
                         w.matmul_on(isa, &x, m, &w.whole(), &mut got);
                         assert!(
                             same_bits(&got, &want),
@@ -246,7 +246,7 @@ fn q8_0_and_q5_0_extremes_stay_exact() {
                     let x = vec![x0; m * cols];
                     let want = reference(Kind::Q8_0, &repacked, rows, cols, &x, m);
                     for &isa in variants() {
-                        let mut got = vec![0f32; m * rows];
+                        let mut got = vec![f32::NAN; m * rows];
                         w.matmul_on(isa, &x, m, &w.whole(), &mut got);
                         assert!(
                             same_bits(&got, &want),
@@ -286,7 +286,7 @@ fn q5_0_equals_its_q8_0_repacking_bit_for_bit() {
             let want = reference(Kind::Q8_0, &repacked, rows, cols, &x, m);
             for &isa in variants() {
                 for w in [&q5, &q8] {
-                    let mut got = vec![0f32; m * rows];
+                    let mut got = vec![f32::NAN; m * rows];
                     w.matmul_on(isa, &x, m, &w.whole(), &mut got);
                     assert!(
                         same_bits(&got, &want),
@@ -477,7 +477,7 @@ fn segment_sums_equal_the_segments_added_bit_for_bit() {
                 let x: Vec<f32> = (0..m * width).map(|_| g.f32()).collect();
                 for &isa in variants() {
                     let mut got = vec![f32::NAN; m * keep];
-                    w.matmul_sum_on(isa, &x, m, &part, &blocks, &mut got);
+                    w.matmul_sum_on(isa, &x, m, &part, &blocks, as_uninit(&mut got));
                     let mut want = vec![0f32; m * keep];
                     for (k, seg) in blocks.iter().enumerate() {
                         let cut = cut_out(&bytes, nb, size, keep, seg);
@@ -513,8 +513,8 @@ fn segment_sums_equal_the_segments_added_bit_for_bit() {
 }
 
 /// The variant `ARBOR_EXPECT_KERNELS` names runs here, when it is set: the
-/// ARM64 CI sets it per emulated CPU (`candle-qmm7-i8mm` on `-cpu max`,
-/// `candle-qmm7-neon` on a Cortex-A72), so each run proves which kernels
+/// ARM64 CI sets it per emulated CPU (`candle-qmm8-i8mm` on `-cpu max`,
+/// `candle-qmm8-neon` on a Cortex-A72), so each run proves which kernels
 /// the tests above checked.
 #[test]
 fn the_expected_variant_runs() {
@@ -525,4 +525,26 @@ fn the_expected_variant_runs() {
     }
     #[cfg(target_arch = "aarch64")]
     assert!(variants().contains(&Isa::Neon), "every ARM64 core has NEON");
+}
+
+/// `out` as the kernels' output type (they write only f32 values).
+pub(super) fn as_uninit(out: &mut [f32]) -> &mut [std::mem::MaybeUninit<f32>] {
+    // SAFETY: same layout; nothing uninitialized is written through it.
+    unsafe { &mut *(out as *mut [f32] as *mut [std::mem::MaybeUninit<f32>]) }
+}
+
+/// The vendor string `soft_prefetch` decides by reads in register order
+/// (ebx, edx, ecx): a wrong order gives no known vendor.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_cpu_vendor_is_a_known_one() {
+    let v = super::cpu_vendor();
+    let known: [&[u8; 12]; 5] = [
+        b"GenuineIntel",
+        b"AuthenticAMD",
+        b"HygonGenuine",
+        b"CentaurHauls",
+        b"  Shanghai  ",
+    ];
+    assert!(known.contains(&&v), "{:?}", String::from_utf8_lossy(&v));
 }

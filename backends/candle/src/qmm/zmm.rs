@@ -19,7 +19,7 @@ use super::q4k8::{BYTES, PICK_MINS, QUANTS_AT};
 use super::q6k8;
 use super::q8x16::{Q5_BYTES, Q5_MASKS_AT, Q5_NIBBLES_AT, Q8_BYTES, Q8_QUANTS_AT};
 use super::vnni::{
-    prefetch, q4k8_head, q4k8_min_sum, q4k8_mins, q6k8_offset, q6k8_scale_pairs, q6k8_scales,
+    prefetch_group, q4k8_head, q4k8_min_sum, q4k8_mins, q6k8_offset, q6k8_scale_pairs, q6k8_scales,
     scale_bytes,
 };
 use std::arch::x86_64::*;
@@ -46,7 +46,7 @@ pub(super) unsafe fn q4k8<const T: usize>(
     for b in 0..nb {
         let blk = unsafe { g.add(b * BYTES) };
         // Six group blocks ahead, as the 256-bit kernel does.
-        prefetch(blk.wrapping_add(6 * BYTES), BYTES);
+        prefetch_group(blk.wrapping_add(6 * BYTES), BYTES, T);
         let (xd, nxmin, u) = unsafe { q4k8_head(blk) };
         let mut d = [_mm256_setzero_ps(); T];
         {
@@ -125,7 +125,7 @@ pub(super) unsafe fn q6k8<const T: usize>(
     let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..nb {
         let blk = unsafe { g.add(b * q6k8::BYTES) };
-        prefetch(blk.wrapping_add(4 * q6k8::BYTES), q6k8::BYTES);
+        prefetch_group(blk.wrapping_add(4 * q6k8::BYTES), q6k8::BYTES, T);
         // Lane 2r + h: row r, the four quants at 4h of each eight.
         let mut sumi = [_mm512_setzero_si512(); T];
         for n in 0..2 {
@@ -210,7 +210,7 @@ pub(super) unsafe fn q8x16<const T: usize, const Q5: bool>(
     let mut acc = [_mm512_setzero_ps(); T];
     for b in 0..nb {
         let blk = unsafe { g.add(b * bytes) };
-        prefetch(blk.wrapping_add(8 * bytes), bytes);
+        prefetch_group(blk.wrapping_add(8 * bytes), bytes, T);
         // Two chains for few tokens (the integer sums are exact: any split).
         let mut sumi = [[_mm512_setzero_si512(); 2]; T];
         for v in 0..8 {
