@@ -189,9 +189,9 @@ pub(crate) fn isa() -> Option<Isa> {
     })
 }
 
-/// Whether the x86 group kernels (interleaved rows) ask for weight blocks ahead of use
-/// (`prefetcht0`) when they multiply them by one token. Kernel calls of
-/// several tokens always do (AMD EPYC VM, 1.5B, 8 and 64 rows: 73-75 and
+/// Whether the x86 group kernels (interleaved rows) ask for weight blocks
+/// ahead of use (`prefetcht0`) when they multiply them by one token.
+/// Kernel calls of several tokens always do (AMD EPYC VM, 1.5B, 8 and 64 rows: 73-75 and
 /// 473 ms with, 79-85 and 496 without). For one token, Intel cores need
 /// them: the hardware prefetcher alone left a one-token product at 2/3 of
 /// DRAM bandwidth (Xeon VM, 2026-11); AMD cores do not: the 1.5B's
@@ -408,7 +408,8 @@ impl QWeight {
         );
         let isa = isa().expect("a QWeight is only built where a kernel variant runs");
         // Not cleared first: a long prompt's outputs are tens of MiB per
-        // matrix, and clearing reused heap memory cost 4-5% of an AVX2 pass.
+        // matrix, and clearing reused heap memory cost 4-5% of a 512-token
+        // AVX2 pass of the 1.5B (`perf`, Intel VM kind, 2 threads).
         let n = m * part.rows;
         let mut out = Vec::with_capacity(n);
         self.matmul_sum_on(isa, x, m, part, segs, &mut out.spare_capacity_mut()[..n]);
