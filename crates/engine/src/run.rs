@@ -290,7 +290,11 @@ impl Run {
         if self.config.slots.unwrap_or(1) > 1 {
             return Ok(());
         }
-        let key = arbor_planner::choice::choice_key(self.config.budget_bytes()?, 1);
+        let key = arbor_planner::choice::choice_key(
+            self.config.budget_bytes()?,
+            1,
+            arbor_planner::storage::read_limit(self.engine.path()),
+        );
         let source =
             (self.source_key(strategy)).unwrap_or_else(|| arbor_planner::rates::NO_SOURCE.into());
         Ok(self.store.observe_rate(

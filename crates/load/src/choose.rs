@@ -57,6 +57,13 @@ pub fn choose(
     };
     let disk = match budget {
         Some(_) => {
+            if let Some(limit) = arbor_planner::storage::read_limit(target) {
+                progress(OpenEvent::Note(&format!(
+                    "auto: this process's cgroup limits reads of the model's disk to {:.2} GB/s: \
+                     planning with what was measured under that limit",
+                    limit as f64 / 1e9
+                )));
+            }
             let (d, note) = store.disk(target, false)?;
             if let Some(n) = note {
                 progress(OpenEvent::Note(&n));
@@ -204,7 +211,11 @@ pub fn choose(
     };
     let mut estimates = auto::estimate(&device, candidates, &mut read_for);
     // Where runs measured a source under this budget, its measured rate.
-    let key = arbor_planner::choice::choice_key(budget, device.sequences);
+    let key = arbor_planner::choice::choice_key(
+        budget,
+        device.sequences,
+        arbor_planner::storage::read_limit(target),
+    );
     let rates = store.rates(target, kernels, threads, &key);
     auto::with_measured(&mut estimates, &mut |e| {
         // The strategy as the run would open it (the config's branch

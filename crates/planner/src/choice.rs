@@ -25,11 +25,14 @@ pub struct ChoiceRecord {
     pub chosen: String,
 }
 
-/// The key of a choice: the budget (MiB, or `none`) and the sequences a
-/// pass carries.
-pub fn choice_key(budget: Option<u64>, sequences: usize) -> String {
+/// The key of a choice: the budget (MiB, or `none`), the sequences a
+/// pass carries, and under a budget the storage's read limit
+/// ([`crate::storage`]: `read_limit`, bytes per second), which decides
+/// what streaming costs.
+pub fn choice_key(budget: Option<u64>, sequences: usize, read_limit: Option<u64>) -> String {
+    let regime = crate::storage::regime_tag(budget.and(read_limit));
     let budget = budget.map_or("none".to_string(), |b| format!("{}MiB", b >> 20));
-    format!("{budget}-s{sequences}")
+    format!("{budget}-s{sequences}{regime}")
 }
 
 impl ProfileStore {
@@ -129,12 +132,22 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("arbor-choice-{}", std::process::id()));
         let store = ProfileStore::new(dir.clone());
         let t = Path::new("/m/t.gguf");
-        let key = choice_key(Some(800 << 20), 1);
+        let key = choice_key(Some(800 << 20), 1, None);
         assert_eq!(key, "800MiB-s1");
+        // A read limit is another regime; without a budget nothing streams.
+        let capped = choice_key(Some(800 << 20), 1, Some(500_000_000));
+        assert_eq!(capped, "800MiB-s1-r500MBps");
+        assert_eq!(choice_key(None, 1, Some(500_000_000)), "none-s1");
+        store.remember_choice(t, &capped, &estimate("slim", 3.1));
         assert!(store.previous_choice(t, &key).is_none());
         store.remember_choice(t, &key, &estimate("ppd", 5.7));
         assert_eq!(store.previous_choice(t, &key).unwrap().label, "ppd");
-        assert!(store.previous_choice(t, &choice_key(None, 1)).is_none());
+        assert!(
+            store
+                .previous_choice(t, &choice_key(None, 1, None))
+                .is_none()
+        );
+        assert_eq!(store.previous_choice(t, &capped).unwrap().label, "slim");
         std::fs::remove_dir_all(dir).ok();
     }
 }

@@ -9,7 +9,9 @@
 //! (read from a generation's [`Trace`]: the decoding loop's phases and the
 //! weight streamer's spans on one clock);
 //! [`rates`] keeps what each source's decoding measured under a budget,
-//! which `auto` plans with where it exists;
+//! which `auto` plans with where it exists; [`storage`] finds the read
+//! limit a process's cgroup puts on its model's disk, which keeps each
+//! storage regime's streaming figures apart;
 //! [`slo`]
 //! measures the device profile and quality table that latency objectives
 //! are served from; [`eval`] scores a model against text (perplexity,
@@ -26,6 +28,7 @@ pub mod profiles;
 pub mod rates;
 pub mod slo;
 pub mod sources;
+pub mod storage;
 pub mod trace;
 
 use arbor_speculative::LatencyProfile;

@@ -294,9 +294,13 @@ impl ProfileStore {
         Ok((record, note))
     }
 
-    /// The file holding the bandwidth of the disk that holds `file`.
+    /// The file holding the bandwidth of the disk that holds `file`, as
+    /// this process reads it: a read limit on it ([`crate::storage`]) is a
+    /// disk of its own.
     pub fn disk_path(&self, file: &Path) -> PathBuf {
-        self.dir.join(format!("disk-{}.json", device_id(file)))
+        let regime = crate::storage::regime_tag(crate::storage::read_limit(file));
+        self.dir
+            .join(format!("disk-{}{regime}.json", device_id(file)))
     }
 
     pub fn cached_disk(&self, file: &Path) -> Option<DiskRecord> {
