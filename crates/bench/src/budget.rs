@@ -465,7 +465,7 @@ fn child(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
         peak_source: "rss".into(),
         ..BudgetRow::default()
     };
-    let (mut produced, mut passes, mut streamed) = (0usize, 0usize, 0u64);
+    let (mut produced, mut streamed) = (0usize, 0u64);
     let mut tokens = Vec::new();
     let mut trace = None;
     let mut bar = progress::count_bar("prompts");
@@ -482,7 +482,8 @@ fn child(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
         row.target_io_secs += g.stream.wait_secs;
         row.target_compute_secs += (s.target_secs - g.stream.wait_secs).max(0.0);
         produced += s.produced_after_prefill();
-        passes += s.verifications + s.target_steps;
+        row.passes += s.verifications + s.target_steps;
+        row.draft_tokens += s.draft_tokens;
         streamed += g.stream.bytes;
         if trace.is_none() {
             trace = Some(g.trace.clone());
@@ -494,10 +495,11 @@ fn child(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
         eprintln!("{note}");
     }
     row.tok_s = row.generated as f64 / row.decode_secs.max(1e-9);
-    row.mean_accepted = produced as f64 / passes.max(1) as f64;
+    row.mean_accepted = produced as f64 / row.passes.max(1) as f64;
     row.streamed_gib_per_100 =
         streamed as f64 / (1u64 << 30) as f64 * 100.0 / row.generated.max(1) as f64;
     row.peak_bytes = sys::peak_rss_bytes().unwrap_or(0);
+    row.rss_peak_bytes = row.peak_bytes;
     let report = ChildReport { row, tokens, trace };
     let path = args
         .report

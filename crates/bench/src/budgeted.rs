@@ -24,6 +24,10 @@ pub struct BudgetRow {
     /// `cgroup v1`, `rss (unconfined)`, `rss (cgroup v2 has no memory.peak)`).
     pub peak_bytes: u64,
     pub peak_source: String,
+    /// The process's own peak RSS (its mapped file pages included, shared
+    /// or not): what its memory plan counts as held.
+    #[serde(default)]
+    pub rss_peak_bytes: u64,
     /// Killed by the OOM killer (or any signal).
     pub killed: bool,
     pub streamed_gib_per_100: f64,
@@ -41,6 +45,13 @@ pub struct BudgetRow {
     pub provisional_accepted: usize,
     pub decode_secs: f64,
     pub generated: usize,
+    /// Target passes after the prefill, and the draft tokens (or ppd
+    /// candidates) they verified: two runs of one source that accept the
+    /// same but compute differently show here whether their trees differed.
+    #[serde(default)]
+    pub passes: usize,
+    #[serde(default)]
+    pub draft_tokens: usize,
     /// Another engine's row (llama.cpp): run on fewer prompts and tokens,
     /// outputs not compared; `mean_accepted` is its acceptance rate.
     #[serde(default)]

@@ -255,8 +255,50 @@ pub fn choose(
     Ok(estimates
         .iter()
         .filter(|e| e.read_per_pass.is_some())
-        .map(|e| choice_for(e, streams))
+        .map(|e| {
+            let mut choice = choice_for(e, streams);
+            choice.max_tree = held_to_plan(
+                choice.max_tree,
+                options.logit_rows,
+                &mut |rows| {
+                    let mut options = options;
+                    options.logit_rows = rows;
+                    backends::plan_with(backend, &file, None, e.candidate.memory, &options)
+                        .ok()
+                        .flatten()
+                        .map(|p| p.read_per_pass)
+                },
+                e.read_per_pass,
+            );
+            choice
+        })
         .collect())
+}
+
+/// The room a chosen tree may grow to (`max_tree` draft tokens, a pass of
+/// one more row) where the memory it was estimated with holds it: drafting
+/// sources are estimated with the logits of `planned_rows` rows, and a
+/// room beyond them that would push a target layer out (`plan(rows)` reads
+/// more than `read` bytes a pass, or does not fit) is held to the planned
+/// rows. Why: the slim 0.5B, chosen for the Q8_0 1.5B under 900 MiB with
+/// reads capped at 0.5 GB/s, did not fit after all (its load needed 925
+/// MiB) and the run fell back to ppd. Slow reads plan big trees (52
+/// candidates for the 1.5B under 800 MiB at 0.5 GB/s), and a room of twice
+/// that, up to 63 draft tokens, needs logits for 64 rows, not 33.
+fn held_to_plan(
+    max_tree: Option<usize>,
+    planned_rows: usize,
+    plan: &mut dyn FnMut(usize) -> Option<u64>,
+    read: Option<u64>,
+) -> Option<usize> {
+    let room = max_tree?;
+    if room < planned_rows {
+        return Some(room);
+    }
+    match (plan(room + 1), read) {
+        (Some(more), Some(read)) if more <= read => Some(room),
+        _ => Some(planned_rows.saturating_sub(1).max(1)),
+    }
 }
 
 /// The draft model `auto` weighs, with the slim drafts derived from it:
@@ -442,5 +484,30 @@ fn report(
     )));
     for line in auto::explain(all) {
         progress(OpenEvent::Explain(&line));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::held_to_plan;
+
+    #[test]
+    fn a_tree_room_beyond_the_planned_rows_is_kept_only_where_it_costs_no_layer() {
+        // Plans by logit rows: up to 40 rows the target reads 400 bytes a
+        // pass, more push a layer out, beyond 60 nothing fits.
+        let mut plan = |rows: usize| match rows {
+            0..=40 => Some(400),
+            41..=60 => Some(430),
+            _ => None,
+        };
+        // Within the planned rows: kept.
+        assert_eq!(held_to_plan(Some(20), 33, &mut plan, Some(400)), Some(20));
+        // Beyond them at no cost: kept.
+        assert_eq!(held_to_plan(Some(36), 33, &mut plan, Some(400)), Some(36));
+        // Beyond them at a layer's cost, or past what fits: held to 32.
+        assert_eq!(held_to_plan(Some(50), 33, &mut plan, Some(400)), Some(32));
+        assert_eq!(held_to_plan(Some(63), 33, &mut plan, Some(400)), Some(32));
+        // No room asked for (ppd, plain decoding): none given.
+        assert_eq!(held_to_plan(None, 33, &mut plan, Some(400)), None);
     }
 }

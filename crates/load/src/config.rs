@@ -147,7 +147,7 @@ impl RunConfig {
             |b: &str| arbor_paging::parse_bytes(b).map_err(|e| EngineError::Invalid(e.to_string()));
         match (&self.memory_budget, &self.gpu_memory_budget) {
             (Some(_), Some(_)) => Err(EngineError::Invalid(
-                "--gpu-memory-budget and --memory-budget together are not supported yet: give                  one of them"
+                "--gpu-memory-budget and --memory-budget together are not supported yet: give one of them"
                     .into(),
             )),
             (None, Some(gpu)) => match self.backend.as_deref() {
