@@ -150,12 +150,10 @@ pub struct ReadCap {
 impl ReadCap {
     /// A cap on the block device holding `file`.
     pub fn of_file(file: &Path, bytes_per_sec: u64) -> io::Result<Self> {
-        use std::os::unix::fs::MetadataExt;
-        let dev = std::fs::metadata(file)?.dev();
-        // Linux's dev_t: major in bits 8..20 (and 32..), minor in 0..8 and 20..32.
+        let (major, minor) = arbor_paging::block_device(file)?;
         Ok(Self {
-            major: ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff),
-            minor: (dev & 0xff) | ((dev >> 12) & !0xff),
+            major,
+            minor,
             bytes_per_sec,
         })
     }

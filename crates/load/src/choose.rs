@@ -55,9 +55,11 @@ pub fn choose(
             progress,
         )?,
     };
+    // Reads of the model's disk as this process's cgroup limits them.
+    let read_limit = arbor_planner::storage::read_limit(target);
     let disk = match budget {
         Some(_) => {
-            if let Some(limit) = arbor_planner::storage::read_limit(target) {
+            if let Some(limit) = read_limit {
                 progress(OpenEvent::Note(&format!(
                     "auto: this process's cgroup limits reads of the model's disk to {:.2} GB/s: \
                      planning with what was measured under that limit",
@@ -195,27 +197,33 @@ pub fn choose(
             }
         }
     }
-    // Plain decoding returns one row of logits, ppd its tree's and one
-    // node's prompt rows, drafting rounds up to a verification's worth.
-    let mut read_for = |c: &Candidate| -> Option<u64> {
-        let mut options = options;
-        if c.ppd.is_some() {
-            options.logit_rows = arbor_speculative::ppd_logit_rows(arbor_speculative::PPD_ROWS);
-        } else if c.draft.is_none() {
-            options.logit_rows = 1;
-        }
-        backends::plan_with(backend, &file, None, c.memory, &options)
+    // What the target reads per pass with `memory` held by a source and
+    // passes returning `logit_rows` rows of logits (`None`: no fit).
+    let read_with = |memory: u64, logit_rows: usize| -> Option<u64> {
+        let options = arbor_pipeline::MemoryOptions {
+            logit_rows,
+            ..options
+        };
+        backends::plan_with(backend, &file, None, memory, &options)
             .ok()
             .flatten()
             .map(|p| p.read_per_pass)
     };
+    // Plain decoding returns one row of logits, ppd its tree's and one
+    // node's prompt rows, drafting rounds up to a verification's worth.
+    let mut read_for = |c: &Candidate| -> Option<u64> {
+        let rows = if c.ppd.is_some() {
+            arbor_speculative::ppd_logit_rows(arbor_speculative::PPD_ROWS)
+        } else if c.draft.is_none() {
+            1
+        } else {
+            options.logit_rows
+        };
+        read_with(c.memory, rows)
+    };
     let mut estimates = auto::estimate(&device, candidates, &mut read_for);
     // Where runs measured a source under this budget, its measured rate.
-    let key = arbor_planner::choice::choice_key(
-        budget,
-        device.sequences,
-        arbor_planner::storage::read_limit(target),
-    );
+    let key = arbor_planner::choice::choice_key(budget, device.sequences, read_limit);
     let rates = store.rates(target, kernels, threads, &key);
     auto::with_measured(&mut estimates, &mut |e| {
         // The strategy as the run would open it (the config's branch
@@ -260,14 +268,7 @@ pub fn choose(
             choice.max_tree = held_to_plan(
                 choice.max_tree,
                 options.logit_rows,
-                &mut |rows| {
-                    let mut options = options;
-                    options.logit_rows = rows;
-                    backends::plan_with(backend, &file, None, e.candidate.memory, &options)
-                        .ok()
-                        .flatten()
-                        .map(|p| p.read_per_pass)
-                },
+                &mut |rows| read_with(e.candidate.memory, rows),
                 e.read_per_pass,
             );
             choice

@@ -99,6 +99,26 @@ pub enum PagingError {
 /// Result type of this crate.
 pub type Result<T, E = PagingError> = std::result::Result<T, E>;
 
+/// The major and minor numbers of the block device holding `file` (Linux's
+/// split of its `st_dev`), as cgroup IO limits name devices.
+#[cfg(unix)]
+pub fn block_device(file: &std::path::Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(file)?.dev();
+    // Major in bits 8..20 (and 32..), minor in 0..8 and 20..32.
+    Ok((
+        ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff),
+        (dev & 0xff) | ((dev >> 12) & !0xff),
+    ))
+}
+
+/// The major and minor numbers of the block device holding `file`: none
+/// off Unix.
+#[cfg(not(unix))]
+pub fn block_device(_: &std::path::Path) -> std::io::Result<(u64, u64)> {
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

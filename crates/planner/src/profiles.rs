@@ -304,17 +304,15 @@ impl ProfileStore {
     }
 
     pub fn cached_disk(&self, file: &Path) -> Option<DiskRecord> {
-        let text = std::fs::read_to_string(self.disk_path(file)).ok()?;
-        serde_json::from_str::<DiskRecord>(&text)
-            .ok()
-            .filter(|d| d.bytes_per_sec > 0.0)
+        disk_at(&self.disk_path(file))
     }
 
     /// The bandwidth of the disk holding `file`: cached, or (when missing
     /// or `refresh`) measured now and stored; with a note as
     /// [`ProfileStore::latency`].
     pub fn disk(&self, file: &Path, refresh: bool) -> Result<(DiskRecord, Option<String>)> {
-        if !refresh && let Some(d) = self.cached_disk(file) {
+        let path = self.disk_path(file);
+        if !refresh && let Some(d) = disk_at(&path) {
             return Ok((d, None));
         }
         let record = measure_disk(file)?;
@@ -323,7 +321,7 @@ impl ProfileStore {
             record.bytes_per_sec / 1e9,
             record.streaming_bytes_per_sec() / 1e9
         );
-        let note = self.saved(&self.disk_path(file), &record, &what);
+        let note = self.saved(&path, &record, &what);
         Ok((record, Some(note)))
     }
 
@@ -341,11 +339,12 @@ impl ProfileStore {
         if bytes < (64 << 20) || secs <= 0.0 || read_per_pass == 0 {
             return Ok(());
         }
-        let Some(mut record) = self.cached_disk(file) else {
+        let path = self.disk_path(file);
+        let Some(mut record) = disk_at(&path) else {
             return Ok(());
         };
         record.observe(read_per_pass, bytes as f64 / secs);
-        self.write(&self.disk_path(file), &record)
+        self.write(&path, &record)
     }
 
     /// Stores `value` and says so (or why not) after `what`.
@@ -363,6 +362,14 @@ impl ProfileStore {
             .and_then(|()| std::fs::write(path, text))
             .map_err(|e| PlannerError::Invalid(format!("writing {}: {e}", path.display())))
     }
+}
+
+/// The disk record stored at `path`, if it holds a measured one.
+fn disk_at(path: &Path) -> Option<DiskRecord> {
+    let text = std::fs::read_to_string(path).ok()?;
+    serde_json::from_str::<DiskRecord>(&text)
+        .ok()
+        .filter(|d| d.bytes_per_sec > 0.0)
 }
 
 /// Reads up to 512 MiB of `file` with direct IO in 16 MiB requests (a

@@ -21,7 +21,7 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// on the device holding `file` (the smallest along each group's path to
 /// the root); `None` without one, or where it cannot be read.
 pub fn read_limit(file: &Path) -> Option<u64> {
-    let (major, minor) = device_of(file)?;
+    let (major, minor) = arbor_paging::block_device(file).ok()?;
     let groups = std::fs::read_to_string(PROC_SELF_CGROUP).ok()?;
     read_limit_in(&groups, Path::new(CGROUP_ROOT), major, minor)
 }
@@ -79,22 +79,6 @@ fn v2_rbps(line: &str, device: &str) -> Option<u64> {
 /// (`-r250MBps`), empty without one.
 pub fn regime_tag(limit: Option<u64>) -> String {
     limit.map_or(String::new(), |b| format!("-r{}MBps", b / 1_000_000))
-}
-
-/// Linux's split of a `dev_t` into major and minor numbers.
-#[cfg(unix)]
-fn device_of(file: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::metadata(file).ok()?.dev();
-    Some((
-        ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff),
-        (dev & 0xff) | ((dev >> 12) & !0xff),
-    ))
-}
-
-#[cfg(not(unix))]
-fn device_of(_: &Path) -> Option<(u64, u64)> {
-    None
 }
 
 #[cfg(test)]
