@@ -357,6 +357,7 @@ mod tests {
                 stream_reserve: 0,
                 read_per_pass: 300 << 20,
                 split: None,
+                head_read: 0,
             },
             base_bytes: 0,
             target_resident_bytes: 0,

@@ -162,7 +162,10 @@ pub fn choose(
         }
         if streams {
             let memory = draft_overhead(c);
-            if let Some(plan) = backends::plan_with(backend, &file, None, memory, &options)? {
+            // A self draft runs the target's head, which must then be held.
+            if let Some(plan) = backends::plan_with(backend, &file, None, memory, &options)?
+                && plan.head_read == 0
+            {
                 let running = 1.0 - plan.streamed() as f64 / plan.resident.len().max(1) as f64;
                 // A step runs the resident layers and the whole head.
                 let head = target_bytes.saturating_sub(layer_bytes * layout.layers.len() as u64);

@@ -7,7 +7,7 @@
 //! halves of each head while llama GGUF files rotate adjacent pairs; and the
 //! output head may be tied to the token embedding (no `output.weight`).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arbor_gguf::{GgufFile, TensorInfo};
 use arbor_tensor::{Backend, Mask, WeightData};
@@ -15,8 +15,8 @@ use arbor_tensor::{Backend, Mask, WeightData};
 use crate::blocks::{Block, Embedding};
 use crate::weights::held_bytes;
 use crate::{
-    Config, LanguageModel, LayerSource, LayerWeights, Layout, Logits, ModelError, Result, Row,
-    RowSource, TensorEntry,
+    Config, HeadSource, LanguageModel, LayerSource, LayerWeights, Layout, Logits, ModelError,
+    Result, Row, RowSource, TensorEntry,
 };
 use crate::{check_logit_rows, check_pass, check_tokens};
 
@@ -28,8 +28,11 @@ pub struct Decoder<B: Backend> {
     pub(crate) blocks: Vec<Block<B>>,
     pub(crate) source: Option<Box<dyn LayerSource<B>>>,
     pub(crate) norm: B::Tensor,
-    /// `None` when the head is tied to the embedding.
+    /// `None` when the head is tied to the embedding or not resident.
     pub(crate) output: Option<Arc<B::Weight>>,
+    /// The head's slices when it is not resident (see
+    /// [`Decoder::set_head_source`]).
+    pub(crate) head_source: Option<Mutex<Box<dyn HeadSource<B>>>>,
     /// Rows of the head: the logits' columns.
     pub(crate) head_rows: usize,
     /// Head rows passes multiply: all of them, or (a head in frequency
@@ -81,7 +84,7 @@ impl<B: Backend> Decoder<B> {
     /// the other layers must come from a [`LayerSource`] given with
     /// [`Decoder::set_layer_source`]. An untied token embedding is read
     /// row by row from `rows` when given (the table stays out of memory);
-    /// a tied one is the head too, so it is always loaded whole.
+    /// a tied one is the head too, so it is loaded whole.
     pub fn load_partial(
         backend: B,
         file: &GgufFile,
@@ -90,6 +93,29 @@ impl<B: Backend> Decoder<B> {
         rows: Option<Box<dyn RowSource>>,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Self> {
+        Self::load_parts(backend, file, layout, resident, true, rows, progress)
+    }
+
+    /// [`Decoder::load_partial`], loading the output head only when
+    /// `head_resident`. Without it the head must come from a
+    /// [`HeadSource`] given with [`Decoder::set_head_source`], and the token
+    /// embedding (tied or not) from `rows`, which is then required.
+    pub fn load_parts(
+        backend: B,
+        file: &GgufFile,
+        layout: &Layout,
+        resident: &[bool],
+        head_resident: bool,
+        rows: Option<Box<dyn RowSource>>,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Self> {
+        if !head_resident && rows.is_none() {
+            return Err(ModelError::Input(
+                "a decoder without its head resident reads its token embedding by rows: \
+                 give it a row source"
+                    .into(),
+            ));
+        }
         let config = layout.config.clone();
         let c = &config;
         if resident.len() != c.n_layers {
@@ -107,8 +133,11 @@ impl<B: Backend> Decoder<B> {
         };
         let mut resident_bytes = 0;
         let e = &layout.embedding;
-        let embed = match (&layout.head, rows) {
-            (Some(_), Some(source)) => {
+        // An untied embedding, or a tied one whose head is not held, is read
+        // by rows; a tied one with its head held is the head.
+        let by_rows = layout.head.is_some() || !head_resident;
+        let embed = match rows {
+            Some(source) if by_rows => {
                 tick();
                 Embedding::Rows {
                     source,
@@ -161,7 +190,7 @@ impl<B: Backend> Decoder<B> {
             backend.tensor(&data, 1, n.cols)?
         };
         let output = match &layout.head {
-            Some(h) => {
+            Some(h) if head_resident => {
                 resident_bytes += backend.weight_bytes(h.ty, h.rows, h.cols);
                 let (info, bytes) = tensor(file, h)?;
                 let w = backend.weight(WeightData {
@@ -175,7 +204,12 @@ impl<B: Backend> Decoder<B> {
                 tick();
                 Some(Arc::new(w))
             }
-            None => None,
+            _ => {
+                if layout.head.is_some() {
+                    tick();
+                }
+                None
+            }
         };
         let cache = (0..c.n_layers)
             .map(|_| backend.kv_new(&c.heads))
@@ -188,6 +222,7 @@ impl<B: Backend> Decoder<B> {
             source: None,
             norm,
             output,
+            head_source: None,
             head_rows: layout.head_rows(),
             head_keep: layout.head_rows(),
             slots: vec![cache],
@@ -205,6 +240,27 @@ impl<B: Backend> Decoder<B> {
     /// Where non-resident layers come from.
     pub fn set_layer_source(&mut self, source: Box<dyn LayerSource<B>>) {
         self.source = Some(source);
+    }
+
+    /// Where the output head comes from when it was not loaded
+    /// ([`Decoder::load_parts`]); its rows must be the head's.
+    pub fn set_head_source(&mut self, source: Box<dyn HeadSource<B>>) -> Result<()> {
+        if source.rows() != self.head_rows || source.slice_rows() == 0 {
+            return Err(ModelError::Invalid(format!(
+                "a head source of {} rows in slices of {} for a head of {} rows",
+                source.rows(),
+                source.slice_rows(),
+                self.head_rows
+            )));
+        }
+        self.head_source = Some(Mutex::new(source));
+        Ok(())
+    }
+
+    /// Whether the output head is read a slice at a time on every pass
+    /// instead of held.
+    pub fn head_streamed(&self) -> bool {
+        self.head_source.is_some()
     }
 
     /// Which layers are resident.
@@ -311,6 +367,10 @@ impl<B: Backend> Decoder<B> {
         check_logit_rows(rows, b.shape(x).0)?;
         let x = b.select_rows(x, rows)?;
         let x = b.rms_norm(&x, &self.norm, self.config.rms_eps)?;
+        if let Some(source) = &self.head_source {
+            let mut source = source.lock().unwrap_or_else(|e| e.into_inner());
+            return self.head_slices(&x, source.as_mut());
+        }
         let head = match (&self.output, &self.embed) {
             (Some(w), _) | (None, Embedding::Table(w)) => w.as_ref(),
             (None, Embedding::Rows { .. }) => {
@@ -318,6 +378,25 @@ impl<B: Backend> Decoder<B> {
             }
         };
         crate::weights::part(b, &x, head, self.head_keep, self.config.hidden)
+    }
+
+    /// [`Decoder::head`] over a head lent a slice at a time: each slice's
+    /// logits are written into their columns of the whole row.
+    fn head_slices(&self, x: &B::Tensor, source: &mut dyn HeadSource<B>) -> Result<B::Tensor> {
+        let b = &self.backend;
+        let (n, d) = (b.shape(x).0, self.config.hidden);
+        let (keep, step) = (self.head_keep, source.slice_rows());
+        let mut logits = vec![0f32; n * keep];
+        for first in (0..keep).step_by(step) {
+            let rows = step.min(source.rows() - first);
+            let used = rows.min(keep - first);
+            let w = source.slice(first, rows)?;
+            let part = b.take_vec(crate::weights::part(b, x, &w, used, d)?)?;
+            for (out, row) in logits.chunks_exact_mut(keep).zip(part.chunks_exact(used)) {
+                out[first..first + used].copy_from_slice(row);
+            }
+        }
+        Ok(b.tensor(&logits, n, keep)?)
     }
 
     /// The token of each head row where the file stores its head in

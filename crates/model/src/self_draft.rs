@@ -54,6 +54,12 @@ impl<B: Backend + Clone> Decoder<B> {
                 (_, false) => Block::Skipped,
             });
         }
+        if self.head_source.is_some() {
+            return Err(ModelError::Input(
+                "the target's head is read from disk on every pass: a self draft needs it held"
+                    .into(),
+            ));
+        }
         let embed = match &self.embed {
             Embedding::Table(w) => Embedding::Table(Arc::clone(w)),
             Embedding::Rows { source, ty, cols } => Embedding::Rows {
@@ -74,6 +80,7 @@ impl<B: Backend + Clone> Decoder<B> {
             source: None,
             norm: self.norm.clone(),
             output: self.output.clone(),
+            head_source: None,
             slots: vec![cache],
             slot: 0,
             head_rows: self.head_rows,

@@ -1,6 +1,7 @@
 //! Decoder layer weights, and the traits through which a decoder gets the
 //! weights it does not hold: [`LayerSource`] lends whole layers for one
-//! forward pass, [`RowSource`] reads single rows of the token embedding.
+//! forward pass, [`RowSource`] reads single rows of the token embedding,
+//! [`HeadSource`] lends the output head a slice of rows at a time.
 //! This crate reads no files itself; the disk implementations live in
 //! `arbor-pipeline`.
 
@@ -89,6 +90,22 @@ pub trait RowSource: Send {
             "this embedding row source cannot be opened twice".into(),
         ))
     }
+}
+
+/// Where the output head comes from when it is not resident (under a budget
+/// too small for it: a 150k-row F16 head is 445 MiB). A pass multiplies the
+/// head one slice of rows at a time; each slice's output columns are the
+/// logits of those rows, and a backend's matmul gives an output column the
+/// same bits whatever other rows the weight holds, so the logits equal a
+/// resident head's.
+pub trait HeadSource<B: Backend>: Send {
+    /// Rows of the whole head.
+    fn rows(&self) -> usize;
+    /// Rows in each slice [`slice`](Self::slice) lends (the last may have
+    /// fewer).
+    fn slice_rows(&self) -> usize;
+    /// Rows `first..first + rows` of the head as a weight, for one use.
+    fn slice(&mut self, first: usize, rows: usize) -> Result<B::Weight>;
 }
 
 impl<B: Backend> LayerWeights<B> {

@@ -10,7 +10,7 @@ use arbor_paging::{Ledger, PagingError, format_bytes};
 use arbor_tensor::{Backend, KvFormat};
 
 use crate::{
-    DiskRows, LayerCost, Mode, Monitor, Plan, Streamer, buffer_sets, paging, plan,
+    DiskHead, DiskRows, LayerCost, Mode, Monitor, Plan, Streamer, buffer_sets, paging, plan,
     read_buffer_bytes,
 };
 
@@ -103,7 +103,10 @@ impl MemoryReport {
             p.resident.len(),
             format_bytes(p.stream_reserve),
             format_bytes(p.read_per_pass),
-        )
+        ) + match p.head_read {
+            0 => "",
+            _ => " (the output head's included: it is read a slice at a time)",
+        }
     }
 }
 
@@ -205,14 +208,28 @@ fn plan_target<B: Backend>(
         return Ok((plan, base));
     }
     let all: Vec<usize> = (0..layout.layers.len()).collect();
-    let plan = plan(
-        options.budget,
-        fixed,
-        &costs,
-        options.slots(),
-        read_buffer_bytes(layout, &all) * buffer_sets(options.mode),
-    )
-    .map_err(paging)?;
+    let buffers = read_buffer_bytes(layout, &all) * buffer_sets(options.mode);
+    let held = plan(options.budget, fixed, &costs, options.slots(), buffers);
+    // A budget that cannot hold the head with the rest reads it a slice at
+    // a time on every pass, as it would the same bytes of layers.
+    let entry = crate::head::head_entry(layout);
+    let streamed = crate::head::streamed_head_bytes(backend, entry, options.logit_rows);
+    let plan = match held {
+        Err(PagingError::TooSmall { .. }) if streamed < head => {
+            let mut p = plan(
+                options.budget,
+                fixed - head + streamed,
+                &costs,
+                options.slots(),
+                buffers,
+            )
+            .map_err(paging)?;
+            p.head_read = entry.len as u64;
+            p.read_per_pass += p.head_read;
+            p
+        }
+        other => other.map_err(paging)?,
+    };
     Ok((plan, base))
 }
 
@@ -227,7 +244,7 @@ pub fn target_fits<B: Backend>(
 ) -> Result<bool> {
     let layout = Layout::from_gguf(file.header())?;
     Ok(match plan_target(backend, &layout, None, options) {
-        Ok((plan, _)) => plan.streamed() == 0,
+        Ok((plan, _)) => plan.streamed() == 0 && plan.head_read == 0,
         Err(e) if matches!(e.source_as(), Some(PagingError::TooSmall { .. })) => false,
         Err(e) => return Err(e),
     })
@@ -306,12 +323,17 @@ pub fn load_target<B: Backend + Clone>(
 ) -> Result<(Decoder<B>, MemoryReport)> {
     let layout = Layout::from_gguf(file.header())?;
     let (plan, base) = plan_target(&backend, &layout, draft, options)?;
-    let rows = embedding_rows(file, &layout)?;
-    let mut model = Decoder::load_partial(
+    let head_resident = plan.head_read == 0;
+    let rows: Option<Box<dyn RowSource>> = match head_resident {
+        true => embedding_rows(file, &layout)?,
+        false => Some(Box::new(DiskRows::open(file.path(), &layout)?)),
+    };
+    let mut model = Decoder::load_parts(
         backend.clone(),
         file,
         &layout,
         &plan.resident,
+        head_resident,
         rows,
         progress,
     )?;
@@ -332,22 +354,28 @@ pub fn load_target<B: Backend + Clone>(
         }
     }
     let target_resident_bytes = model.resident_bytes();
-    let mut monitor = None;
-    if plan.streamed() > 0 {
-        let reader = match options.host_cache {
+    let reader = || {
+        match options.host_cache {
             true => arbor_paging::DirectReader::cached(file.path()),
             false => arbor_paging::DirectReader::open(file.path()),
         }
-        .map_err(paging)?;
+        .map_err(paging)
+    };
+    let mut monitor = None;
+    if plan.streamed() > 0 {
         let streamer = Streamer::with_reader(
-            backend,
-            reader,
+            backend.clone(),
+            reader()?,
             units,
             Ledger::new(plan.stream_reserve),
             options.mode,
         )?;
         monitor = Some(streamer.monitor());
         model.set_layer_source(Box::new(streamer));
+    }
+    if !head_resident {
+        let m = monitor.get_or_insert_with(Monitor::default).clone();
+        model.set_head_source(Box::new(DiskHead::new(backend, reader()?, &layout, m)))?;
     }
     Ok((
         model,

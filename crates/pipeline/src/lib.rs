@@ -30,7 +30,9 @@
 //!
 //! [`DiskRows`] reads an untied token embedding's rows the same way, one
 //! row per token, so the table (the size of two layers) never sits in
-//! memory.
+//! memory. Where the budget cannot hold the output head with the rest,
+//! [`DiskHead`] reads it a slice of rows at a time on every pass (and the
+//! embedding, tied or not, by rows).
 //!
 //! A [`Monitor`] reports bytes read, IO, build and wait time, whether the
 //! compute thread is waiting for a layer right now (so the draft may use the
@@ -44,6 +46,7 @@ use arbor_model::ModelError;
 use arbor_paging::PagingError;
 
 mod budget;
+mod head;
 mod monitor;
 mod plan;
 mod rows;
@@ -54,6 +57,7 @@ pub use budget::{
     MemoryOptions, MemoryReport, SEQUENCE_SLACK, SLACK, kv_bytes, load_resident, load_target,
     logit_scratch, model_bytes, peak_resident, plan_with, resident_now, target_fits,
 };
+pub use head::DiskHead;
 pub use monitor::{Monitor, Span, SpanKind, StreamStats};
 pub use plan::{LayerCost, Plan, plan};
 pub use rows::DiskRows;

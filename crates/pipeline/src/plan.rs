@@ -32,6 +32,9 @@ pub struct Plan {
     /// this elastic level index is held and the rest of their MLP streams.
     /// Split layers are not `resident`.
     pub split: Option<(usize, Vec<bool>)>,
+    /// Bytes of the output head read per pass (in `read_per_pass`) when
+    /// the budget cannot hold it (see [`crate::DiskHead`]); 0 when held.
+    pub head_read: u64,
 }
 
 impl Plan {
@@ -70,6 +73,7 @@ pub fn plan(
             stream_reserve: 0,
             read_per_pass: 0,
             split: None,
+            head_read: 0,
         });
     }
     let slots = slots.max(1);
@@ -95,6 +99,7 @@ pub fn plan(
                 stream_reserve: reserve,
                 read_per_pass: streamed.iter().map(|&i| layers[i].read).sum(),
                 split: None,
+                head_read: 0,
             });
         }
     }

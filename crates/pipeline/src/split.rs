@@ -62,6 +62,7 @@ pub fn split_plan(
             stream_reserve: reserve,
             read_per_pass: (0..n).filter(|&i| split[i]).map(|i| parts(i).2).sum(),
             split: Some((level, split)),
+            head_read: 0,
         }
     };
     for count in 0..=can.len() {

@@ -1,0 +1,166 @@
+//! [`DiskHead`]: the output head read from the GGUF file a slice of rows at
+//! a time, for budgets that cannot hold it.
+//!
+//! A tied 150k-row head is the largest tensor of a small model (445 MiB in
+//! F16 for the 1.5B, a fifth of the file): held, it can leave no room for a
+//! draft at a third of the file. Read per pass it costs what the same bytes
+//! of layers would, and holds only one slice and its read buffer.
+
+use std::time::Instant;
+
+use arbor_model::{HeadSource, Layout, Result, TensorEntry};
+use arbor_paging::{AlignedBuf, DirectReader};
+use arbor_tensor::{Backend, WeightData};
+
+use crate::{Monitor, SpanKind, paging};
+
+/// Bytes a head slice aims at: large enough that direct reads run at the
+/// disk's streaming rate, small beside a layer.
+const SLICE_BYTES: usize = 16 << 20;
+
+/// Slices hold a multiple of this many rows, so a kernel's row tiles fall
+/// the same way in a slice as in the whole head.
+const SLICE_ALIGN: usize = 256;
+
+/// The head's tensor: `output.weight`, or the token embedding it is tied to.
+pub(crate) fn head_entry(layout: &Layout) -> &TensorEntry {
+    layout.head.as_ref().unwrap_or(&layout.embedding)
+}
+
+/// Rows per slice of `entry`: [`SLICE_BYTES`] of them, or an eighth of the
+/// head if that is less (a small head still holds a fraction of itself).
+pub(crate) fn slice_rows(entry: &TensorEntry) -> usize {
+    let row_bytes = (entry.len / entry.rows.max(1)).max(1);
+    let rows = (SLICE_BYTES / row_bytes).min(entry.rows / 8).max(1);
+    match rows >= SLICE_ALIGN {
+        true => rows / SLICE_ALIGN * SLICE_ALIGN,
+        false => rows,
+    }
+    .min(entry.rows.max(1))
+}
+
+/// Bytes a streamed head holds at once for passes returning up to
+/// `logit_rows` rows: one slice built, its read buffer, and the logits
+/// assembled on the host before they become a tensor.
+pub(crate) fn streamed_head_bytes<B: Backend>(
+    backend: &B,
+    entry: &TensorEntry,
+    logit_rows: usize,
+) -> u64 {
+    let rows = slice_rows(entry);
+    let row_bytes = entry.len / entry.rows.max(1);
+    let buffer = DirectReader::span(entry.offset, rows * row_bytes).max(arbor_paging::ALIGN);
+    backend.weight_bytes(entry.ty, rows, entry.cols)
+        + buffer as u64
+        + (logit_rows.max(1) * entry.rows * 4) as u64
+}
+
+/// A [`HeadSource`] reading slices of the head with direct IO into a buffer
+/// it reuses (nothing lands in the page cache). Reads count in the target
+/// streamer's [`Monitor`] as IO and as the pass waiting.
+pub struct DiskHead<B: Backend> {
+    backend: B,
+    reader: DirectReader,
+    buf: AlignedBuf,
+    entry: TensorEntry,
+    slice_rows: usize,
+    monitor: Monitor,
+    /// The index spans are recorded under (one past the last layer).
+    label: usize,
+}
+
+impl<B: Backend> DiskHead<B> {
+    /// The head of the GGUF file `reader` reads, laid out as `layout`.
+    pub fn new(backend: B, reader: DirectReader, layout: &Layout, monitor: Monitor) -> Self {
+        let entry = head_entry(layout).clone();
+        Self {
+            backend,
+            reader,
+            buf: AlignedBuf::new(0),
+            slice_rows: slice_rows(&entry),
+            entry,
+            monitor,
+            label: layout.layers.len(),
+        }
+    }
+}
+
+impl<B: Backend> HeadSource<B> for DiskHead<B> {
+    fn rows(&self) -> usize {
+        self.entry.rows
+    }
+
+    fn slice_rows(&self) -> usize {
+        self.slice_rows
+    }
+
+    fn slice(&mut self, first: usize, rows: usize) -> Result<B::Weight> {
+        let e = &self.entry;
+        if first + rows > e.rows || rows == 0 {
+            return Err(arbor_model::ModelError::Input(format!(
+                "head rows {first}..{} of {}",
+                first + rows,
+                e.rows
+            )));
+        }
+        let row_bytes = e.len / e.rows;
+        let start = Instant::now();
+        let bytes = self
+            .reader
+            .read_into(
+                e.offset + (first * row_bytes) as u64,
+                rows * row_bytes,
+                &mut self.buf,
+            )
+            .map_err(paging)?;
+        let read = Instant::now();
+        let w = self.backend.streamed_weight(WeightData {
+            name: &e.name,
+            ty: e.ty,
+            rows,
+            cols: e.cols,
+            bytes,
+        })?;
+        let built = Instant::now();
+        let (io, build) = ((read - start).as_secs_f64(), (built - read).as_secs_f64());
+        self.monitor.add(|s| {
+            s.bytes += (rows * row_bytes) as u64;
+            s.io_secs += io;
+            s.build_secs += build;
+            s.wait_secs += io + build;
+        });
+        self.monitor.span(SpanKind::Io, self.label, start, read);
+        self.monitor.span(SpanKind::Build, self.label, read, built);
+        Ok(w)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(rows: usize, row_bytes: usize) -> TensorEntry {
+        TensorEntry {
+            name: "output.weight".into(),
+            ty: arbor_gguf::GgmlType::F16,
+            rows,
+            cols: row_bytes / 2,
+            offset: 4096,
+            len: rows * row_bytes,
+        }
+    }
+
+    #[test]
+    fn slices_are_whole_tiles_near_the_target_size() {
+        // The 1.5B's F16 head: 151,936 rows of 3 KiB.
+        let e = entry(151_936, 3072);
+        let rows = slice_rows(&e);
+        assert_eq!(rows % SLICE_ALIGN, 0);
+        assert!(rows * 3072 <= SLICE_BYTES && (rows + SLICE_ALIGN) * 3072 > SLICE_BYTES);
+        // A small head is cut in eighths, in whole tiles once it has them.
+        assert_eq!(slice_rows(&entry(2048, 256)), 256);
+        assert_eq!(slice_rows(&entry(4000, 256)), 256);
+        assert_eq!(slice_rows(&entry(800, 256)), 100);
+        assert_eq!(slice_rows(&entry(3, 256)), 1);
+    }
+}

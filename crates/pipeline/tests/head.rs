@@ -1,0 +1,181 @@
+//! The output head read a slice at a time ([`DiskHead`]) on random tiny
+//! models: logits bit for bit the resident head's, for tied and untied
+//! heads of every weight type; and a budget that cannot hold the head
+//! with the rest plans it streamed, runs, and says so.
+
+mod common;
+
+use arbor_backend_candle::CandleBackend;
+use arbor_gguf::{GgmlType, GgufFile};
+use arbor_model::{Decoder, Layout, RowSource};
+use arbor_paging::DirectReader;
+use arbor_pipeline::{DiskHead, DiskRows, MemoryOptions, Monitor, load_target, plan_with};
+use common::*;
+
+/// A vocabulary large enough that the head is cut into several slices.
+fn wide(
+    arch: &'static str,
+    weight_type: GgmlType,
+    tied: bool,
+    seed: u64,
+) -> arbor_model::testing::TinyModel {
+    let hidden = if weight_type == GgmlType::Q4_K {
+        256
+    } else {
+        64
+    };
+    arbor_model::testing::TinyModel {
+        vocab: 2048,
+        hidden,
+        ffn: 2 * hidden,
+        ..tiny(arch, weight_type, tied, seed)
+    }
+}
+
+fn wides() -> Vec<arbor_model::testing::TinyModel> {
+    vec![
+        wide("llama", GgmlType::F32, true, 21),
+        wide("qwen2", GgmlType::F16, true, 22),
+        wide("llama", GgmlType::Q8_0, false, 23),
+        wide("qwen2", GgmlType::Q4_K, false, 24),
+    ]
+}
+
+#[test]
+fn a_head_read_by_slices_gives_the_resident_heads_bits() {
+    for tiny in wides() {
+        let file = TempModel::new(&tiny, "head-slices");
+        let want = bits(&session(&mut resident_model(file.path())).unwrap());
+        let gguf = GgufFile::open(file.path()).unwrap();
+        let layout = Layout::from_gguf(gguf.header()).unwrap();
+        let backend = CandleBackend::new();
+        let rows: Box<dyn RowSource> = Box::new(DiskRows::open(file.path(), &layout).unwrap());
+        let resident = vec![true; LAYERS];
+        let mut model = Decoder::load_parts(
+            backend.clone(),
+            &gguf,
+            &layout,
+            &resident,
+            false,
+            Some(rows),
+            &mut |_, _| {},
+        )
+        .unwrap();
+        assert!(model.resident_bytes() < resident_model(file.path()).resident_bytes());
+        let monitor = Monitor::default();
+        let reader = DirectReader::open(file.path()).unwrap();
+        let head = DiskHead::new(backend, reader, &layout, monitor.clone());
+        model.set_head_source(Box::new(head)).unwrap();
+        assert!(model.head_streamed());
+        assert!(
+            model.self_draft().is_err(),
+            "a self draft needs the head held"
+        );
+        let got = bits(&session(&mut model).unwrap());
+        assert!(
+            got == want,
+            "{} {:?} tied {}: logits differ with the head read by slices",
+            tiny.arch,
+            tiny.weight_type,
+            tiny.tied
+        );
+        // Every pass that returned logits read the whole head.
+        let head_bytes = layout.head.as_ref().unwrap_or(&layout.embedding).len as u64;
+        let stats = monitor.stats();
+        assert_eq!(stats.bytes % head_bytes, 0);
+        assert!(stats.bytes >= 13 * head_bytes, "{} bytes read", stats.bytes);
+    }
+}
+
+#[test]
+fn a_head_without_a_row_source_is_refused() {
+    let tiny = wide("llama", GgmlType::F32, true, 25);
+    let file = TempModel::new(&tiny, "head-no-rows");
+    let gguf = GgufFile::open(file.path()).unwrap();
+    let layout = Layout::from_gguf(gguf.header()).unwrap();
+    let backend = CandleBackend::new();
+    let resident = vec![true; LAYERS];
+    let r = Decoder::load_parts(
+        backend,
+        &gguf,
+        &layout,
+        &resident,
+        false,
+        None,
+        &mut |_, _| {},
+    );
+    assert!(r.is_err());
+}
+
+/// The smallest budget (bytes) under which `fits` holds, by bisection.
+fn smallest(mut lo: u64, mut hi: u64, fits: impl Fn(u64) -> bool) -> u64 {
+    assert!(fits(hi) && !fits(lo));
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        match fits(mid) {
+            true => hi = mid,
+            false => lo = mid,
+        }
+    }
+    hi
+}
+
+#[test]
+fn a_budget_too_small_for_the_head_reads_it_per_pass() {
+    for tiny in wides() {
+        let file = TempModel::new(&tiny, "head-budget");
+        let gguf = GgufFile::open(file.path()).unwrap();
+        let backend = CandleBackend::new();
+        let options = |budget: u64| MemoryOptions {
+            base: Some(0),
+            context: 64,
+            logit_rows: 3,
+            draft_logit_rows: 1,
+            ..MemoryOptions::new(budget, true)
+        };
+        let plan = |budget: u64| plan_with(&backend, &gguf, None, 0, &options(budget)).unwrap();
+        let held = smallest(0, 1 << 30, |b| plan(b).is_some_and(|p| p.head_read == 0));
+        let any = smallest(0, 1 << 30, |b| plan(b).is_some());
+        assert!(
+            any < held,
+            "{:?}: streaming the head should lower the minimum",
+            tiny.weight_type
+        );
+        let p = plan(held - 1).expect("the head streams below its held minimum");
+        let layout = Layout::from_gguf(gguf.header()).unwrap();
+        let head_bytes = layout.head.as_ref().unwrap_or(&layout.embedding).len as u64;
+        assert_eq!(p.head_read, head_bytes);
+        assert!(p.read_per_pass >= head_bytes);
+
+        let want = bits(&session(&mut resident_model(file.path())).unwrap());
+        let (mut model, report) =
+            load_target(backend.clone(), &gguf, None, &options(any), &mut |_, _| {}).unwrap();
+        assert!(model.head_streamed());
+        assert!(report.summary().contains("head"), "{}", report.summary());
+        let got = bits(&session(&mut model).unwrap());
+        assert!(
+            got == want,
+            "{:?}: logits differ under the budget",
+            tiny.weight_type
+        );
+        assert!(
+            report
+                .monitor
+                .expect("streaming is monitored")
+                .stats()
+                .bytes
+                > 0
+        );
+
+        let err = load_target(
+            backend.clone(),
+            &gguf,
+            None,
+            &options(any - 1),
+            &mut |_, _| {},
+        )
+        .err()
+        .expect("below the minimum nothing loads");
+        assert!(err.to_string().contains("too small"), "{err}");
+    }
+}
