@@ -40,6 +40,36 @@ pub(crate) struct FloatWeight {
 /// Rows per grab from the pool (a multiple of every tile's rows).
 const CHUNK: usize = 16;
 
+/// A float type whose every bit pattern is a value (so bytes may be copied
+/// into it): the three a [`FloatWeight`] holds.
+trait Plain: Copy {}
+impl Plain for f32 {}
+impl Plain for f16 {}
+impl Plain for bf16 {}
+
+/// The values stored little-endian in `bytes`, `N` bytes each. On a
+/// little-endian machine that is one copy of the bytes (a streamed F16
+/// layer is built once per pass: converting value by value cost about as
+/// much CPU as reading the layer).
+fn le_values<T: Plain, const N: usize>(bytes: &[u8], from: fn([u8; N]) -> T) -> Vec<T> {
+    let n = bytes.len() / N;
+    if cfg!(target_endian = "little") && std::mem::size_of::<T>() == N {
+        let mut v = Vec::<T>::with_capacity(n);
+        // SAFETY: the capacity holds `n` values of `N` bytes; `T` is a
+        // plain float of that size whose every bit pattern is valid, and
+        // on a little-endian machine its memory is its little-endian bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), v.as_mut_ptr().cast::<u8>(), n * N);
+            v.set_len(n);
+        }
+        return v;
+    }
+    bytes
+        .chunks_exact(N)
+        .map(|b| from(b.try_into().expect("chunks of N bytes")))
+        .collect()
+}
+
 impl FloatWeight {
     /// The matrix from its little-endian bytes (`bytes` holds exactly
     /// `rows * cols` values of `ty`, checked by the caller), or `None` when
@@ -52,24 +82,9 @@ impl FloatWeight {
     ) -> Option<Self> {
         use arbor_tensor::GgmlType as T;
         let values = match ty {
-            T::F32 => Values::F32(
-                bytes
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect(),
-            ),
-            T::F16 => Values::F16(
-                bytes
-                    .chunks_exact(2)
-                    .map(|b| f16::from_le_bytes([b[0], b[1]]))
-                    .collect(),
-            ),
-            T::BF16 => Values::BF16(
-                bytes
-                    .chunks_exact(2)
-                    .map(|b| bf16::from_le_bytes([b[0], b[1]]))
-                    .collect(),
-            ),
+            T::F32 => Values::F32(le_values(bytes, f32::from_le_bytes)),
+            T::F16 => Values::F16(le_values(bytes, f16::from_le_bytes)),
+            T::BF16 => Values::BF16(le_values(bytes, bf16::from_le_bytes)),
             _ => return None,
         };
         Some(Self { values, rows, cols })
@@ -262,6 +277,29 @@ mod tests {
         (0..rows * cols)
             .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.37)
             .collect()
+    }
+
+    #[test]
+    fn values_copied_in_bulk_are_the_files_values() {
+        // Odd bit patterns included: NaN payloads, subnormals, -0.
+        let bytes: Vec<u8> = (0..4096u32)
+            .flat_map(|i| (i.wrapping_mul(2_654_435_761)).to_le_bytes())
+            .collect();
+        let f32s: Vec<f32> = le_values(&bytes, f32::from_le_bytes);
+        let want: Vec<u32> = bytes
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        assert_eq!(f32s.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want);
+        let f16s: Vec<f16> = le_values(&bytes, f16::from_le_bytes);
+        let want: Vec<u16> = bytes
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        assert_eq!(f16s.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want);
+        let bf16s: Vec<bf16> = le_values(&bytes[2..], bf16::from_le_bytes);
+        assert_eq!(bf16s.len(), (bytes.len() - 2) / 2);
+        assert_eq!(bf16s[0].to_bits(), u16::from_le_bytes([bytes[2], bytes[3]]));
     }
 
     #[test]
