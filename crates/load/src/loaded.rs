@@ -115,7 +115,11 @@ pub fn load_under_budget(
         &options,
         progress,
     )?;
-    reuse_freed_memory(crate::KEEP_BUDGETED);
+    // Free heap up to the streamer's share stays for the next layer's
+    // build (the ledger bounds what is built at once, so the heap never
+    // holds more than that share beyond the rest of the plan).
+    let reserve = usize::try_from(memory.plan.stream_reserve).unwrap_or(usize::MAX);
+    reuse_freed_memory(crate::KEEP_BUDGETED.max(reserve));
     Ok(Loaded {
         model,
         tokenizer,
