@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Issue 30, the deep wall with the head read per pass when it does not fit
+# (4ba4536) and streamed builds that no longer fault (ad646e0): 2-vCPU
+# AMD EPYC VM (AVX-512 VNNI), uncapped, cgroup v1. auto against
+# autoregressive-pipelined, llama.cpp target-only and speculative (0.5B
+# draft) in the same cgroup. The F16 cell (1130 MiB, a third of the file)
+# at 8 MT-Bench first turns x 128 tokens; the Q8_0 cells (600/900 MiB, a
+# third and a half) at 4 x 128 to fit the session; llama.cpp 2 x 32.
+# The home is the regime sweep's (benches/results/regimes-2026-11-30), with
+# two short F16 runs of this binary in it.
+set -u
+BIN=${BIN:-/work/arbor-dw}
+H=${H:-/work/home-dw}
+L=/root/.cache/arbor/llama.cpp/build/bin
+M=/root/.cache/arbor/models
+O=${O:-/work/dw}
+mkdir -p $O
+run() {  # name target budgets prompts
+  echo "=== $1 $(date -u +%H:%M:%S)"
+  ARBOR_HOME=$H $BIN bench spec --target $2 --draft qwen2.5-coder-0.5b --memory-budget $3 \
+    --strategies auto,autoregressive-pipelined --limit $4 --max-tokens 128 \
+    --peer llama.cpp=$L --peer-prompts 2 --peer-tokens 32 \
+    --json --plot $O/$1.png > $O/$1.jsonl 2> $O/$1.log
+  echo "=== $1 done $(date -u +%H:%M:%S) rc=$?"
+  ARBOR_HOME=$H $BIN generate --model $2 --draft qwen2.5-coder-0.5b --memory-budget ${3%%,*} \
+    --explain --max-tokens 1 --prompt "Compose an engaging travel blog post about a recent trip to Hawaii." \
+    > $O/$1-explain-after.txt 2>&1
+}
+run f16 $M/qwen2.5-coder-1.5b-f16.gguf 1130MiB 8
+run q8_0 $M/qwen2.5-coder-1.5b-q8_0.gguf 600MiB,900MiB 4
+echo "=== all done $(date -u +%H:%M:%S)"
