@@ -214,6 +214,12 @@ impl Layout {
         })
     }
 
+    /// The output head's tensor: `output.weight`, or the token embedding it
+    /// is tied to.
+    pub fn head_tensor(&self) -> &TensorEntry {
+        self.head.as_ref().unwrap_or(&self.embedding)
+    }
+
     /// Rows of the output head: the columns of the logits the decoder
     /// returns (the vocabulary, unless the head is a slim one).
     pub fn head_rows(&self) -> usize {

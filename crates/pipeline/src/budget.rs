@@ -212,7 +212,7 @@ fn plan_target<B: Backend>(
     let held = plan(options.budget, fixed, &costs, options.slots(), buffers);
     // A budget that cannot hold the head with the rest reads it a slice at
     // a time on every pass, as it would the same bytes of layers.
-    let entry = crate::head::head_entry(layout);
+    let entry = layout.head_tensor();
     let streamed = crate::head::streamed_head_bytes(backend, entry, options.logit_rows);
     let plan = match held {
         Err(PagingError::TooSmall { .. }) if streamed < head => {
@@ -289,12 +289,16 @@ pub fn model_bytes<B: Backend>(backend: &B, file: &GgufFile) -> Result<u64> {
     Ok(layers + head)
 }
 
-/// The row source of `layout`'s token embedding when it is untied (a tied
-/// one is the head too, so it stays resident).
-fn embedding_rows(file: &GgufFile, layout: &Layout) -> Result<Option<Box<dyn RowSource>>> {
-    Ok(match layout.head {
-        Some(_) => Some(Box::new(DiskRows::open(file.path(), layout)?)),
-        None => None,
+/// The row source of `layout`'s token embedding when it is untied, or tied
+/// to a head that is not held (a tied one with its head held is the head).
+fn embedding_rows(
+    file: &GgufFile,
+    layout: &Layout,
+    head_resident: bool,
+) -> Result<Option<Box<dyn RowSource>>> {
+    Ok(match layout.head.is_some() || !head_resident {
+        true => Some(Box::new(DiskRows::open(file.path(), layout)?)),
+        false => None,
     })
 }
 
@@ -306,7 +310,7 @@ pub fn load_resident<B: Backend>(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Decoder<B>> {
     let layout = Layout::from_gguf(file.header())?;
-    let rows = embedding_rows(file, &layout)?;
+    let rows = embedding_rows(file, &layout, true)?;
     let resident = vec![true; layout.config.n_layers];
     Decoder::load_partial(backend, file, &layout, &resident, rows, progress)
 }
@@ -324,10 +328,7 @@ pub fn load_target<B: Backend + Clone>(
     let layout = Layout::from_gguf(file.header())?;
     let (plan, base) = plan_target(&backend, &layout, draft, options)?;
     let head_resident = plan.head_read == 0;
-    let rows: Option<Box<dyn RowSource>> = match head_resident {
-        true => embedding_rows(file, &layout)?,
-        false => Some(Box::new(DiskRows::open(file.path(), &layout)?)),
-    };
+    let rows = embedding_rows(file, &layout, head_resident)?;
     let mut model = Decoder::load_parts(
         backend.clone(),
         file,

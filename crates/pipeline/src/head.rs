@@ -22,11 +22,6 @@ const SLICE_BYTES: usize = 16 << 20;
 /// the same way in a slice as in the whole head.
 const SLICE_ALIGN: usize = 256;
 
-/// The head's tensor: `output.weight`, or the token embedding it is tied to.
-pub(crate) fn head_entry(layout: &Layout) -> &TensorEntry {
-    layout.head.as_ref().unwrap_or(&layout.embedding)
-}
-
 /// Rows per slice of `entry`: [`SLICE_BYTES`] of them, or an eighth of the
 /// head if that is less (a small head still holds a fraction of itself).
 pub(crate) fn slice_rows(entry: &TensorEntry) -> usize {
@@ -72,7 +67,7 @@ pub struct DiskHead<B: Backend> {
 impl<B: Backend> DiskHead<B> {
     /// The head of the GGUF file `reader` reads, laid out as `layout`.
     pub fn new(backend: B, reader: DirectReader, layout: &Layout, monitor: Monitor) -> Self {
-        let entry = head_entry(layout).clone();
+        let entry = layout.head_tensor().clone();
         Self {
             backend,
             reader,

@@ -80,7 +80,7 @@ fn a_head_read_by_slices_gives_the_resident_heads_bits() {
             tiny.tied
         );
         // Every pass that returned logits read the whole head.
-        let head_bytes = layout.head.as_ref().unwrap_or(&layout.embedding).len as u64;
+        let head_bytes = layout.head_tensor().len as u64;
         let stats = monitor.stats();
         assert_eq!(stats.bytes % head_bytes, 0);
         assert!(stats.bytes >= 13 * head_bytes, "{} bytes read", stats.bytes);
@@ -143,7 +143,7 @@ fn a_budget_too_small_for_the_head_reads_it_per_pass() {
         );
         let p = plan(held - 1).expect("the head streams below its held minimum");
         let layout = Layout::from_gguf(gguf.header()).unwrap();
-        let head_bytes = layout.head.as_ref().unwrap_or(&layout.embedding).len as u64;
+        let head_bytes = layout.head_tensor().len as u64;
         assert_eq!(p.head_read, head_bytes);
         assert!(p.read_per_pass >= head_bytes);
 

@@ -79,7 +79,7 @@ pub fn derive(
     }
     let specials = special_ids(h, vocab)?;
     let ids = kept_ids(counts.counts(), opts.k, &specials)?;
-    let source_head = layout.head.as_ref().unwrap_or(&layout.embedding);
+    let source_head = layout.head_tensor();
     check_width(source_head, opts.head)?;
     check_width(&layout.embedding, opts.embedding)?;
     for e in layout.layers.iter().flatten().filter(|e| e.rows > 1) {
