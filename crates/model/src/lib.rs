@@ -16,6 +16,7 @@ mod check;
 pub mod decoder;
 pub mod elastic;
 mod forward;
+mod head;
 pub mod layout;
 pub mod lora;
 mod probes;

@@ -23,6 +23,7 @@ pub mod auto;
 pub mod choice;
 pub mod compute;
 pub mod curve;
+pub mod disk;
 pub mod eval;
 pub mod profiles;
 pub mod rates;
@@ -35,8 +36,9 @@ use arbor_speculative::LatencyProfile;
 
 pub use acceptance::{AcceptanceRecord, source_key};
 pub use compute::StreamComputeRecord;
+pub use disk::DiskRecord;
 pub use eval::{greedy_agreement, perplexity};
-pub use profiles::{DiskRecord, Drift, LatencyRecord, ProfileStore, now_utc, stem};
+pub use profiles::{Drift, LatencyRecord, ProfileStore, now_utc, stem};
 pub use rates::{Rate, RateRecord, strategy_key};
 pub use trace::{Activity, Segment, Trace};
 
