@@ -124,9 +124,7 @@ impl DiskRecord {
             (None, None) => probe,
         }
     }
-}
 
-impl DiskRecord {
     /// Folds a bandwidth seen while streaming `read_per_pass` bytes per
     /// pass into the observation of that working set.
     pub fn observe(&mut self, read_per_pass: u64, bytes_per_sec: f64) {
