@@ -61,12 +61,15 @@ pub struct GenerateArgs {
     #[command(flatten)]
     tuning: TuningArgs,
     /// Run inside this many bytes for the whole process (e.g. 1.3GiB):
-    /// target layers that do not fit are streamed from disk.
+    /// target layers that do not fit are streamed from disk. With
+    /// --gpu-memory-budget, host memory's budget: streamed layers that fit
+    /// it are kept there, the rest are read from disk on every pass.
     #[arg(long)]
     memory_budget: Option<String>,
     /// Give the target this many bytes of GPU memory (e.g. 3GiB; with
-    /// --backend wgpu): layers that do not fit stay in host memory and are
-    /// copied to the GPU on every pass.
+    /// --backend wgpu): layers that do not fit stay in host memory (as far
+    /// as --memory-budget allows, else on disk) and are copied to the GPU
+    /// on every pass.
     #[arg(long)]
     gpu_memory_budget: Option<String>,
     /// Longest prompt + new tokens to plan a memory budget's KV caches for

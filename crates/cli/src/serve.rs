@@ -23,11 +23,13 @@ pub struct ServeArgs {
     strategy: Option<String>,
     #[command(flatten)]
     tuning: TuningArgs,
-    /// Run inside this many bytes for the whole process (e.g. 1.3GiB).
+    /// Run inside this many bytes for the whole process (e.g. 1.3GiB);
+    /// with --gpu-memory-budget, host memory's budget.
     #[arg(long)]
     memory_budget: Option<String>,
     /// GPU memory for the target (with --backend wgpu): layers that do
-    /// not fit stay in host memory and are copied over on every pass.
+    /// not fit stay in host memory (as far as --memory-budget allows, else
+    /// on disk) and are copied over on every pass.
     #[arg(long)]
     gpu_memory_budget: Option<String>,
     /// Longest prompt + new tokens one request may hold under a memory

@@ -202,6 +202,7 @@ pub fn generate(
         stream = StreamStats {
             layers: after.layers - before.layers,
             bytes: after.bytes - before.bytes,
+            host_bytes: after.host_bytes - before.host_bytes,
             io_secs: after.io_secs - before.io_secs,
             build_secs: after.build_secs - before.build_secs,
             wait_secs: after.wait_secs - before.wait_secs,

@@ -119,11 +119,29 @@ impl Run {
         let io_per_pass = if read == 0 || measured_streaming {
             0.0
         } else {
-            let (disk, note) = self.store.disk(&target_path, false)?;
-            if let Some(note) = note {
-                progress(OpenEvent::Note(&note));
-            }
-            read as f64 / disk.bandwidth_for(read)
+            // Under a GPU's budget every streamed byte is uploaded, and
+            // only what host memory does not hold is read from the disk.
+            let disk_read = self.engine.memory().map_or(0, |m| m.disk_read_per_pass);
+            let upload_bw = match self.config.gpu_memory_budget {
+                Some(_) => Some(arbor_load::backends::upload_rate(
+                    self.backend,
+                    &target_path,
+                    &self.store,
+                    progress,
+                )?),
+                None => None,
+            };
+            let disk_bw = match disk_read {
+                0 => 1.0,
+                _ => {
+                    let (disk, note) = self.store.disk(&target_path, false)?;
+                    if let Some(note) = note {
+                        progress(OpenEvent::Note(&note));
+                    }
+                    disk.bandwidth_for(disk_read)
+                }
+            };
+            arbor_planner::pass_io_secs(read, upload_bw, disk_read, disk_bw)
         };
         let pipelined = self
             .engine

@@ -39,15 +39,6 @@ pub fn reusable_prefix(cached: &[u32], prompt: &[u32], cache_len: usize) -> usiz
     same.min(prompt.len().saturating_sub(1)).min(cache_len)
 }
 
-/// Bytes a pass reads from the disk under `config`'s budget: none under a
-/// GPU's budget, whose streamed layers come from host memory.
-fn disk_read_per_pass(config: &RunConfig, memory: Option<&crate::MemoryReport>) -> u64 {
-    match config.gpu_memory_budget {
-        Some(_) => 0,
-        None => memory.map_or(0, |m| m.plan.read_per_pass),
-    }
-}
-
 impl Run {
     pub fn engine(&self) -> &Engine {
         &self.engine
@@ -248,15 +239,23 @@ impl Run {
         }
         // What streaming achieved is what the next plan should expect; a
         // cache that cannot be written costs nothing here. Under a GPU's
-        // budget layers come from host memory (the page cache), not the
-        // disk: that rate and those passes are not the disk's to learn.
-        let read = disk_read_per_pass(&self.config, self.engine.memory());
+        // budget layers come from host memory (the page cache or the host
+        // tier) as far as it holds them: that rate and those passes are
+        // not the disk's to learn, but their uploads are the GPU's.
+        let read = self.engine.memory().map_or(0, |m| m.disk_read_per_pass);
         let _ = self.store.observe_streaming(
             self.engine.path(),
             read,
             g.stream.bytes,
             g.stream.io_secs,
         );
+        if self.config.gpu_memory_budget.is_some() {
+            let _ = self.store.observe_upload(
+                self.backend.kernels(),
+                g.stream.bytes + g.stream.host_bytes,
+                g.stream.build_secs,
+            );
+        }
         // What the draft's guesses were worth, for `auto`'s next plan.
         if let Some(source) = self.source_key(&options.strategy) {
             let _ =
@@ -290,11 +289,7 @@ impl Run {
         if self.config.slots.unwrap_or(1) > 1 {
             return Ok(());
         }
-        let key = arbor_planner::choice::choice_key(
-            self.config.budget_bytes()?,
-            1,
-            arbor_planner::storage::read_limit(self.engine.path()),
-        );
+        let key = self.config.budget_key(self.engine.path())?;
         let source =
             (self.source_key(strategy)).unwrap_or_else(|| arbor_planner::rates::NO_SOURCE.into());
         Ok(self.store.observe_rate(
@@ -336,46 +331,5 @@ pub(crate) fn attach(
              which some layers stream (--memory-budget), opened with it"
                 .into(),
         )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A GPU budget's passes read host memory: nothing is recorded as the
-    /// disk's rate (nor as streamed compute); a host budget's reads are.
-    #[test]
-    fn only_a_host_budget_reads_the_disk() {
-        let report = crate::MemoryReport {
-            plan: arbor_pipeline::Plan {
-                budget: 1 << 30,
-                fixed: 0,
-                resident: vec![true, false],
-                resident_bytes: 0,
-                slots: 1,
-                stream_reserve: 0,
-                read_per_pass: 300 << 20,
-                split: None,
-                head_read: 0,
-            },
-            base_bytes: 0,
-            target_resident_bytes: 0,
-            mode: arbor_pipeline::Mode::OnDemand,
-            context: 512,
-            monitor: None,
-        };
-        let host = RunConfig {
-            memory_budget: Some("1GiB".into()),
-            ..RunConfig::default()
-        };
-        assert_eq!(disk_read_per_pass(&host, Some(&report)), 300 << 20);
-        assert_eq!(disk_read_per_pass(&host, None), 0);
-        let gpu = RunConfig {
-            backend: Some("wgpu".into()),
-            gpu_memory_budget: Some("1GiB".into()),
-            ..RunConfig::default()
-        };
-        assert_eq!(disk_read_per_pass(&gpu, Some(&report)), 0);
     }
 }

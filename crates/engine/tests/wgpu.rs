@@ -243,3 +243,103 @@ fn elastic_levels_on_wgpu_draft_losslessly() {
         }
     }
 }
+
+/// A GPU budget with a host budget beside it, opened as a run: host memory
+/// holds the streamed layers it has room for (all of them here), a pass is
+/// priced by the upload rate (probed once, then learned from the
+/// generation), and the output is the unbudgeted wgpu output.
+#[test]
+fn gpu_and_host_budgets_together_plan_with_uploads_losslessly() {
+    use arbor_engine::{LatencyRecord, OpenEvent, ProfileStore, RunConfig, now_utc};
+    let Some(path) = arbor_fetch::testing::cached_model("smollm2-135m") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("arbor-gpu-host-{}", std::process::id()));
+    let store = ProfileStore::new(dir.clone());
+    // A latency curve for the tree's sizing, so that none is measured on
+    // lavapipe here.
+    let kernels = BackendKind::Wgpu.kernels();
+    let threads = rayon::current_num_threads();
+    let curve = LatencyRecord {
+        model: "smollm2-135m".into(),
+        kernels: kernels.into(),
+        threads,
+        repetitions: 1,
+        measured: now_utc(),
+        points: vec![(1, 0.02), (2, 0.021), (4, 0.023), (64, 0.08)],
+        method: None,
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        store.latency_path(&path, kernels, threads),
+        serde_json::to_string(&curve).unwrap(),
+    )
+    .unwrap();
+    let plain = RunConfig {
+        target: Some(path.to_str().unwrap().into()),
+        backend: Some("wgpu".into()),
+        strategy: Some("autoregressive".into()),
+        max_tokens: Some(8),
+        ..RunConfig::default()
+    };
+    let tokens = |config: &RunConfig, notes: &mut Vec<String>| {
+        let mut run = Engine::open_with_store(config, store.clone(), &mut |e| {
+            if let OpenEvent::Note(n) = e {
+                notes.push(n.to_string());
+            }
+        })
+        .unwrap();
+        let prompt = run
+            .prompt_tokens("The three primary colours are", false)
+            .unwrap();
+        let g = run.generate(&prompt, &mut |_| {}).unwrap();
+        (g.tokens, run)
+    };
+    let (expected, run) = tokens(&plain, &mut Vec::new());
+    drop(run);
+    // A third of the layers' bytes on the GPU.
+    let probe = Engine::load_budgeted(
+        &path,
+        None,
+        BackendKind::Wgpu,
+        &arbor_engine::MemoryOptions {
+            base: Some(0),
+            host_cache: true,
+            ..arbor_engine::MemoryOptions::new(8 << 30, true)
+        },
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let plan = probe.memory().unwrap().plan.clone();
+    drop(probe);
+    let both = RunConfig {
+        draft: Some("lookup".into()),
+        strategy: Some("tree".into()),
+        gpu_memory_budget: Some((plan.fixed + plan.resident_bytes / 3).to_string()),
+        memory_budget: Some("64GiB".into()),
+        ..plain.clone()
+    };
+    let mut notes = Vec::new();
+    let (got, run) = tokens(&both, &mut notes);
+    assert_eq!(got, expected);
+    let report = run.engine().memory().unwrap().clone();
+    let streamed = report.plan.streamed();
+    assert!(streamed > 0, "{}", report.summary());
+    assert_eq!(report.host_held.0, streamed, "{}", report.summary());
+    assert!(
+        notes.iter().any(|n| n.contains("measured uploading")),
+        "{notes:?}"
+    );
+    let record = store.cached_upload(kernels).expect("the probe is stored");
+    assert!(
+        record.generations >= 1,
+        "the generation's uploads: {record:?}"
+    );
+    let io = run.profiles().unwrap().io_per_pass;
+    let upload = report.plan.read_per_pass as f64 / record.probed;
+    assert!(
+        (io - upload).abs() <= 1e-9 * upload.max(1.0),
+        "{io} against {upload}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}

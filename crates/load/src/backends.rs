@@ -280,3 +280,32 @@ pub fn model_bytes(kind: BackendSpec, file: &GgufFile) -> Result<u64> {
     let _ = &file;
     with_backend!(kind, backend => Ok(arbor_pipeline::model_bytes(&backend, file)?))
 }
+
+/// Times building the largest layer of `file` on the backend `kind` three
+/// times: its bytes and the fastest build's seconds (the upload rate a GPU
+/// budget's passes are planned with, [`upload_rate`]).
+pub fn time_layer_builds(kind: BackendSpec, file: &GgufFile) -> Result<(u64, f64)> {
+    let _ = &file;
+    with_backend!(kind, backend => Ok(arbor_pipeline::time_layer_builds(&backend, file, 3)?))
+}
+
+/// The upload rate of the backend `kind` (bytes per second) from the store,
+/// measured now on `target`'s largest layer when none is stored (the
+/// measurement is announced).
+pub fn upload_rate(
+    kind: BackendSpec,
+    target: &std::path::Path,
+    store: &arbor_planner::ProfileStore,
+    progress: &mut dyn FnMut(crate::OpenEvent<'_>),
+) -> Result<f64> {
+    let (record, note) = store.upload(kind.kernels(), || {
+        let invalid =
+            |e: &dyn std::fmt::Display| arbor_planner::PlannerError::Invalid(e.to_string());
+        let file = GgufFile::open(target).map_err(|e| invalid(&e))?;
+        time_layer_builds(kind, &file).map_err(|e| invalid(&e))
+    })?;
+    if let Some(note) = note {
+        progress(crate::OpenEvent::Note(&note));
+    }
+    Ok(record.bytes_per_sec)
+}

@@ -1,7 +1,8 @@
 //! What `auto` runs: the draft source, streaming mode and strategy that
 //! the planner ([`arbor_planner::auto`]) expects to be fastest under the run's
 //! memory budget, from a one-shot device profile — the disk's direct-read
-//! bandwidth and the target's `L_fp(n)` (both cached by the profile store),
+//! bandwidth (under a GPU's budget, the upload rate and what host memory
+//! holds) and the target's `L_fp(n)` (both cached by the profile store),
 //! the draft's step cost (its cached curve, else its bytes at the target's
 //! bytes-per-second) — and what each source's guesses are worth with this
 //! target (top-k acceptance by depth, as runs counted it; a measured prior
@@ -57,8 +58,27 @@ pub fn choose(
     };
     // Reads of the model's disk as this process's cgroup limits them.
     let read_limit = arbor_planner::storage::read_limit(target);
-    let disk = match budget {
-        Some(_) => {
+    // Under a GPU's budget a pass uploads what it streams; host memory
+    // serves what it holds (the page cache without a host budget, else what
+    // fits that budget: the host tier) and the disk the rest.
+    let gpu = config.gpu_memory_budget.is_some();
+    let host_room = match config.host_budget_bytes()? {
+        Some(budget) => {
+            let all: Vec<usize> = (0..layout.layers.len()).collect();
+            let buffers = arbor_pipeline::read_buffer_bytes(&layout, &all)
+                * arbor_pipeline::buffer_sets(options.mode);
+            let host = arbor_pipeline::HostBudget { budget, base: None };
+            Some(host.room(buffers).unwrap_or(0))
+        }
+        None => None,
+    };
+    let reads_disk = budget.is_some() && (!gpu || host_room.is_some());
+    let upload_bw = match (gpu, budget) {
+        (true, Some(_)) => Some(backends::upload_rate(backend, target, store, progress)?),
+        _ => None,
+    };
+    let disk = match reads_disk {
+        true => {
             if let Some(limit) = read_limit {
                 progress(OpenEvent::Note(&format!(
                     "auto: this process's cgroup limits reads of the model's disk to {:.2} GB/s: \
@@ -72,7 +92,21 @@ pub fn choose(
             }
             Some(d)
         }
-        None => None,
+        false => None,
+    };
+    // Bytes per second a pass bringing in `read` streamed bytes gets.
+    let bandwidth = move |read: u64| -> f64 {
+        let disk_read = match (gpu, host_room) {
+            (false, _) => read,
+            (true, Some(room)) => read.saturating_sub(room),
+            (true, None) => 0,
+        };
+        let disk_bw = disk.as_ref().map_or(1e9, |d| d.bandwidth_for(disk_read));
+        let secs = arbor_planner::pass_io_secs(read, upload_bw, disk_read, disk_bw);
+        match secs > 0.0 {
+            true => read as f64 / secs,
+            false => f64::INFINITY,
+        }
     };
     let layer_bytes: u64 = layout
         .layers
@@ -100,7 +134,7 @@ pub fn choose(
     };
     let device = Device {
         target: streamed_curve,
-        bandwidth: Box::new(move |read| disk.as_ref().map_or(1e9, |d| d.bandwidth_for(read))),
+        bandwidth: Box::new(bandwidth),
         mean_layer_bytes: layer_bytes,
         head_share: layout.config.head_share(),
         sequences: config.slots.unwrap_or(1),
@@ -226,7 +260,7 @@ pub fn choose(
     };
     let mut estimates = auto::estimate(&device, candidates, &mut read_for);
     // Where runs measured a source under this budget, its measured rate.
-    let key = arbor_planner::choice::choice_key(budget, device.sequences, read_limit);
+    let key = config.budget_key(target)?;
     let rates = store.rates(target, kernels, threads, &key);
     auto::with_measured(&mut estimates, &mut |e| {
         // The strategy as the run would open it (the config's branch

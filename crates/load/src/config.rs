@@ -66,6 +66,10 @@ pub struct RunConfig {
     pub slots: Option<usize>,
 }
 
+fn parse_budget(b: &str) -> Result<u64> {
+    arbor_paging::parse_bytes(b).map_err(|e| EngineError::Invalid(e.to_string()))
+}
+
 /// Prompt tokens a run under a memory budget plans for when no `context`
 /// is set.
 pub const PROMPT_ALLOWANCE: usize = 512;
@@ -141,23 +145,50 @@ impl RunConfig {
     }
 
     /// The memory budget in bytes, if one is set: the process's, or the
-    /// GPU's (see [`RunConfig::gpu_memory_budget`]).
+    /// GPU's (see [`RunConfig::gpu_memory_budget`]; the process's is then
+    /// [`RunConfig::host_budget_bytes`]).
     pub fn budget_bytes(&self) -> Result<Option<u64>> {
-        let parse =
-            |b: &str| arbor_paging::parse_bytes(b).map_err(|e| EngineError::Invalid(e.to_string()));
         match (&self.memory_budget, &self.gpu_memory_budget) {
-            (Some(_), Some(_)) => Err(EngineError::Invalid(
-                "--gpu-memory-budget and --memory-budget together are not supported yet: give one of them"
-                    .into(),
-            )),
-            (None, Some(gpu)) => match self.backend.as_deref() {
-                Some("wgpu") => Ok(Some(parse(gpu)?)),
+            (host, Some(gpu)) => match self.backend.as_deref() {
+                Some("wgpu") => {
+                    host.as_deref().map(parse_budget).transpose()?;
+                    Ok(Some(parse_budget(gpu)?))
+                }
                 _ => Err(EngineError::Invalid(
                     "--gpu-memory-budget needs --backend wgpu".into(),
                 )),
             },
-            (host, None) => host.as_deref().map(parse).transpose(),
+            (host, None) => host.as_deref().map(parse_budget).transpose(),
         }
+    }
+
+    /// Host memory's budget in bytes when the memory budget is a GPU's
+    /// (both `--gpu-memory-budget` and `--memory-budget` given): streamed
+    /// layers that fit it are held in host memory, the rest read from disk
+    /// on every pass.
+    pub fn host_budget_bytes(&self) -> Result<Option<u64>> {
+        match (&self.memory_budget, &self.gpu_memory_budget) {
+            (Some(host), Some(_)) => parse_budget(host).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// The key what `auto` chooses and learns under this config's budget
+    /// is kept by ([`arbor_planner::choice::choice_key`]); a GPU's budget is
+    /// told apart from a host's, and the host budget beside it named.
+    pub fn budget_key(&self, target: &std::path::Path) -> Result<String> {
+        let budget = self.budget_bytes()?;
+        let slots = self.slots.unwrap_or(1);
+        let key = arbor_planner::choice::choice_key(
+            budget,
+            slots,
+            arbor_planner::storage::read_limit(target),
+        );
+        Ok(match (&self.gpu_memory_budget, self.host_budget_bytes()?) {
+            (None, _) => key,
+            (Some(_), None) => format!("gpu{key}"),
+            (Some(_), Some(host)) => format!("gpu{key}-host{}MiB", host >> 20),
+        })
     }
 
     /// The KV cache format asked for, if any (a typed error names the
@@ -199,6 +230,10 @@ impl RunConfig {
             // host memory.
             base: gpu.then_some(0),
             host_cache: gpu,
+            host: (gpu
+                .then(|| self.host_budget_bytes().ok().flatten())
+                .flatten())
+            .map(|budget| arbor_pipeline::HostBudget { budget, base: None }),
             sequences: slots,
             ..arbor_pipeline::MemoryOptions::new(bytes, pipelined)
         }
@@ -382,7 +417,7 @@ mod tests {
         assert_eq!(o.sequences, 1);
         let served = RunConfig {
             slots: Some(4),
-            ..host
+            ..host.clone()
         };
         assert_eq!(
             served
@@ -400,15 +435,42 @@ mod tests {
                 ..gpu.clone()
             },
             RunConfig {
-                memory_budget: Some("1GiB".into()),
+                gpu_memory_budget: Some("lots".into()),
                 ..gpu.clone()
             },
             RunConfig {
-                gpu_memory_budget: Some("lots".into()),
+                memory_budget: Some("lots".into()),
                 ..gpu.clone()
             },
         ] {
             assert!(bad.budget_bytes().is_err(), "{bad:?}");
         }
+        // Both: the GPU's plans the target, host memory's holds what of the
+        // streamed layers it can and reads the rest from disk.
+        let both = RunConfig {
+            memory_budget: Some("1GiB".into()),
+            ..gpu.clone()
+        };
+        assert_eq!(both.budget_bytes().unwrap(), Some(2 << 30));
+        assert_eq!(both.host_budget_bytes().unwrap(), Some(1 << 30));
+        assert_eq!(gpu.host_budget_bytes().unwrap(), None);
+        assert_eq!(host.host_budget_bytes().unwrap(), None);
+        let o = both.memory_options(2 << 30, &Strategy::default());
+        assert_eq!(o.base, Some(0));
+        assert_eq!(
+            o.host,
+            Some(arbor_pipeline::HostBudget {
+                budget: 1 << 30,
+                base: None
+            })
+        );
+        assert_eq!(gpu.memory_options(2 << 30, &Strategy::default()).host, None);
+        // Their learned figures are kept apart from a host budget's.
+        let t = std::path::Path::new("/nonexistent/m.gguf");
+        let keys = [&host, &gpu, &both].map(|c| c.budget_key(t).unwrap());
+        assert_eq!(
+            keys,
+            ["900MiB-s1", "gpu2048MiB-s1", "gpu2048MiB-s1-host1024MiB"]
+        );
     }
 }

@@ -10,8 +10,8 @@ use arbor_paging::{Ledger, PagingError, format_bytes};
 use arbor_tensor::{Backend, KvFormat};
 
 use crate::{
-    DiskHead, DiskRows, LayerCost, Mode, Monitor, Plan, Streamer, buffer_sets, paging, plan,
-    read_buffer_bytes,
+    DiskHead, DiskRows, HostBudget, HostTier, LayerCost, Mode, Monitor, Plan, Streamer,
+    buffer_sets, paging, plan, read_buffer_bytes,
 };
 
 /// How the target is loaded under a memory budget.
@@ -41,6 +41,11 @@ pub struct MemoryOptions {
     /// the budget is a GPU's, and host memory keeps the file (otherwise
     /// reads bypass or drop the cache, which a host budget would pay for).
     pub host_cache: bool,
+    /// Under a GPU's budget, host memory's own (`--memory-budget` beside
+    /// `--gpu-memory-budget`): streamed layers are read with direct IO,
+    /// those that fit it once ([`crate::HostTier`]), the rest every pass.
+    /// Takes the place of `host_cache`.
+    pub host: Option<HostBudget>,
     /// Generations running at once over the target (a server's slots):
     /// each beyond the first adds [`SEQUENCE_SLACK`]. Their KV caches are
     /// in `context`, their logits in `logit_rows`.
@@ -62,6 +67,7 @@ impl MemoryOptions {
             base: None,
             split: None,
             host_cache: false,
+            host: None,
             sequences: 1,
         }
     }
@@ -88,6 +94,13 @@ pub struct MemoryReport {
     pub mode: Mode,
     /// Tokens (prompt + new) the KV caches were planned for.
     pub context: usize,
+    /// Bytes a pass reads from the disk: the plan's `read_per_pass` but
+    /// for what host memory serves (under a GPU's budget, the page cache
+    /// or the host tier).
+    pub disk_read_per_pass: u64,
+    /// Streamed layers the host tier holds, and their file bytes (a GPU's
+    /// budget with a host budget beside it).
+    pub host_held: (usize, u64),
     pub monitor: Option<Monitor>,
 }
 
@@ -106,6 +119,13 @@ impl MemoryReport {
         ) + match p.head_read {
             0 => "",
             _ => " (the output head's included: it is read a slice at a time)",
+        } + &match self.host_held {
+            (0, _) => String::new(),
+            (layers, bytes) => format!(
+                "; host memory holds {layers} streamed layers ({}), {} read from disk per pass",
+                format_bytes(bytes),
+                format_bytes(self.disk_read_per_pass)
+            ),
         }
     }
 }
@@ -355,18 +375,32 @@ pub fn load_target<B: Backend + Clone>(
         }
     }
     let target_resident_bytes = model.resident_bytes();
+    let host_cache = options.host_cache && options.host.is_none();
     let reader = || {
-        match options.host_cache {
+        match host_cache {
             true => arbor_paging::DirectReader::cached(file.path()),
             false => arbor_paging::DirectReader::open(file.path()),
         }
         .map_err(paging)
     };
+    let tier = match &options.host {
+        Some(host) => {
+            let buffers = read_buffer_bytes(&layout, &streamed) * buffer_sets(options.mode);
+            HostTier::load(&reader()?, &units, host.room(buffers)?)?
+        }
+        None => HostTier::default(),
+    };
+    let host_held = (tier.len(), tier.bytes());
+    let disk_read_per_pass = match host_cache {
+        true => 0,
+        false => plan.read_per_pass - tier.bytes(),
+    };
     let mut monitor = None;
     if plan.streamed() > 0 {
-        let streamer = Streamer::with_reader(
+        let streamer = Streamer::with_host_tier(
             backend.clone(),
             reader()?,
+            tier,
             units,
             Ledger::new(plan.stream_reserve),
             options.mode,
@@ -386,6 +420,8 @@ pub fn load_target<B: Backend + Clone>(
             target_resident_bytes,
             mode: options.mode,
             context: options.context,
+            disk_read_per_pass,
+            host_held,
             monitor,
         },
     ))

@@ -34,6 +34,10 @@
 //! [`DiskHead`] reads it a slice of rows at a time on every pass (and the
 //! embedding, tied or not, by rows).
 //!
+//! Under a GPU's budget with a host budget beside it ([`HostBudget`]), the
+//! streamed layers that fit host memory are read once and kept there
+//! ([`HostTier`]); the streamer copies them instead of reading the disk.
+//!
 //! A [`Monitor`] reports bytes read, IO, build and wait time, whether the
 //! compute thread is waiting for a layer right now (so the draft may use the
 //! idle CPU), and an optional trace of those intervals.
@@ -47,6 +51,7 @@ use arbor_paging::PagingError;
 
 mod budget;
 mod head;
+mod host;
 mod monitor;
 mod plan;
 mod rows;
@@ -58,6 +63,7 @@ pub use budget::{
     logit_scratch, model_bytes, peak_resident, plan_with, resident_now, target_fits,
 };
 pub use head::DiskHead;
+pub use host::{HostBudget, HostTier, time_layer_builds};
 pub use monitor::{Monitor, Span, SpanKind, StreamStats};
 pub use plan::{LayerCost, Plan, plan};
 pub use rows::DiskRows;

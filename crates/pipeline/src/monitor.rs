@@ -14,6 +14,8 @@ pub struct StreamStats {
     pub layers: u64,
     /// Bytes read from the file.
     pub bytes: u64,
+    /// Bytes copied from the host tier instead ([`crate::HostTier`]).
+    pub host_bytes: u64,
     /// Seconds spent reading.
     pub io_secs: f64,
     /// Seconds spent turning read bytes into backend weights.

@@ -16,7 +16,7 @@ use arbor_paging::{AlignedBuf, DirectReader, Ledger, PagingError, Reservation};
 use arbor_tensor::Backend;
 use crossbeam_channel::{Receiver, Sender, bounded};
 
-use crate::{Mode, Monitor, SpanKind, paging};
+use crate::{HostTier, Mode, Monitor, SpanKind, paging};
 
 /// Bytes of read buffers a streamer needs for any of `layers` (indices into
 /// [`Layout::layers`]): one buffer per tensor position, as large as that
@@ -69,9 +69,11 @@ struct ReadLayer {
     starts: Vec<usize>,
 }
 
-/// Reads layers' tensors from the file.
+/// Reads layers' tensors from the file, or copies those the host tier
+/// holds.
 struct Reader {
     file: DirectReader,
+    host: HostTier,
     monitor: Monitor,
 }
 
@@ -83,6 +85,10 @@ impl Reader {
         entries: &[TensorEntry],
         set: &mut BufSet,
     ) -> Result<Vec<usize>> {
+        if let Some(bytes) = self.host.copy_into(layer, &mut set.0) {
+            self.monitor.add(|st| st.host_bytes += bytes);
+            return Ok(vec![0; entries.len()]);
+        }
         let t0 = Instant::now();
         let mut read = 0u64;
         let mut starts = Vec::with_capacity(entries.len());
@@ -259,6 +265,19 @@ impl<B: Backend + Clone> Streamer<B> {
         ledger: Arc<Ledger>,
         mode: Mode,
     ) -> Result<Self> {
+        Self::with_host_tier(backend, file, HostTier::default(), layers, ledger, mode)
+    }
+
+    /// [`with_reader`](Self::with_reader), copying the layers `host` holds
+    /// instead of reading them from `file`.
+    pub fn with_host_tier(
+        backend: B,
+        file: DirectReader,
+        host: HostTier,
+        layers: Vec<(usize, Vec<TensorEntry>)>,
+        ledger: Arc<Ledger>,
+        mode: Mode,
+    ) -> Result<Self> {
         let monitor = Monitor::default();
         let entries: Vec<&[TensorEntry]> = layers.iter().map(|(_, s)| s.as_slice()).collect();
         let caps = buffer_caps(&entries);
@@ -270,6 +289,7 @@ impl<B: Backend + Clone> Streamer<B> {
         let new_set = || BufSet(caps.iter().map(|&c| AlignedBuf::new(c)).collect());
         let reader = Reader {
             file,
+            host,
             monitor: monitor.clone(),
         };
         let builder = Builder {

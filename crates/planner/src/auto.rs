@@ -70,8 +70,10 @@ pub struct Estimate {
 pub struct Device {
     /// The target's resident `L_fp(n)`.
     pub target: LatencyProfile,
-    /// Read bandwidth of the disk holding the target while streaming, by
-    /// bytes read per pass (see `DiskRecord::bandwidth_for`).
+    /// Bytes per second a pass brings streamed layers in at, by bytes per
+    /// pass: the disk's read bandwidth (see `DiskRecord::bandwidth_for`),
+    /// or under a GPU's budget its uploads' and reads' together
+    /// ([`crate::pass_io_secs`]).
     pub bandwidth: Box<dyn Fn(u64) -> f64>,
     /// Layers streamed per pass for a given read volume (for the exposed
     /// read); the planner only needs the mean layer size.

@@ -11,7 +11,9 @@
 //! [`rates`] keeps what each source's decoding measured under a budget,
 //! which `auto` plans with where it exists; [`storage`] finds the read
 //! limit a process's cgroup puts on its model's disk, which keeps each
-//! storage regime's streaming figures apart;
+//! storage regime's streaming figures apart; [`upload`] keeps how fast a
+//! GPU backend takes in streamed layers, which prices a pass under a GPU's
+//! budget;
 //! [`slo`]
 //! measures the device profile and quality table that latency objectives
 //! are served from; [`eval`] scores a model against text (perplexity,
@@ -31,6 +33,7 @@ pub mod slo;
 pub mod sources;
 pub mod storage;
 pub mod trace;
+pub mod upload;
 
 use arbor_speculative::LatencyProfile;
 
@@ -41,6 +44,7 @@ pub use eval::{greedy_agreement, perplexity};
 pub use profiles::{Drift, LatencyRecord, ProfileStore, now_utc, stem};
 pub use rates::{Rate, RateRecord, strategy_key};
 pub use trace::{Activity, Segment, Trace};
+pub use upload::{UploadRecord, pass_io_secs};
 
 /// Why a measurement or a plan failed.
 #[derive(Debug, thiserror::Error)]
@@ -62,8 +66,10 @@ pub struct Profiles {
     /// one existed and the run streams) as measured while streaming.
     pub target: LatencyProfile,
     pub draft: Option<LatencyProfile>,
-    /// Seconds each target pass spends reading streamed layers (the plan's
-    /// bytes per pass at the measured disk bandwidth; 0 without a budget).
+    /// Seconds each target pass spends bringing in streamed layers (the
+    /// plan's bytes per pass at the measured disk bandwidth, or under a
+    /// GPU's budget its uploads' and disk reads' slower; 0 without a
+    /// budget: [`pass_io_secs`]).
     pub io_per_pass: f64,
     /// Seconds of those reads no compute can hide: with pipelined
     /// streaming the first streamed layer's read (the others overlap the
