@@ -36,6 +36,16 @@ where
         .map_err(|e| backend_err(format!("not a CubeCL tensor: {e:?}")))
 }
 
+/// What CubeCL's memory pools hold on `device`, every stream's: bytes
+/// reserved from the driver and bytes in use (a one-word tensor reaches the
+/// device's client).
+pub(crate) fn device_memory(device: &Device) -> Result<(u64, u64)> {
+    let t = Tensor::<1, Int>::from_data(TensorData::new(vec![0u32], [1]), (device, DType::U32));
+    let client = primitive(t)?.client;
+    let usage = client.memory_report(cubecl::MemoryScope::Device).usage();
+    Ok((usage.bytes_reserved, usage.bytes_in_use))
+}
+
 fn output(like: &CubeTensor, shape: [usize; 2]) -> CubeTensor {
     empty_device_dtype(
         like.client.clone(),

@@ -132,7 +132,11 @@ impl arbor_tensor::Backend for BurnBackend {
     }
 
     fn weight(&self, w: WeightData<'_>) -> Result<BurnWeight> {
-        self.load_weight(w)
+        self.load_weight(w, true)
+    }
+
+    fn streamed_weight(&self, w: WeightData<'_>) -> Result<BurnWeight> {
+        self.load_weight(w, false)
     }
 
     fn weight_bytes(&self, ty: GgmlType, rows: usize, cols: usize) -> u64 {

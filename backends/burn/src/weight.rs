@@ -87,6 +87,16 @@ impl BurnBackend {
         self.resident.get()
     }
 
+    /// What CubeCL's memory pools hold on this backend's device: bytes
+    /// reserved from the driver and bytes in use (`None` off CubeCL).
+    pub fn device_memory(&self) -> Option<(u64, u64)> {
+        #[cfg(feature = "cube")]
+        if self.blocks {
+            return crate::cube::device_memory(&self.device).ok();
+        }
+        None
+    }
+
     fn held(&self, repr: Repr, rows: usize, cols: usize, bytes: u64) -> BurnWeight {
         self.resident.add(bytes);
         BurnWeight {
@@ -98,10 +108,13 @@ impl BurnBackend {
         }
     }
 
-    pub(crate) fn load_weight(&self, w: WeightData<'_>) -> Result<BurnWeight> {
+    /// `w` on the device; `persistent` for a weight held for the run (not
+    /// one streamed for a pass).
+    pub(crate) fn load_weight(&self, w: WeightData<'_>, persistent: bool) -> Result<BurnWeight> {
         #[cfg(feature = "cube")]
         if self.blocks
-            && let Some(b) = crate::cube::Blocks::upload(&self.device, &w, self.max_buffer)?
+            && let Some(b) =
+                crate::cube::Blocks::upload(&self.device, &w, self.max_buffer, persistent)?
         {
             let bytes = b.bytes();
             return Ok(self.held(Repr::Blocks(b), w.rows, w.cols, bytes));

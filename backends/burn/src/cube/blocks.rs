@@ -91,13 +91,16 @@ impl Format {
     /// (each block padded to whole words, rows in tiles of 32 interleaved
     /// word by word, the last tile filled with zero rows). A layer
     /// streamed to the GPU on every pass is packed on every pass, so the
-    /// host only copies.
+    /// host only copies. A `persistent` weight (held for the run) gets a
+    /// buffer of exactly its size from CubeCL's persistent pool; a
+    /// streamed one comes from the pools that recycle buffers pass to pass.
     fn pack_on(
         &self,
         device: &Device,
         bytes: &[u8],
         rows: usize,
         cols: usize,
+        persistent: bool,
     ) -> Result<Tensor<1, Int>> {
         let (row_words, row_bytes) = (self.row_words(cols), self.row_bytes(cols));
         let mut raw = vec![0u32; bytes.len().div_ceil(4)];
@@ -107,13 +110,20 @@ impl Format {
             Tensor::<1, Int>::from_data(TensorData::new(raw, [raw_len]), (device, DType::U32));
         let raw = primitive(raw)?;
         let len = rows.div_ceil(kernels::LANES) * kernels::LANES * row_words;
-        let out = burn_cubecl::ops::numeric::empty_device_dtype(
-            raw.client.clone(),
-            raw.device.clone(),
-            burn::tensor::Shape::new([len]),
-            DType::U32,
-        );
+        let place = (raw.client.clone(), raw.device.clone());
+        let empty = move |(client, device)| {
+            burn_cubecl::ops::numeric::empty_device_dtype(
+                client,
+                device,
+                burn::tensor::Shape::new([len]),
+                DType::U32,
+            )
+        };
         let client = raw.client.clone();
+        let out = match persistent {
+            true => client.memory_persistent_allocation(place, empty),
+            false => empty(place),
+        };
         unsafe {
             kernels::pack::launch_unchecked(
                 &client,
@@ -236,6 +246,7 @@ impl Blocks {
         device: &Device,
         w: &WeightData<'_>,
         max_buffer: usize,
+        persistent: bool,
     ) -> Result<Option<Blocks>> {
         let Some(format) = Format::for_weight(w.ty, w.rows, w.cols) else {
             return Ok(None);
@@ -262,7 +273,7 @@ impl Blocks {
                 let rows = per_chunk.min(w.rows - row0);
                 let src = &w.bytes[row0 * row_bytes..(row0 + rows) * row_bytes];
                 Ok(Chunk {
-                    words: format.pack_on(device, src, rows, w.cols)?,
+                    words: format.pack_on(device, src, rows, w.cols, persistent)?,
                     row0,
                     rows,
                 })
@@ -461,7 +472,7 @@ mod tests {
                 .map(|i| (i * 131 + i / 7) as u8)
                 .collect();
             let host = f.pack(&bytes, rows, cols);
-            let device = f.pack_on(&device, &bytes, rows, cols).unwrap();
+            let device = f.pack_on(&device, &bytes, rows, cols, true).unwrap();
             let device: Vec<u32> = device.try_to_vec_as::<u32>().unwrap();
             assert_eq!(device, host, "{ty:?}");
         }
