@@ -139,6 +139,10 @@ impl arbor_tensor::Backend for BurnBackend {
         self.load_weight(w, false)
     }
 
+    fn device_reserved_bytes(&self) -> Option<u64> {
+        self.device_memory().map(|(reserved, _)| reserved)
+    }
+
     fn weight_bytes(&self, ty: GgmlType, rows: usize, cols: usize) -> u64 {
         self.bytes_of_weight(ty, rows, cols)
     }

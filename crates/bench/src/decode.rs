@@ -25,6 +25,10 @@ pub struct DecodeRow {
     pub weight_bytes: Option<u64>,
     /// The model file's size.
     pub file_bytes: u64,
+    /// What the device's allocator had reserved from its driver after
+    /// decoding (a GPU backend's pools; absent elsewhere).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_reserved_bytes: Option<u64>,
     pub prefill_tok_s: f64,
     pub decode_tok_s: f64,
     pub peak_rss_bytes: u64,
@@ -79,6 +83,7 @@ pub fn decode(
         logits = step_or_wrap(m, next, &prompt)?;
     }
     let decode = start.elapsed().as_secs_f64();
+    let device_reserved_bytes = m.device_reserved_bytes();
 
     Ok(DecodeRow {
         model: model.to_string(),
@@ -89,6 +94,7 @@ pub fn decode(
         load_secs,
         weight_bytes,
         file_bytes: std::fs::metadata(&path)?.len(),
+        device_reserved_bytes,
         prefill_tok_s: prompt_tokens as f64 / prefill,
         decode_tok_s: tokens as f64 / decode,
         peak_rss_bytes: sys::peak_rss_bytes().unwrap_or(0),

@@ -487,6 +487,10 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         Some(self.resident_bytes)
     }
 
+    fn device_reserved_bytes(&self) -> Option<u64> {
+        self.backend.device_reserved_bytes()
+    }
+
     fn notify_waits(&mut self, tx: Option<std::sync::mpsc::Sender<crate::WeightWait>>) {
         if let Some(source) = &mut self.source {
             source.notify_waits(tx);

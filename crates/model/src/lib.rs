@@ -212,6 +212,13 @@ pub trait LanguageModel: Send {
         None
     }
 
+    /// Bytes the model's device has reserved from its driver now (a GPU
+    /// backend's memory pools: weights, caches, scratch); `None` where the
+    /// backend does not say.
+    fn device_reserved_bytes(&self) -> Option<u64> {
+        None
+    }
+
     /// The levels an elastic model runs at (`None`: only the whole model;
     /// see [`Elastic`]).
     fn levels(&self) -> Option<&[f64]> {

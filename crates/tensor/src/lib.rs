@@ -305,6 +305,11 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn weight_bytes(&self, ty: GgmlType, rows: usize, cols: usize) -> u64 {
         ty.bytes_for((rows * cols) as u64).unwrap_or(0)
     }
+    /// Bytes the device's allocator has reserved from its driver now (a
+    /// GPU backend's memory pools); `None` where the backend does not say.
+    fn device_reserved_bytes(&self) -> Option<u64> {
+        None
+    }
     /// An `f32` tensor `[rows, cols]` from host data (norm weights, biases,
     /// test inputs).
     fn tensor(&self, data: &[f32], rows: usize, cols: usize) -> Result<Self::Tensor>;
