@@ -346,5 +346,32 @@ fn gpu_and_host_budgets_together_plan_with_uploads_losslessly() {
         (io - upload).abs() <= 1e-9 * upload.max(1.0),
         "{io} against {upload}"
     );
+    drop(run);
+    // `auto` under the same budgets: it prices passes by the learned
+    // upload rate, keeps its choice under a GPU budget's own key, and is
+    // lossless too.
+    let auto = RunConfig {
+        draft: None,
+        strategy: Some("auto".into()),
+        ..both.clone()
+    };
+    let mut notes = Vec::new();
+    let (got, _) = tokens(&auto, &mut notes);
+    assert_eq!(got, expected);
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("a pass uploads the layers it streams")),
+        "{notes:?}"
+    );
+    let key = auto.budget_key(&path).unwrap();
+    assert!(
+        key.starts_with("gpu") && key.ends_with("-host65536MiB"),
+        "{key}"
+    );
+    assert!(
+        store.previous_choice(&path, &key).is_some(),
+        "the choice is kept under {key}"
+    );
     std::fs::remove_dir_all(dir).ok();
 }

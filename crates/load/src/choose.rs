@@ -94,6 +94,19 @@ pub fn choose(
         }
         false => None,
     };
+    if let Some(up) = upload_bw {
+        let host = match host_room {
+            Some(room) => format!(
+                "host memory holds up to {} of them, the disk serves the rest",
+                arbor_paging::format_bytes(room)
+            ),
+            None => "host memory (the page cache) holds them".into(),
+        };
+        progress(OpenEvent::Note(&format!(
+            "auto: under a GPU budget a pass uploads the layers it streams at {:.2} GB/s; {host}",
+            up / 1e9
+        )));
+    }
     // Bytes per second a pass bringing in `read` streamed bytes gets.
     let bandwidth = move |read: u64| -> f64 {
         let disk_read = match (gpu, host_room) {
