@@ -65,10 +65,8 @@ pub fn choose(
     let host_room = match config.host_budget_bytes()? {
         Some(budget) => {
             let all: Vec<usize> = (0..layout.layers.len()).collect();
-            let buffers = arbor_pipeline::read_buffer_bytes(&layout, &all)
-                * arbor_pipeline::buffer_sets(options.mode);
             let host = arbor_pipeline::HostBudget { budget, base: None };
-            Some(host.room(buffers).unwrap_or(0))
+            Some(host.room_for(&layout, &all, options.mode).unwrap_or(0))
         }
         None => None,
     };

@@ -385,8 +385,8 @@ pub fn load_target<B: Backend + Clone>(
     };
     let tier = match &options.host {
         Some(host) => {
-            let buffers = read_buffer_bytes(&layout, &streamed) * buffer_sets(options.mode);
-            HostTier::load(&reader()?, &units, host.room(buffers)?)?
+            let room = host.room_for(&layout, &streamed, options.mode)?;
+            HostTier::load(&reader()?, &units, room)?
         }
         None => HostTier::default(),
     };

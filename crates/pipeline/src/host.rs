@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use arbor_model::{Result, TensorEntry};
 use arbor_paging::{AlignedBuf, DirectReader, PagingError};
 
-use crate::{SLACK, paging, resident_now};
+use crate::{Mode, SLACK, buffer_sets, paging, read_buffer_bytes, resident_now};
 
 /// Host memory for a run whose budget is a GPU's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +31,19 @@ impl HostBudget {
         self.base.unwrap_or_else(resident_now) + 2 * buffers + SLACK
     }
 
-    /// Bytes left for held layers, or why the budget cannot stream at all.
+    /// Bytes left for held layers when `layers` of `layout` stream in
+    /// `mode` (their read buffers), or why the budget cannot stream at all.
+    pub fn room_for(
+        &self,
+        layout: &arbor_model::Layout,
+        layers: &[usize],
+        mode: Mode,
+    ) -> Result<u64> {
+        self.room(read_buffer_bytes(layout, layers) * buffer_sets(mode))
+    }
+
+    /// Bytes left for held layers beside `buffers` bytes of read buffers,
+    /// or why the budget cannot stream at all.
     pub fn room(&self, buffers: u64) -> Result<u64> {
         let fixed = self.fixed(buffers);
         self.budget.checked_sub(fixed).ok_or_else(|| {
@@ -90,10 +102,6 @@ impl HostTier {
 
     pub fn is_empty(&self) -> bool {
         self.layers.is_empty()
-    }
-
-    pub fn holds(&self, layer: usize) -> bool {
-        self.layers.contains_key(&layer)
     }
 
     /// Copies `layer`'s tensors to the start of `set`'s buffers (one per
