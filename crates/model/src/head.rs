@@ -70,7 +70,7 @@ impl<B: Backend> Decoder<B> {
             let rows = step.min(source.rows() - first);
             let used = rows.min(keep - first);
             let w = source.slice(first, rows)?;
-            let part = b.take_vec(crate::weights::part(b, x, &w, used, d)?)?;
+            let part = b.take_vec(crate::weights::part(b, x, &*w, used, d)?)?;
             for (out, row) in logits.chunks_exact_mut(keep).zip(part.chunks_exact(used)) {
                 out[first..first + used].copy_from_slice(row);
             }

@@ -104,8 +104,27 @@ pub trait HeadSource<B: Backend>: Send {
     /// Rows in each slice [`slice`](Self::slice) lends (the last may have
     /// fewer).
     fn slice_rows(&self) -> usize;
-    /// Rows `first..first + rows` of the head as a weight, for one use.
-    fn slice(&mut self, first: usize, rows: usize) -> Result<B::Weight>;
+    /// Rows `first..first + rows` of the head as a weight, for one use:
+    /// one the source holds for every pass, or one it has just read.
+    fn slice(&mut self, first: usize, rows: usize) -> Result<HeadSlice<'_, B>>;
+}
+
+/// A slice of the output head lent by a [`HeadSource`]: held by the source
+/// for every pass (the head's first rows, where the budget has room for
+/// them) or read for this one.
+pub enum HeadSlice<'a, B: Backend> {
+    Held(&'a B::Weight),
+    Read(B::Weight),
+}
+
+impl<B: Backend> Deref for HeadSlice<'_, B> {
+    type Target = B::Weight;
+    fn deref(&self) -> &B::Weight {
+        match self {
+            HeadSlice::Held(w) => *w,
+            HeadSlice::Read(w) => w,
+        }
+    }
 }
 
 impl<B: Backend> LayerWeights<B> {

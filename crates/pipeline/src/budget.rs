@@ -116,9 +116,13 @@ impl MemoryReport {
             p.resident.len(),
             format_bytes(p.stream_reserve),
             format_bytes(p.read_per_pass),
-        ) + match p.head_read {
-            0 => "",
-            _ => " (the output head's included: it is read a slice at a time)",
+        ) + &match (p.head_read, p.head_held) {
+            (0, _) => String::new(),
+            (_, (0, _)) => " (the output head's included: it is read a slice at a time)".into(),
+            (_, (rows, bytes)) => format!(
+                " (the output head's included: it is read a slice at a time, but for its first {rows} rows, {} held)",
+                format_bytes(bytes)
+            ),
         } + &match self.host_held {
             (0, _) => String::new(),
             (layers, bytes) => format!(
@@ -231,20 +235,22 @@ fn plan_target<B: Backend>(
     let buffers = read_buffer_bytes(layout, &all) * buffer_sets(options.mode);
     let held = plan(options.budget, fixed, &costs, options.slots(), buffers);
     // A budget that cannot hold the head with the rest reads it a slice at
-    // a time on every pass, as it would the same bytes of layers.
+    // a time on every pass, as it would the same bytes of layers; what is
+    // left once whole layers are planned holds its first slices.
     let entry = layout.head_tensor();
     let streamed = crate::head::streamed_head_bytes(backend, entry, options.logit_rows);
     let plan = match held {
         Err(PagingError::TooSmall { .. }) if streamed < head => {
-            let mut p = plan(
-                options.budget,
-                fixed - head + streamed,
-                &costs,
-                options.slots(),
-                buffers,
-            )
-            .map_err(paging)?;
-            p.head_read = entry.len as u64;
+            let fixed = fixed - head + streamed;
+            let mut p = plan(options.budget, fixed, &costs, options.slots(), buffers)
+                .map_err(paging)?;
+            let spare = options.budget - fixed - p.stream_reserve - p.resident_bytes;
+            let slices = crate::head::slices_held(backend, entry, spare);
+            let rows = slices * crate::head::slice_rows(entry);
+            let held_bytes = slices as u64 * crate::head::slice_bytes(backend, entry);
+            p.head_held = (rows, held_bytes);
+            p.fixed = fixed + held_bytes;
+            p.head_read = (entry.len - rows * (entry.len / entry.rows.max(1))) as u64;
             p.read_per_pass += p.head_read;
             p
         }
@@ -410,7 +416,9 @@ pub fn load_target<B: Backend + Clone>(
     }
     if !head_resident {
         let m = monitor.get_or_insert_with(Monitor::default).clone();
-        model.set_head_source(Box::new(DiskHead::new(backend, reader()?, &layout, m)))?;
+        let mut head = DiskHead::new(backend, reader()?, &layout, m);
+        head.hold(plan.head_held.0 / crate::head::slice_rows(layout.head_tensor()).max(1))?;
+        model.set_head_source(Box::new(head))?;
     }
     Ok((
         model,

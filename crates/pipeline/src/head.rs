@@ -4,11 +4,13 @@
 //! A tied 150k-row head is the largest tensor of a small model (445 MiB in
 //! F16 for the 1.5B, a fifth of the file): held, it can leave no room for a
 //! draft at a third of the file. Read per pass it costs what the same bytes
-//! of layers would, and holds only one slice and its read buffer.
+//! of layers would, and holds only one slice and its read buffer. What the
+//! budget has left once whole layers are planned (less than a layer) holds
+//! the head's first slices, which are then read once instead of every pass.
 
 use std::time::Instant;
 
-use arbor_model::{HeadSource, Layout, Result, TensorEntry};
+use arbor_model::{HeadSlice, HeadSource, Layout, Result, TensorEntry};
 use arbor_paging::{AlignedBuf, DirectReader};
 use arbor_tensor::{Backend, WeightData};
 
@@ -34,6 +36,21 @@ pub(crate) fn slice_rows(entry: &TensorEntry) -> usize {
     .min(entry.rows.max(1))
 }
 
+/// Bytes one held slice of `entry` takes on `backend` (every slice but the
+/// last, which the plan never holds).
+pub(crate) fn slice_bytes<B: Backend>(backend: &B, entry: &TensorEntry) -> u64 {
+    backend.weight_bytes(entry.ty, slice_rows(entry), entry.cols)
+}
+
+/// Slices of `entry` that `spare` bytes hold, leaving at least one to read:
+/// a head with every slice held would be a held head, which the plan gives
+/// by other means (and a self draft needs).
+pub(crate) fn slices_held<B: Backend>(backend: &B, entry: &TensorEntry, spare: u64) -> usize {
+    let slices = entry.rows.div_ceil(slice_rows(entry).max(1));
+    let fit = spare / slice_bytes(backend, entry).max(1);
+    (fit.min(usize::MAX as u64) as usize).min(slices.saturating_sub(1))
+}
+
 /// Bytes a streamed head holds at once for passes returning up to
 /// `logit_rows` rows: one slice built, its read buffer, and the logits
 /// assembled on the host before they become a tensor.
@@ -51,14 +68,17 @@ pub(crate) fn streamed_head_bytes<B: Backend>(
 }
 
 /// A [`HeadSource`] reading slices of the head with direct IO into a buffer
-/// it reuses (nothing lands in the page cache). Reads count in the target
-/// streamer's [`Monitor`] as IO and as the pass waiting.
+/// it reuses (nothing lands in the page cache), but for the first slices
+/// when it was told to [`hold`](DiskHead::hold) them. Reads count in the
+/// target streamer's [`Monitor`] as IO and as the pass waiting.
 pub struct DiskHead<B: Backend> {
     backend: B,
     reader: DirectReader,
     buf: AlignedBuf,
     entry: TensorEntry,
     slice_rows: usize,
+    /// The first slices, read once and lent on every pass.
+    held: Vec<B::Weight>,
     monitor: Monitor,
     /// The index spans are recorded under (one past the last layer).
     label: usize,
@@ -74,9 +94,44 @@ impl<B: Backend> DiskHead<B> {
             buf: AlignedBuf::new(0),
             slice_rows: slice_rows(&entry),
             entry,
+            held: Vec::new(),
             monitor,
             label: layout.layers.len(),
         }
+    }
+
+    /// Reads the head's first `slices` slices now and holds them: passes
+    /// read only the rest. At most every slice but the last.
+    pub fn hold(&mut self, slices: usize) -> Result<()> {
+        let total = self.entry.rows.div_ceil(self.slice_rows);
+        let slices = slices.min(total.saturating_sub(1));
+        let row_bytes = self.entry.len / self.entry.rows;
+        while self.held.len() < slices {
+            let first = self.held.len() * self.slice_rows;
+            let e = &self.entry;
+            let bytes = self
+                .reader
+                .read_into(
+                    e.offset + (first * row_bytes) as u64,
+                    self.slice_rows * row_bytes,
+                    &mut self.buf,
+                )
+                .map_err(paging)?;
+            let w = self.backend.weight(WeightData {
+                name: &e.name,
+                ty: e.ty,
+                rows: self.slice_rows,
+                cols: e.cols,
+                bytes,
+            })?;
+            self.held.push(w);
+        }
+        Ok(())
+    }
+
+    /// Rows of the head held for every pass.
+    pub fn held_rows(&self) -> usize {
+        self.held.len() * self.slice_rows
     }
 }
 
@@ -89,7 +144,7 @@ impl<B: Backend> HeadSource<B> for DiskHead<B> {
         self.slice_rows
     }
 
-    fn slice(&mut self, first: usize, rows: usize) -> Result<B::Weight> {
+    fn slice(&mut self, first: usize, rows: usize) -> Result<HeadSlice<'_, B>> {
         let e = &self.entry;
         if first + rows > e.rows || rows == 0 {
             return Err(arbor_model::ModelError::Input(format!(
@@ -97,6 +152,12 @@ impl<B: Backend> HeadSource<B> for DiskHead<B> {
                 first + rows,
                 e.rows
             )));
+        }
+        if first % self.slice_rows == 0
+            && rows == self.slice_rows
+            && let Some(w) = self.held.get(first / self.slice_rows)
+        {
+            return Ok(HeadSlice::Held(w));
         }
         let row_bytes = e.len / e.rows;
         let start = Instant::now();
@@ -126,7 +187,7 @@ impl<B: Backend> HeadSource<B> for DiskHead<B> {
         });
         self.monitor.span(SpanKind::Io, self.label, start, read);
         self.monitor.span(SpanKind::Build, self.label, read, built);
-        Ok(w)
+        Ok(HeadSlice::Read(w))
     }
 }
 

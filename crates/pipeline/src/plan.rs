@@ -35,6 +35,10 @@ pub struct Plan {
     /// Bytes of the output head read per pass (in `read_per_pass`) when
     /// the budget cannot hold it (see [`crate::DiskHead`]); 0 when held.
     pub head_read: u64,
+    /// Of a head that is read per pass, the first rows held instead (what
+    /// the budget has left once whole layers are planned), and the bytes
+    /// they take; `(0, 0)` when the head is held whole or read whole.
+    pub head_held: (usize, u64),
 }
 
 impl Plan {
@@ -74,6 +78,7 @@ pub fn plan(
             read_per_pass: 0,
             split: None,
             head_read: 0,
+            head_held: (0, 0),
         });
     }
     let slots = slots.max(1);
@@ -100,6 +105,7 @@ pub fn plan(
                 read_per_pass: streamed.iter().map(|&i| layers[i].read).sum(),
                 split: None,
                 head_read: 0,
+                head_held: (0, 0),
             });
         }
     }

@@ -63,6 +63,7 @@ pub fn split_plan(
             read_per_pass: (0..n).filter(|&i| split[i]).map(|i| parts(i).2).sum(),
             split: Some((level, split)),
             head_read: 0,
+            head_held: (0, 0),
         }
     };
     for count in 0..=can.len() {

@@ -43,7 +43,7 @@ fn wides() -> Vec<arbor_model::testing::TinyModel> {
 
 #[test]
 fn a_head_read_by_slices_gives_the_resident_heads_bits() {
-    for tiny in wides() {
+    for (tiny, held) in wides().into_iter().zip([0, 3, 7, 20]) {
         let file = TempModel::new(&tiny, "head-slices");
         let want = bits(&session(&mut resident_model(file.path())).unwrap());
         let gguf = GgufFile::open(file.path()).unwrap();
@@ -64,7 +64,11 @@ fn a_head_read_by_slices_gives_the_resident_heads_bits() {
         assert!(model.resident_bytes() < resident_model(file.path()).resident_bytes());
         let monitor = Monitor::default();
         let reader = DirectReader::open(file.path()).unwrap();
-        let head = DiskHead::new(backend, reader, &layout, monitor.clone());
+        let mut head = DiskHead::new(backend, reader, &layout, monitor.clone());
+        head.hold(held).unwrap();
+        // Every slice but the last at most: 2,048 rows in slices of 256.
+        assert_eq!(head.held_rows(), held.min(7) * 256);
+        let held_rows = head.held_rows();
         model.set_head_source(Box::new(head)).unwrap();
         assert!(model.head_streamed());
         assert!(
@@ -74,16 +78,17 @@ fn a_head_read_by_slices_gives_the_resident_heads_bits() {
         let got = bits(&session(&mut model).unwrap());
         assert!(
             got == want,
-            "{} {:?} tied {}: logits differ with the head read by slices",
+            "{} {:?} tied {}, {held_rows} rows held: logits differ with the head read by slices",
             tiny.arch,
             tiny.weight_type,
             tiny.tied
         );
-        // Every pass that returned logits read the whole head.
-        let head_bytes = layout.head_tensor().len as u64;
+        // Every pass that returned logits read the head but its held rows.
+        let entry = layout.head_tensor();
+        let per_pass = (entry.len - held_rows * (entry.len / entry.rows)) as u64;
         let stats = monitor.stats();
-        assert_eq!(stats.bytes % head_bytes, 0);
-        assert!(stats.bytes >= 13 * head_bytes, "{} bytes read", stats.bytes);
+        assert_eq!(stats.bytes % per_pass, 0);
+        assert!(stats.bytes >= 13 * per_pass, "{} bytes read", stats.bytes);
     }
 }
 
@@ -141,11 +146,41 @@ fn a_budget_too_small_for_the_head_reads_it_per_pass() {
             "{:?}: streaming the head should lower the minimum",
             tiny.weight_type
         );
-        let p = plan(held - 1).expect("the head streams below its held minimum");
         let layout = Layout::from_gguf(gguf.header()).unwrap();
-        let head_bytes = layout.head_tensor().len as u64;
-        assert_eq!(p.head_read, head_bytes);
-        assert!(p.read_per_pass >= head_bytes);
+        let entry = layout.head_tensor();
+        let head_bytes = entry.len as u64;
+        let row_bytes = head_bytes / entry.rows as u64;
+        let p = plan(held - 1).expect("the head streams below its held minimum");
+        assert!(p.head_read > 0 && p.read_per_pass >= p.head_read);
+        // Between the two minimums, what is left once whole layers are
+        // planned holds the head's first slices (all but the last at most):
+        // never more than fits, and as many as fit.
+        let mut holding = None;
+        let step = ((held - any) / 200).max(1);
+        for budget in (any..held).step_by(step as usize) {
+            let p = plan(budget).unwrap();
+            let (rows, bytes) = p.head_held;
+            assert_eq!(p.head_read, head_bytes - rows as u64 * row_bytes);
+            assert!(p.fixed + p.stream_reserve + p.resident_bytes <= budget);
+            assert!(rows < entry.rows && p.fixed >= bytes);
+            if rows > 0 {
+                let slice = bytes / (rows / 256) as u64;
+                let spare = budget - p.fixed - p.stream_reserve - p.resident_bytes;
+                assert!(spare < slice || rows == entry.rows - 256, "{spare} bytes left");
+                holding.get_or_insert(budget);
+            }
+        }
+        let budget = holding.expect("some budget holds part of the head");
+        let (mut model, report) =
+            load_target(backend.clone(), &gguf, None, &options(budget), &mut |_, _| {}).unwrap();
+        assert!(model.head_streamed());
+        assert!(report.summary().contains("rows, "), "{}", report.summary());
+        let got = bits(&session(&mut model).unwrap());
+        assert!(
+            got == bits(&session(&mut resident_model(file.path())).unwrap()),
+            "{:?}: logits differ with part of the head held",
+            tiny.weight_type
+        );
 
         let want = bits(&session(&mut resident_model(file.path())).unwrap());
         let (mut model, report) =
