@@ -119,6 +119,7 @@ impl BurnBackend {
             let bytes = b.bytes();
             return Ok(self.held(Repr::Blocks(b), w.rows, w.cols, bytes));
         }
+        let _ = persistent;
         self.weight_f32(&w.to_f32()?, w.rows, w.cols)
     }
 

@@ -34,7 +34,9 @@ pub use layout::{Config, Layout, TensorEntry};
 pub use lora::{HostMatrix, Lora, LoraPair, Proj};
 pub use probes::Probes;
 pub use split::{SuffixLease, is_suffix};
-pub use weights::{HeadSlice, HeadSource, LayerSource, LayerWeights, Lease, Mlp, RowSource, held_bytes};
+pub use weights::{
+    HeadSlice, HeadSource, LayerSource, LayerWeights, Lease, Mlp, RowSource, held_bytes,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {

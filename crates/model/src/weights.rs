@@ -121,7 +121,7 @@ impl<B: Backend> Deref for HeadSlice<'_, B> {
     type Target = B::Weight;
     fn deref(&self) -> &B::Weight {
         match self {
-            HeadSlice::Held(w) => *w,
+            HeadSlice::Held(w) => w,
             HeadSlice::Read(w) => w,
         }
     }

@@ -242,8 +242,8 @@ fn plan_target<B: Backend>(
     let plan = match held {
         Err(PagingError::TooSmall { .. }) if streamed < head => {
             let fixed = fixed - head + streamed;
-            let mut p = plan(options.budget, fixed, &costs, options.slots(), buffers)
-                .map_err(paging)?;
+            let mut p =
+                plan(options.budget, fixed, &costs, options.slots(), buffers).map_err(paging)?;
             let spare = options.budget - fixed - p.stream_reserve - p.resident_bytes;
             let slices = crate::head::slices_held(backend, entry, spare);
             let rows = slices * crate::head::slice_rows(entry);

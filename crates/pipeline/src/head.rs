@@ -153,7 +153,7 @@ impl<B: Backend> HeadSource<B> for DiskHead<B> {
                 e.rows
             )));
         }
-        if first % self.slice_rows == 0
+        if first.is_multiple_of(self.slice_rows)
             && rows == self.slice_rows
             && let Some(w) = self.held.get(first / self.slice_rows)
         {

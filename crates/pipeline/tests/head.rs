@@ -166,13 +166,22 @@ fn a_budget_too_small_for_the_head_reads_it_per_pass() {
             if rows > 0 {
                 let slice = bytes / (rows / 256) as u64;
                 let spare = budget - p.fixed - p.stream_reserve - p.resident_bytes;
-                assert!(spare < slice || rows == entry.rows - 256, "{spare} bytes left");
+                assert!(
+                    spare < slice || rows == entry.rows - 256,
+                    "{spare} bytes left"
+                );
                 holding.get_or_insert(budget);
             }
         }
         let budget = holding.expect("some budget holds part of the head");
-        let (mut model, report) =
-            load_target(backend.clone(), &gguf, None, &options(budget), &mut |_, _| {}).unwrap();
+        let (mut model, report) = load_target(
+            backend.clone(),
+            &gguf,
+            None,
+            &options(budget),
+            &mut |_, _| {},
+        )
+        .unwrap();
         assert!(model.head_streamed());
         assert!(report.summary().contains("rows, "), "{}", report.summary());
         let got = bits(&session(&mut model).unwrap());
