@@ -250,7 +250,7 @@ fn plan_target<B: Backend>(
             let held_bytes = slices as u64 * crate::head::slice_bytes(backend, entry);
             p.head_held = (rows, held_bytes);
             p.fixed = fixed + held_bytes;
-            p.head_read = (entry.len - rows * (entry.len / entry.rows.max(1))) as u64;
+            p.head_read = (entry.len - rows * crate::head::row_bytes(entry)) as u64;
             p.read_per_pass += p.head_read;
             p
         }

@@ -27,13 +27,19 @@ const SLICE_ALIGN: usize = 256;
 /// Rows per slice of `entry`: [`SLICE_BYTES`] of them, or an eighth of the
 /// head if that is less (a small head still holds a fraction of itself).
 pub(crate) fn slice_rows(entry: &TensorEntry) -> usize {
-    let row_bytes = (entry.len / entry.rows.max(1)).max(1);
-    let rows = (SLICE_BYTES / row_bytes).min(entry.rows / 8).max(1);
+    let rows = (SLICE_BYTES / row_bytes(entry).max(1))
+        .min(entry.rows / 8)
+        .max(1);
     match rows >= SLICE_ALIGN {
         true => rows / SLICE_ALIGN * SLICE_ALIGN,
         false => rows,
     }
     .min(entry.rows.max(1))
+}
+
+/// Bytes of one row of the head in the file.
+pub(crate) fn row_bytes(entry: &TensorEntry) -> usize {
+    entry.len / entry.rows.max(1)
 }
 
 /// Bytes one held slice of `entry` takes on `backend` (every slice but the
@@ -48,7 +54,9 @@ pub(crate) fn slice_bytes<B: Backend>(backend: &B, entry: &TensorEntry) -> u64 {
 pub(crate) fn slices_held<B: Backend>(backend: &B, entry: &TensorEntry, spare: u64) -> usize {
     let slices = entry.rows.div_ceil(slice_rows(entry).max(1));
     let fit = spare / slice_bytes(backend, entry).max(1);
-    (fit.min(usize::MAX as u64) as usize).min(slices.saturating_sub(1))
+    usize::try_from(fit)
+        .unwrap_or(usize::MAX)
+        .min(slices.saturating_sub(1))
 }
 
 /// Bytes a streamed head holds at once for passes returning up to
@@ -59,12 +67,24 @@ pub(crate) fn streamed_head_bytes<B: Backend>(
     entry: &TensorEntry,
     logit_rows: usize,
 ) -> u64 {
-    let rows = slice_rows(entry);
-    let row_bytes = entry.len / entry.rows.max(1);
-    let buffer = DirectReader::span(entry.offset, rows * row_bytes).max(arbor_paging::ALIGN);
-    backend.weight_bytes(entry.ty, rows, entry.cols)
-        + buffer as u64
-        + (logit_rows.max(1) * entry.rows * 4) as u64
+    let span = slice_rows(entry) * row_bytes(entry);
+    let buffer = DirectReader::span(entry.offset, span).max(arbor_paging::ALIGN);
+    slice_bytes(backend, entry) + buffer as u64 + (logit_rows.max(1) * entry.rows * 4) as u64
+}
+
+/// Reads rows `first..first + rows` of `entry` into `buf`.
+fn read_rows<'b>(
+    reader: &DirectReader,
+    buf: &'b mut AlignedBuf,
+    entry: &TensorEntry,
+    first: usize,
+    rows: usize,
+) -> Result<&'b [u8]> {
+    let row_bytes = row_bytes(entry);
+    let offset = entry.offset + (first * row_bytes) as u64;
+    reader
+        .read_into(offset, rows * row_bytes, buf)
+        .map_err(paging)
 }
 
 /// A [`HeadSource`] reading slices of the head with direct IO into a buffer
@@ -105,18 +125,10 @@ impl<B: Backend> DiskHead<B> {
     pub fn hold(&mut self, slices: usize) -> Result<()> {
         let total = self.entry.rows.div_ceil(self.slice_rows);
         let slices = slices.min(total.saturating_sub(1));
-        let row_bytes = self.entry.len / self.entry.rows;
         while self.held.len() < slices {
             let first = self.held.len() * self.slice_rows;
             let e = &self.entry;
-            let bytes = self
-                .reader
-                .read_into(
-                    e.offset + (first * row_bytes) as u64,
-                    self.slice_rows * row_bytes,
-                    &mut self.buf,
-                )
-                .map_err(paging)?;
+            let bytes = read_rows(&self.reader, &mut self.buf, e, first, self.slice_rows)?;
             let w = self.backend.weight(WeightData {
                 name: &e.name,
                 ty: e.ty,
@@ -159,16 +171,8 @@ impl<B: Backend> HeadSource<B> for DiskHead<B> {
         {
             return Ok(HeadSlice::Held(w));
         }
-        let row_bytes = e.len / e.rows;
         let start = Instant::now();
-        let bytes = self
-            .reader
-            .read_into(
-                e.offset + (first * row_bytes) as u64,
-                rows * row_bytes,
-                &mut self.buf,
-            )
-            .map_err(paging)?;
+        let bytes = read_rows(&self.reader, &mut self.buf, e, first, rows)?;
         let read = Instant::now();
         let w = self.backend.streamed_weight(WeightData {
             name: &e.name,
@@ -180,7 +184,7 @@ impl<B: Backend> HeadSource<B> for DiskHead<B> {
         let built = Instant::now();
         let (io, build) = ((read - start).as_secs_f64(), (built - read).as_secs_f64());
         self.monitor.add(|s| {
-            s.bytes += (rows * row_bytes) as u64;
+            s.bytes += (rows * row_bytes(e)) as u64;
             s.io_secs += io;
             s.build_secs += build;
             s.wait_secs += io + build;
