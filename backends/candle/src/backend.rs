@@ -3,7 +3,7 @@
 //! candle's thread pool.
 
 use arbor_tensor::{
-    Backend, GgmlType, Heads, KvFormat, Mask, Result, Rope, WeightData, check_part,
+    Backend, GgmlType, Heads, KvFormat, Mask, Result, Rope, SharedBytes, WeightData, check_part,
     matmul_part_padded, matmul_sum_parts, reference, sum_segments,
 };
 use candle_core::quantized::k_quants;
@@ -45,6 +45,16 @@ impl Backend for CandleBackend {
     /// rows are transposed in registers (see `qmm`).
     fn streamed_weight(&self, w: WeightData<'_>) -> Result<CandleWeight> {
         self.weight_with(w, false)
+    }
+
+    /// GGUF rows under our kernels and float values stay in the streamer's
+    /// read buffer: a streamed layer then costs its buffer and no copy.
+    fn streams_in_place(&self, ty: GgmlType, rows: usize, cols: usize) -> bool {
+        self.in_place(ty, rows, cols)
+    }
+
+    fn streamed_weight_in(&self, w: WeightData<'_>, keep: &SharedBytes) -> Result<CandleWeight> {
+        self.weight_in(w, keep)
     }
 
     fn embedding_table(&self, w: WeightData<'_>) -> Result<CandleWeight> {

@@ -32,7 +32,7 @@
 //! take every type row at a time. Rows are shared out to candle's spinning
 //! thread pool, which the calling thread joins.
 
-use arbor_tensor::GgmlType;
+use arbor_tensor::{GgmlType, SharedBytes, Store};
 use candle_core::quantized::k_quants::{BlockQ8_0, BlockQ8K, GgmlType as CandleBlock};
 use std::mem::MaybeUninit;
 use std::ops::Range;
@@ -230,7 +230,8 @@ pub(crate) struct QWeight {
     kind: Kind,
     rows: usize,
     cols: usize,
-    bytes: Vec<u8>,
+    /// The blocks: a copy, or a streamed layer's read buffer kept in place.
+    bytes: Store<u8>,
     /// Leading rows held in interleaved groups (of eight for the
     /// K-quants, [`q4k8`] and [`q6k8`]; of sixteen for Q8_0 and Q5_0,
     /// [`q8x16`]); the rest are GGUF rows.
@@ -274,12 +275,37 @@ impl QWeight {
             Kind::Q8_0 => (q8x16::interleave_q8_0(bytes, rows, nb), grouped),
             Kind::Q5_0 => (q8x16::interleave_q5_0(bytes, rows, nb), grouped),
         };
+        let bytes = Store::Owned(bytes);
         Some(QWeight {
             kind,
             rows,
             cols,
             bytes,
             grouped,
+        })
+    }
+
+    /// The weight kept in `bytes` as GGUF rows, without a copy (a streamed
+    /// layer's read buffer); `None` where [`Self::with_layout`] would be.
+    pub(crate) fn in_place(
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        bytes: &SharedBytes,
+    ) -> Option<QWeight> {
+        let kind = Kind::of(ty).filter(|_| available())?;
+        assert!(
+            cols.is_multiple_of(kind.block_len())
+                && bytes.len() == rows * cols / kind.block_len() * kind.block_bytes(),
+            "{} bytes are not a {rows}x{cols} {ty} matrix",
+            bytes.len()
+        );
+        Some(QWeight {
+            kind,
+            rows,
+            cols,
+            bytes: Store::<u8>::shared(bytes)?,
+            grouped: 0,
         })
     }
 
@@ -682,7 +708,7 @@ impl QWeight {
             kind: self.kind,
             rows: n,
             cols: self.cols,
-            bytes,
+            bytes: Store::Owned(bytes),
             grouped: n,
         };
         // SAFETY: as this function's.

@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 
-use arbor_tensor::{Backend, GgmlType, Result, WeightData};
+use arbor_tensor::{Backend, GgmlType, Result, SharedBytes, WeightData};
 use candle_core::Device;
 use candle_core::quantized::k_quants::BlockQ6K;
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
@@ -98,6 +98,50 @@ impl CandleBackend {
 }
 
 impl CandleBackend {
+    /// Whether a streamed weight of type `ty` and shape `rows × cols` is
+    /// kept in its read buffer ([`Backend::streams_in_place`]): GGUF rows
+    /// under our kernels, and float values under our float matmul.
+    pub(crate) fn in_place(&self, ty: GgmlType, rows: usize, cols: usize) -> bool {
+        if self.held_type(ty) != ty {
+            return false;
+        }
+        if self.own_kernel(ty) {
+            return true;
+        }
+        packed::tiles_for(candle_dtype(ty), rows, cols).is_none()
+            && matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+            && candle_runs(ty)
+    }
+
+    /// [`Backend::streamed_weight_in`]: the weight kept in `keep` where
+    /// [`Self::in_place`] says so (and the bytes are aligned for the
+    /// type), else built as [`Backend::streamed_weight`] builds it.
+    pub(crate) fn weight_in(&self, w: WeightData<'_>, keep: &SharedBytes) -> Result<CandleWeight> {
+        check_weight(&w)?;
+        if keep.as_slice().as_ptr() != w.bytes.as_ptr() || keep.len() != w.bytes.len() {
+            return Err(shape_err(
+                "streamed_weight_in",
+                format!("`{}`: the kept bytes are not the weight's", w.name),
+            ));
+        }
+        if self.in_place(w.ty, w.rows, w.cols) {
+            if self.own_kernel(w.ty) {
+                if let Some(q) = qmm::QWeight::in_place(w.ty, w.rows, w.cols, keep) {
+                    return Ok(CandleWeight {
+                        held: q.held_bytes(),
+                        mm: Held::Own(q),
+                        ty: w.ty,
+                        rows: w.rows,
+                        cols: w.cols,
+                    });
+                }
+            } else if let Some(f) = FloatWeight::in_place(w.ty, w.rows, w.cols, keep) {
+                return Ok(float_weight(f, w.ty));
+            }
+        }
+        self.weight_with(w, false)
+    }
+
     /// [`Backend::weight`], K-quant rows interleaved or not (see
     /// [`qmm::QWeight::with_layout`]).
     pub(crate) fn weight_with(&self, w: WeightData<'_>, interleave: bool) -> Result<CandleWeight> {

@@ -51,6 +51,28 @@ fn batched_rows_equal_single_rows_bit_for_bit() {
 }
 
 #[test]
+fn streamed_weights_in_their_read_buffers() {
+    use GgmlType as T;
+    let types = [
+        T::F32,
+        T::F16,
+        T::BF16,
+        T::Q8_0,
+        T::Q5_0,
+        T::Q4_K,
+        T::Q6_K,
+        T::Q4_1,
+    ];
+    suite::streamed_in_place(&ours(), &types);
+    suite::streamed_in_place(&candles(), &types);
+    // What is kept in place on x86 with our kernels.
+    #[cfg(target_arch = "x86_64")]
+    for ty in [T::F16, T::Q8_0, T::Q4_K, T::Q6_K] {
+        assert!(ours().streams_in_place(ty, 48, 256), "{ty}");
+    }
+}
+
+#[test]
 fn weight_parts() {
     suite::weight_parts(&ours(), GgmlType::F32, Tol::largest(1e-5));
     suite::weight_parts(&ours(), GgmlType::Q8_0, QUANTIZED_PART);

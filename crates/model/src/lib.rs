@@ -35,7 +35,8 @@ pub use lora::{HostMatrix, Lora, LoraPair, Proj};
 pub use probes::Probes;
 pub use split::{SuffixLease, is_suffix};
 pub use weights::{
-    HeadSlice, HeadSource, LayerSource, LayerWeights, Lease, Mlp, RowSource, held_bytes,
+    HeadSlice, HeadSource, LayerSource, LayerWeights, Lease, Mlp, RowSource, copied_bytes,
+    held_bytes,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -26,7 +26,7 @@
 use std::sync::Arc;
 
 use arbor_gguf::GgufFile;
-use arbor_tensor::Backend;
+use arbor_tensor::{Backend, SharedBytes};
 
 use crate::blocks::Block;
 use crate::weights::{Mlp, SEGMENT, weight};
@@ -115,7 +115,28 @@ impl<B: Backend> Mlp<B> {
         bytes: &[&[u8]],
         streamed: bool,
     ) -> Result<Self> {
-        if bytes.len() != entries.len() {
+        Self::suffix_build(backend, entries, bytes, streamed, None)
+    }
+
+    /// [`Self::suffix_from_bytes`] for one pass, from bytes its weights
+    /// may keep instead of copying (`keep[i]` for `entries[i]`).
+    pub fn suffix_from_shared(
+        backend: &B,
+        entries: &[TensorEntry],
+        keep: &[SharedBytes],
+    ) -> Result<Self> {
+        let bytes: Vec<&[u8]> = keep.iter().map(|k| k.as_slice()).collect();
+        Self::suffix_build(backend, entries, &bytes, true, Some(keep))
+    }
+
+    fn suffix_build(
+        backend: &B,
+        entries: &[TensorEntry],
+        bytes: &[&[u8]],
+        streamed: bool,
+        keep: Option<&[SharedBytes]>,
+    ) -> Result<Self> {
+        if bytes.len() != entries.len() || keep.is_some_and(|k| k.len() != entries.len()) {
             return Err(ModelError::Invalid(format!(
                 "{} byte ranges for {} split-layer entries",
                 bytes.len(),
@@ -123,13 +144,21 @@ impl<B: Backend> Mlp<B> {
             )));
         }
         let role = |r: &str| {
-            (entries.iter().zip(bytes))
-                .find(|(e, _)| e.name.ends_with(r))
+            (0..entries.len())
+                .find(|&i| entries[i].name.ends_with(r))
                 .ok_or_else(|| ModelError::Invalid(format!("split layer has no `{r}`")))
         };
-        let matrix = |(e, b): (&TensorEntry, &&[u8])| weight(backend, e, b, streamed);
-        let down: Vec<B::Weight> = (entries.iter().zip(bytes))
-            .filter(|(e, _)| e.name.contains(SEGMENT))
+        let matrix = |i: usize| {
+            weight(
+                backend,
+                &entries[i],
+                bytes[i],
+                streamed,
+                keep.map(|k| &k[i]),
+            )
+        };
+        let down: Vec<B::Weight> = (0..entries.len())
+            .filter(|&i| entries[i].name.contains(SEGMENT))
             .map(matrix)
             .collect::<Result<_>>()?;
         if down.is_empty() {

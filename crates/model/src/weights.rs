@@ -7,7 +7,7 @@
 
 use std::ops::Deref;
 
-use arbor_tensor::{Backend, WeightData};
+use arbor_tensor::{Backend, SharedBytes, WeightData};
 
 use crate::{ModelError, Result, TensorEntry};
 
@@ -137,21 +137,47 @@ impl<B: Backend> LayerWeights<B> {
         bytes: &[&[u8]],
         streamed: bool,
     ) -> Result<Self> {
+        Self::build(backend, entries, bytes, streamed, None)
+    }
+
+    /// A streamed layer built from bytes its weights may keep instead of
+    /// copying (see [`Backend::streamed_weight_in`]): `keep[i]` for
+    /// `entries[i]`.
+    pub fn from_shared(backend: &B, entries: &[TensorEntry], keep: &[SharedBytes]) -> Result<Self> {
+        let bytes: Vec<&[u8]> = keep.iter().map(|k| k.as_slice()).collect();
+        Self::build(backend, entries, &bytes, true, Some(keep))
+    }
+
+    fn build(
+        backend: &B,
+        entries: &[TensorEntry],
+        bytes: &[&[u8]],
+        streamed: bool,
+        keep: Option<&[SharedBytes]>,
+    ) -> Result<Self> {
+        if bytes.len() != entries.len() || keep.is_some_and(|k| k.len() != entries.len()) {
+            return Err(ModelError::Invalid(format!(
+                "{} byte ranges for {} layer entries",
+                bytes.len(),
+                entries.len()
+            )));
+        }
+        let at = |i: usize| (&entries[i], bytes[i], keep.map(|k| &k[i]));
         let find = |suffix: &str| {
             entries
                 .iter()
                 .position(|s| s.name.ends_with(suffix))
-                .map(|i| (&entries[i], bytes[i]))
+                .map(at)
         };
         let need = |suffix: &str| {
             find(suffix).ok_or_else(|| ModelError::Invalid(format!("layer has no `{suffix}`")))
         };
         let matrix = |suffix: &str| -> Result<B::Weight> {
-            let (s, b) = need(suffix)?;
-            weight(backend, s, b, streamed)
+            let (s, b, k) = need(suffix)?;
+            weight(backend, s, b, streamed, k)
         };
         let vector = |suffix: &str| -> Result<Option<B::Tensor>> {
-            let Some((s, b)) = find(suffix) else {
+            let Some((s, b, _)) = find(suffix) else {
                 return Ok(None);
             };
             if b.len() != s.len {
@@ -179,9 +205,12 @@ impl<B: Backend> LayerWeights<B> {
                 gate: matrix("ffn_gate.weight")?,
                 up: matrix("ffn_up.weight")?,
                 down: match entries.iter().any(|e| e.name.contains(SEGMENT)) {
-                    true => (entries.iter().zip(bytes))
-                        .filter(|(e, _)| e.name.contains(SEGMENT))
-                        .map(|(e, b)| weight(backend, e, b, streamed))
+                    true => (0..entries.len())
+                        .filter(|&i| entries[i].name.contains(SEGMENT))
+                        .map(|i| {
+                            let (e, b, k) = at(i);
+                            weight(backend, e, b, streamed, k)
+                        })
                         .collect::<Result<_>>()?,
                     false => vec![matrix("ffn_down.weight")?],
                 },
@@ -194,12 +223,13 @@ impl<B: Backend> LayerWeights<B> {
 pub(crate) const SEGMENT: &str = ".ffn_down.weight.seg";
 
 /// The matrix of entry `e` from its bytes; `streamed` for one pass (see
-/// [`Backend::streamed_weight`]).
+/// [`Backend::streamed_weight`]), kept in `keep` where the backend can.
 pub(crate) fn weight<B: Backend>(
     backend: &B,
     e: &TensorEntry,
     bytes: &[u8],
     streamed: bool,
+    keep: Option<&SharedBytes>,
 ) -> Result<B::Weight> {
     let w = WeightData {
         name: &e.name,
@@ -208,10 +238,22 @@ pub(crate) fn weight<B: Backend>(
         cols: e.cols,
         bytes,
     };
-    Ok(match streamed {
-        true => backend.streamed_weight(w)?,
-        false => backend.weight(w)?,
+    Ok(match (streamed, keep) {
+        (true, Some(k)) => backend.streamed_weight_in(w, k)?,
+        (true, None) => backend.streamed_weight(w)?,
+        (false, _) => backend.weight(w)?,
     })
+}
+
+/// Bytes a streamed layer holds beside its read buffers: what the backend
+/// copies rather than keeps in place (norm vectors always; matrices of
+/// types [`Backend::streams_in_place`] does not keep).
+pub fn copied_bytes<B: Backend>(backend: &B, entries: &[TensorEntry]) -> u64 {
+    entries
+        .iter()
+        .filter(|s| s.rows == 1 || !backend.streams_in_place(s.ty, s.rows, s.cols))
+        .map(|s| held_bytes(backend, std::slice::from_ref(s)))
+        .sum()
 }
 
 /// Bytes a layer holds once loaded on `backend`.

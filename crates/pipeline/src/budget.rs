@@ -5,13 +5,13 @@
 //! read row by row ([`DiskRows`]).
 
 use arbor_gguf::GgufFile;
-use arbor_model::{Config, Decoder, Layout, Result, RowSource, held_bytes};
+use arbor_model::{Config, Decoder, Layout, Result, RowSource, copied_bytes, held_bytes};
 use arbor_paging::{Ledger, PagingError, format_bytes};
 use arbor_tensor::{Backend, KvFormat};
 
 use crate::{
     DiskHead, DiskRows, HostBudget, HostTier, LayerCost, Mode, Monitor, Plan, Streamer,
-    buffer_sets, paging, plan, read_buffer_bytes,
+    buffer_sets, buffer_sets_for, keeps_in_place, paging, plan, read_buffer_bytes,
 };
 
 /// How the target is loaded under a memory budget.
@@ -194,11 +194,19 @@ fn plan_target<B: Backend>(
     options: &MemoryOptions,
 ) -> Result<(Plan, u64)> {
     let c = &layout.config;
+    let lists: Vec<&[arbor_model::TensorEntry]> = layout.layers.iter().map(|s| &s[..]).collect();
+    // As the streamer decides: pipelined layers may stay in their buffers.
+    let in_place =
+        matches!(options.mode, Mode::Pipelined { .. }) && keeps_in_place(backend, &lists);
     let costs: Vec<LayerCost> = layout
         .layers
         .iter()
         .map(|s| LayerCost {
             held: held_bytes(backend, s),
+            copied: match in_place {
+                true => copied_bytes(backend, s),
+                false => held_bytes(backend, s),
+            },
             read: s.iter().map(|t| t.len as u64).sum(),
         })
         .collect();
@@ -218,7 +226,7 @@ fn plan_target<B: Backend>(
         let costs = crate::split::split_costs(backend, layout, level)?;
         let lists: Vec<&[arbor_model::TensorEntry]> =
             costs.iter().filter_map(|(_, s)| s.as_deref()).collect();
-        let buffers = crate::streamer::entry_buffer_bytes(&lists) * buffer_sets(options.mode);
+        let buffers = crate::buffers::entry_buffer_bytes(&lists) * buffer_sets(options.mode);
         let costs: Vec<_> = costs.iter().map(|(c, _)| *c).collect();
         let plan = crate::split_plan(
             options.budget,
@@ -232,7 +240,7 @@ fn plan_target<B: Backend>(
         return Ok((plan, base));
     }
     let all: Vec<usize> = (0..layout.layers.len()).collect();
-    let buffers = read_buffer_bytes(layout, &all) * buffer_sets(options.mode);
+    let buffers = read_buffer_bytes(layout, &all) * buffer_sets_for(options.mode, in_place);
     let held = plan(options.budget, fixed, &costs, options.slots(), buffers);
     // A budget that cannot hold the head with the rest reads it a slice at
     // a time on every pass, as it would the same bytes of layers; what is

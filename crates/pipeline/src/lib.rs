@@ -19,7 +19,10 @@
 //! which a memory limit would count and then evict), builds the backend
 //! weights, and lends them for one forward pass; every byte it holds is
 //! reserved on a [`Ledger`](arbor_paging::Ledger) first, so it cannot exceed
-//! its share of the budget.
+//! its share of the budget. Where the backend keeps streamed weights in the
+//! bytes they were read into ([`keeps_in_place`]), a pipelined streamer
+//! builds nothing: it lends the read buffers themselves with the layer, and
+//! gets them back when the pass drops it.
 //! - [`Mode::OnDemand`] loads each layer when the forward pass asks for it
 //!   (compute waits for every read);
 //! - [`Mode::Pipelined`] runs a reader and a builder thread that keep up to
@@ -50,6 +53,7 @@ use arbor_model::ModelError;
 use arbor_paging::PagingError;
 
 mod budget;
+mod buffers;
 mod head;
 mod host;
 mod monitor;
@@ -62,13 +66,14 @@ pub use budget::{
     MemoryOptions, MemoryReport, SEQUENCE_SLACK, SLACK, kv_bytes, load_resident, load_target,
     logit_scratch, model_bytes, peak_resident, plan_with, resident_now, target_fits,
 };
+pub use buffers::{buffer_sets, buffer_sets_for, keeps_in_place, read_buffer_bytes};
 pub use head::DiskHead;
 pub use host::{HostBudget, HostTier, time_layer_builds};
 pub use monitor::{Monitor, Span, SpanKind, StreamStats};
 pub use plan::{LayerCost, Plan, plan};
 pub use rows::DiskRows;
 pub use split::{SplitCost, split_plan};
-pub use streamer::{Streamer, buffer_sets, read_buffer_bytes};
+pub use streamer::Streamer;
 
 /// How streamed layers are loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,6 +7,10 @@ use arbor_paging::{PagingError, format_bytes};
 pub struct LayerCost {
     /// Bytes its weights hold once built.
     pub held: u64,
+    /// Bytes it holds beside its read buffers when streamed: `held`, or
+    /// less where the backend keeps weights in the buffers (see
+    /// [`crate::keeps_in_place`]).
+    pub copied: u64,
     /// Bytes read from the file to build it.
     pub read: u64,
 }
@@ -88,7 +92,11 @@ pub fn plan(
         for &i in &streamed {
             resident[i] = false;
         }
-        let max_held = streamed.iter().map(|&i| layers[i].held).max().unwrap_or(0);
+        let max_held = streamed
+            .iter()
+            .map(|&i| layers[i].copied)
+            .max()
+            .unwrap_or(0);
         let reserve = slots as u64 * max_held + buffers;
         let resident_bytes: u64 = (0..n)
             .filter(|&i| resident[i])
@@ -109,7 +117,7 @@ pub fn plan(
             });
         }
     }
-    let max_held = layers.iter().map(|l| l.held).max().unwrap_or(0);
+    let max_held = layers.iter().map(|l| l.copied).max().unwrap_or(0);
     let minimum = fixed + slots as u64 * max_held + buffers;
     Err(PagingError::TooSmall {
         budget,
@@ -130,6 +138,7 @@ mod tests {
         (0..n)
             .map(|i| LayerCost {
                 held: 100 + i as u64,
+                copied: 100 + i as u64,
                 read: 80,
             })
             .collect()
@@ -159,6 +168,30 @@ mod tests {
                 assert!(p.fixed + p.stream_reserve + bytes > budget);
             }
         }
+    }
+
+    #[test]
+    fn layers_kept_in_their_buffers_reserve_only_their_copies() {
+        // Ten layers of 100 bytes; three sets of buffers when kept in
+        // place, two sets and two built copies when not.
+        let copied = |c: u64| -> Vec<LayerCost> {
+            (0..10)
+                .map(|_| LayerCost {
+                    held: 100,
+                    copied: c,
+                    read: 100,
+                })
+                .collect()
+        };
+        // 1,010 - 300: 310 beside two copies (3 layers), 402 beside three
+        // sets (4 layers).
+        let budget = 1_010;
+        let copies = plan(budget, 300, &copied(100), 2, 2 * 100).unwrap();
+        let kept = plan(budget, 300, &copied(4), 2, 3 * 100).unwrap();
+        assert_eq!(copies.stream_reserve, 400);
+        assert_eq!(kept.stream_reserve, 2 * 4 + 300);
+        assert_eq!(kept.streamed() + 1, copies.streamed());
+        assert!(kept.fixed + kept.stream_reserve + kept.resident_bytes <= budget);
     }
 
     #[test]

@@ -10,55 +10,14 @@ use std::time::Instant;
 
 use arbor_model::{
     LayerSource, LayerWeights, Layout, Lease, Mlp, ModelError, Result, SuffixLease, TensorEntry,
-    WeightWait, held_bytes, is_suffix,
+    WeightWait, copied_bytes, held_bytes, is_suffix,
 };
 use arbor_paging::{AlignedBuf, DirectReader, Ledger, PagingError, Reservation};
-use arbor_tensor::Backend;
+use arbor_tensor::{Backend, SharedBytes};
 use crossbeam_channel::{Receiver, Sender, bounded};
 
+use crate::buffers::{BufSet, LentBytes, LentSet, buffer_caps, buffer_sets_for, keeps_in_place};
 use crate::{HostTier, Mode, Monitor, SpanKind, paging};
-
-/// Bytes of read buffers a streamer needs for any of `layers` (indices into
-/// [`Layout::layers`]): one buffer per tensor position, as large as that
-/// tensor's aligned span in any of them.
-pub fn read_buffer_bytes(layout: &Layout, layers: &[usize]) -> u64 {
-    let entries: Vec<&[TensorEntry]> = layers
-        .iter()
-        .map(|&l| layout.layers[l].as_slice())
-        .collect();
-    buffer_caps(&entries).iter().map(|&c| c as u64).sum()
-}
-
-/// Bytes of read buffers a streamer needs for any of these entry lists.
-pub(crate) fn entry_buffer_bytes(lists: &[&[TensorEntry]]) -> u64 {
-    buffer_caps(lists).iter().map(|&c| c as u64).sum()
-}
-
-fn buffer_caps(layers: &[&[TensorEntry]]) -> Vec<usize> {
-    let width = layers.iter().map(|s| s.len()).max().unwrap_or(0);
-    (0..width)
-        .map(|i| {
-            layers
-                .iter()
-                .filter_map(|s| s.get(i))
-                .map(|s| DirectReader::span(s.offset, s.len).max(arbor_paging::ALIGN))
-                .max()
-                .unwrap_or(0)
-        })
-        .collect()
-}
-
-/// Read buffer sets a streamer in `mode` holds: one on demand; two when
-/// pipelined, so the next layer is read while the last one is built.
-pub fn buffer_sets(mode: Mode) -> u64 {
-    match mode {
-        Mode::OnDemand => 1,
-        Mode::Pipelined { .. } => 2,
-    }
-}
-
-/// One buffer per tensor position, reused from layer to layer.
-struct BufSet(Vec<AlignedBuf>);
 
 /// A layer's bytes, read and waiting to be built: where each tensor's
 /// bytes start in its buffer (direct reads keep the offset within the page,
@@ -116,9 +75,44 @@ struct Builder<B: Backend> {
     /// good: a layer that does not fit beside them would wait forever).
     room: u64,
     monitor: Monitor,
+    /// Whether pipelined layers keep their weights in the read buffers
+    /// (see [`keeps_in_place`]).
+    in_place: bool,
 }
 
 impl<B: Backend> Builder<B> {
+    /// Builds a layer in its read buffers, which go back to `free` once
+    /// the layer is dropped (at once where nothing was kept in them).
+    fn build_lent(
+        &self,
+        layer: usize,
+        entries: &[TensorEntry],
+        set: BufSet,
+        starts: &[usize],
+        free: &Sender<BufSet>,
+    ) -> Result<Built<B>> {
+        let lent = Arc::new(LentSet {
+            set: Some(set),
+            back: free.clone(),
+        });
+        let keep = entries
+            .iter()
+            .zip(starts)
+            .enumerate()
+            .map(|(buf, (s, &at))| {
+                let owner = Arc::new(LentBytes {
+                    set: lent.clone(),
+                    buf,
+                });
+                SharedBytes::new(owner, at..at + s.len).ok_or_else(|| {
+                    ModelError::Invalid(format!("`{}`: read past its buffer", s.name))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        drop(lent);
+        self.build_from(layer, entries, Bytes::Kept(&keep))
+    }
+
     fn build(
         &self,
         layer: usize,
@@ -126,7 +120,20 @@ impl<B: Backend> Builder<B> {
         set: &BufSet,
         starts: &[usize],
     ) -> Result<Built<B>> {
-        let held = held_bytes(&self.backend, entries);
+        let slices: Vec<&[u8]> = entries
+            .iter()
+            .zip(&set.0)
+            .zip(starts)
+            .map(|((s, buf), &at)| &buf.as_slice()[at..at + s.len])
+            .collect();
+        self.build_from(layer, entries, Bytes::Copied(&slices))
+    }
+
+    fn build_from(&self, layer: usize, entries: &[TensorEntry], bytes: Bytes) -> Result<Built<B>> {
+        let held = match bytes {
+            Bytes::Kept(_) => copied_bytes(&self.backend, entries),
+            Bytes::Copied(_) => held_bytes(&self.backend, entries),
+        };
         if held > self.room {
             return Err(paging(PagingError::OverBudget {
                 what: format!("streamed layer {layer}"),
@@ -140,25 +147,14 @@ impl<B: Backend> Builder<B> {
             .reserve_blocking(held, &format!("streamed layer {layer}"))
             .map_err(paging)?;
         let t0 = Instant::now();
-        let slices: Vec<&[u8]> = entries
-            .iter()
-            .zip(&set.0)
-            .zip(starts)
-            .map(|((s, buf), &at)| &buf.as_slice()[at..at + s.len])
-            .collect();
-        let built = match is_suffix(entries) {
-            true => Lent::Suffix(Mlp::suffix_from_bytes(
-                &self.backend,
-                entries,
-                &slices,
-                true,
-            )?),
-            false => Lent::Layer(LayerWeights::from_bytes(
-                &self.backend,
-                entries,
-                &slices,
-                true,
-            )?),
+        let b = &self.backend;
+        let built = match (is_suffix(entries), bytes) {
+            (true, Bytes::Copied(s)) => Lent::Suffix(Mlp::suffix_from_bytes(b, entries, s, true)?),
+            (true, Bytes::Kept(k)) => Lent::Suffix(Mlp::suffix_from_shared(b, entries, k)?),
+            (false, Bytes::Copied(s)) => {
+                Lent::Layer(LayerWeights::from_bytes(b, entries, s, true)?)
+            }
+            (false, Bytes::Kept(k)) => Lent::Layer(LayerWeights::from_shared(b, entries, k)?),
         };
         let t1 = Instant::now();
         self.monitor.add(|st| {
@@ -172,6 +168,14 @@ impl<B: Backend> Builder<B> {
             Lent::Suffix(mlp) => Built::Suffix(SuffixLease { mlp, hold }),
         })
     }
+}
+
+/// A layer's bytes for the builder: slices to copy from, or lent bytes
+/// its weights may keep.
+#[derive(Clone, Copy)]
+enum Bytes<'a> {
+    Copied(&'a [&'a [u8]]),
+    Kept(&'a [SharedBytes]),
 }
 
 enum Lent<B: Backend> {
@@ -281,7 +285,8 @@ impl<B: Backend + Clone> Streamer<B> {
         let monitor = Monitor::default();
         let entries: Vec<&[TensorEntry]> = layers.iter().map(|(_, s)| s.as_slice()).collect();
         let caps = buffer_caps(&entries);
-        let sets = buffer_sets(mode);
+        let in_place = matches!(mode, Mode::Pipelined { .. }) && keeps_in_place(&backend, &entries);
+        let sets = buffer_sets_for(mode, in_place);
         let set_bytes: u64 = caps.iter().map(|&c| c as u64).sum();
         let buffers = ledger
             .reserve(set_bytes * sets, "read buffers for streamed layers")
@@ -297,6 +302,7 @@ impl<B: Backend + Clone> Streamer<B> {
             room: ledger.budget() - buffers.bytes(),
             ledger,
             monitor: monitor.clone(),
+            in_place,
         };
         let inner = match mode {
             Mode::OnDemand => Inner::OnDemand {
@@ -399,8 +405,14 @@ fn run_builder<B: Backend>(
                 .find(|(l, _)| *l == r.layer)
                 .expect("the reader reads listed layers")
                 .1;
-            let lease = builder.build(r.layer, entries, &r.set, &r.starts);
-            let _ = free.send(r.set);
+            let lease = match builder.in_place {
+                true => builder.build_lent(r.layer, entries, r.set, &r.starts, free),
+                false => {
+                    let lease = builder.build(r.layer, entries, &r.set, &r.starts);
+                    let _ = free.send(r.set);
+                    lease
+                }
+            };
             lease.map(|lease| (r.layer, lease))
         });
         let failed = built.is_err();

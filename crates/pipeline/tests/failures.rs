@@ -11,7 +11,7 @@ use arbor_backend_candle::CandleBackend;
 use arbor_gguf::GgmlType;
 use arbor_model::{LanguageModel, ModelError, Result};
 use arbor_paging::{Ledger, PagingError};
-use arbor_pipeline::{Mode, Streamer, buffer_sets};
+use arbor_pipeline::{Mode, Streamer};
 use common::*;
 
 #[test]
@@ -20,7 +20,7 @@ fn a_budget_without_room_for_the_read_buffers_is_refused() {
     let file = TempModel::new(&tiny("llama", GgmlType::Q8_0, false, 21), "buffers");
     let layers = streamed_layers(file.path(), &pattern);
     for mode in MODES {
-        let buffers = buffer_bytes(&layers) * buffer_sets(mode);
+        let buffers = buffer_bytes(&layers) * sets(&layers, mode);
         let ledger = Ledger::new(buffers - 1);
         let got = Streamer::new(
             CandleBackend::new(),
@@ -72,10 +72,10 @@ fn a_budget_without_room_for_a_layer_is_an_error_not_a_hang() {
     let path = file.path().to_path_buf();
     let layers = streamed_layers(&path, &pattern);
     let one_set = buffer_bytes(&layers);
-    let held = max_held(&layers);
     let mut cases: Vec<Case<Result<Vec<f32>>>> = Vec::new();
     for mode in MODES {
-        let buffers = one_set * buffer_sets(mode);
+        let held = max_slot(&layers, mode);
+        let buffers = one_set * sets(&layers, mode);
         let mut budgets = vec![buffers, buffers + held - 1];
         if held > buffers {
             // Smaller than the layer itself: `reserve_blocking` refuses at once.
@@ -102,7 +102,8 @@ fn a_budget_without_room_for_a_layer_is_an_error_not_a_hang() {
     for depth in [1, 2] {
         let path = path.clone();
         let layers = layers.clone();
-        let buffers = one_set * buffer_sets(Mode::Pipelined { depth });
+        let mode = Mode::Pipelined { depth };
+        let (buffers, held) = (one_set * sets(&layers, mode), max_slot(&layers, mode));
         cases.push((
             format!("Pipelined {{ depth: {depth} }}, budget {buffers}, dropped unused"),
             Box::new(move || {

@@ -10,7 +10,7 @@ use std::time::Instant;
 use arbor_backend_candle::CandleBackend;
 use arbor_gguf::GgmlType;
 use arbor_model::{LanguageModel, held_bytes};
-use arbor_pipeline::{Mode, Span, SpanKind, StreamStats, buffer_sets};
+use arbor_pipeline::{Mode, Span, SpanKind, StreamStats};
 use common::*;
 
 #[test]
@@ -61,8 +61,20 @@ fn streaming_stays_within_the_exact_budget() {
                 .all(|(_, s)| held_bytes(&CandleBackend::new(), s) == held)
         );
         for mode in MODES {
-            let buffers = one_set * buffer_sets(mode);
+            let buffers = one_set * sets(&layers, mode);
             let budget = exact_budget(&layers, mode);
+            // Where the weights stay in the read buffers a built layer
+            // holds only its copies (norm vectors) beside them.
+            let held = max_slot(&layers, mode);
+            // Every tiny's matrices (Q8_0, F32) stay in the buffers of a
+            // pipelined streamer: a built layer holds its norms alone.
+            let pipelined = matches!(mode, Mode::Pipelined { .. });
+            assert_eq!(in_place(&layers, mode), pipelined, "{mode:?}");
+            assert!(if pipelined {
+                held * 10 < max_held(&layers)
+            } else {
+                held == max_held(&layers)
+            });
             assert_eq!(budget, buffers + slots(mode) * held);
             let mut st = load_streamed(file.path(), &pattern, mode, budget).unwrap();
             // The read buffers are reserved up front.

@@ -18,6 +18,9 @@
 
 pub use arbor_gguf::GgmlType;
 
+mod shared;
+pub use shared::{SharedBytes, StableBytes, Store};
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("shape mismatch in {op}: {detail}")]
@@ -294,6 +297,19 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// many passes. Results must equal [`Backend::weight`]'s.
     fn streamed_weight(&self, w: WeightData<'_>) -> Result<Self::Weight> {
         self.weight(w)
+    }
+    /// Whether [`Backend::streamed_weight_in`] keeps a weight of this type
+    /// and shape in the bytes it is lent rather than a copy: then a
+    /// streamed layer costs its read buffers and nothing beside them.
+    fn streams_in_place(&self, ty: GgmlType, rows: usize, cols: usize) -> bool {
+        let _ = (ty, rows, cols);
+        false
+    }
+    /// [`Backend::streamed_weight`] from bytes the weight may keep
+    /// (`w.bytes` is `keep`'s slice). Backends that copy ignore `keep`.
+    fn streamed_weight_in(&self, w: WeightData<'_>, keep: &SharedBytes) -> Result<Self::Weight> {
+        let _ = keep;
+        self.streamed_weight(w)
     }
     /// Loads a table that [`Backend::embed`] reads rows of (and that may be
     /// multiplied by too, for models whose head is tied to the embedding).

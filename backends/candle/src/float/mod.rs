@@ -20,14 +20,17 @@ use std::ops::Range;
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
+use arbor_tensor::{SharedBytes, Store};
+
 use crate::qmm::SendPtr;
 use tiles::{Elem, Tiles};
 
 /// The values of a float matrix, in the type the file stores.
+/// Each is a copy, or a streamed layer's read buffer kept in place.
 pub(crate) enum Values {
-    F32(Vec<f32>),
-    F16(Vec<f16>),
-    BF16(Vec<bf16>),
+    F32(Store<f32>),
+    F16(Store<f16>),
+    BF16(Store<bf16>),
 }
 
 /// A row-major float matrix of `rows × cols`.
@@ -82,9 +85,28 @@ impl FloatWeight {
     ) -> Option<Self> {
         use arbor_tensor::GgmlType as T;
         let values = match ty {
-            T::F32 => Values::F32(le_values(bytes, f32::from_le_bytes)),
-            T::F16 => Values::F16(le_values(bytes, f16::from_le_bytes)),
-            T::BF16 => Values::BF16(le_values(bytes, bf16::from_le_bytes)),
+            T::F32 => Values::F32(Store::Owned(le_values(bytes, f32::from_le_bytes))),
+            T::F16 => Values::F16(Store::Owned(le_values(bytes, f16::from_le_bytes))),
+            T::BF16 => Values::BF16(Store::Owned(le_values(bytes, bf16::from_le_bytes))),
+            _ => return None,
+        };
+        Some(Self { values, rows, cols })
+    }
+
+    /// [`Self::from_bytes`] keeping the values in `bytes` (a streamed
+    /// layer's read buffer) instead of a copy; `None` when `ty` is not a
+    /// float type or the bytes are not aligned for it.
+    pub(crate) fn in_place(
+        ty: arbor_tensor::GgmlType,
+        rows: usize,
+        cols: usize,
+        bytes: &SharedBytes,
+    ) -> Option<Self> {
+        use arbor_tensor::GgmlType as T;
+        let values = match ty {
+            T::F32 => Values::F32(Store::shared(bytes)?),
+            T::F16 => Values::F16(Store::shared(bytes)?),
+            T::BF16 => Values::BF16(Store::shared(bytes)?),
             _ => return None,
         };
         Some(Self { values, rows, cols })
@@ -94,7 +116,7 @@ impl FloatWeight {
     pub(crate) fn from_f32(rows: usize, cols: usize, values: Vec<f32>) -> Self {
         assert_eq!(values.len(), rows * cols, "a {rows}x{cols} float matrix");
         Self {
-            values: Values::F32(values),
+            values: Values::F32(Store::Owned(values)),
             rows,
             cols,
         }

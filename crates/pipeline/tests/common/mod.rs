@@ -15,11 +15,12 @@ use arbor_backend_candle::CandleBackend;
 use arbor_gguf::{GgmlType, GgufFile};
 use arbor_model::testing::TinyModel;
 use arbor_model::{
-    Decoder, LanguageModel, Layout, Mask, Result, RowSource, TensorEntry, held_bytes,
+    Decoder, LanguageModel, Layout, Mask, Result, RowSource, TensorEntry, copied_bytes, held_bytes,
 };
 use arbor_paging::Ledger;
 use arbor_pipeline::{
-    DiskRows, Mode, Monitor, Streamer, buffer_sets, load_resident, read_buffer_bytes,
+    DiskRows, Mode, Monitor, Streamer, buffer_sets_for, keeps_in_place, load_resident,
+    read_buffer_bytes,
 };
 
 pub type Model = Decoder<CandleBackend>;
@@ -129,10 +130,37 @@ pub fn max_held(layers: &Layers) -> u64 {
         .unwrap_or(0)
 }
 
+/// Whether a streamer in `mode` keeps these layers' weights in its read
+/// buffers (see [`keeps_in_place`]).
+pub fn in_place(layers: &Layers, mode: Mode) -> bool {
+    let lists: Vec<&[TensorEntry]> = layers.entries().map(|(_, s)| s).collect();
+    matches!(mode, Mode::Pipelined { .. }) && keeps_in_place(&CandleBackend::new(), &lists)
+}
+
+/// Read buffer sets a streamer of `layers` in `mode` holds.
+pub fn sets(layers: &Layers, mode: Mode) -> u64 {
+    buffer_sets_for(mode, in_place(layers, mode))
+}
+
+/// What a built layer holds beside its read buffers, at most: the whole
+/// layer, or what is copied where the weights stay in the buffers.
+pub fn max_slot(layers: &Layers, mode: Mode) -> u64 {
+    let backend = CandleBackend::new();
+    let kept = in_place(layers, mode);
+    layers
+        .entries()
+        .map(|(_, s)| match kept {
+            true => copied_bytes(&backend, s),
+            false => held_bytes(&backend, s),
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// The streamer's share as the engine plans it: read buffers plus `slots`
 /// of the largest streamed layer, not a byte more.
 pub fn exact_budget(layers: &Layers, mode: Mode) -> u64 {
-    buffer_bytes(layers) * buffer_sets(mode) + slots(mode) * max_held(layers)
+    buffer_bytes(layers) * sets(layers, mode) + slots(mode) * max_slot(layers, mode)
 }
 
 pub fn read_per_pass(layers: &Layers) -> u64 {

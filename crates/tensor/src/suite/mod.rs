@@ -17,10 +17,12 @@
 mod attention;
 mod elementwise;
 mod matmul;
+mod streamed;
 
 pub use attention::*;
 pub use elementwise::*;
 pub use matmul::*;
+pub use streamed::*;
 
 use crate::{Backend, GgmlType, WeightData};
 use half::{bf16, f16};

@@ -1,0 +1,63 @@
+//! Weights streamed for one pass and kept in the bytes they were read into
+//! ([`Backend::streamed_weight_in`]): the same products as a copy, and the
+//! lent bytes held exactly as long as the weight.
+
+use std::sync::Arc;
+
+use super::{Rng, bits, host, random_blocks, tensor, weight_data};
+use crate::{Backend, GgmlType, SharedBytes, StableBytes};
+
+/// Bytes owned by a test, whose holders an [`Arc`] counts.
+struct Lent(Vec<u8>);
+
+// SAFETY: the vector is never touched after construction.
+unsafe impl StableBytes for Lent {
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// For each of `types`: a weight built in its lent bytes multiplies bit for
+/// bit as the same weight built from a copy ([`Backend::streamed_weight`]),
+/// for one row and for several. Where the backend says it keeps the type
+/// in place, the weight holds the lent bytes until it is dropped, and no
+/// longer; where it does not, it holds nothing of them.
+pub fn streamed_in_place<B: Backend>(b: &B, types: &[GgmlType]) {
+    let mut rng = Rng(0x1a7e);
+    let (rows, cols) = (48, 256);
+    for &ty in types {
+        let bytes = random_blocks(ty, rows, cols, &mut rng);
+        // Eight bytes of lead-in: the weight starts inside its buffer, as
+        // a tensor does in a streamer's page-aligned read.
+        let mut buf = vec![0u8; 8];
+        buf.extend_from_slice(&bytes);
+        let owner = Arc::new(Lent(buf));
+        let keep = SharedBytes::new(owner.clone(), 8..8 + bytes.len()).unwrap();
+        let copied = b
+            .streamed_weight(weight_data(ty, rows, cols, &bytes))
+            .unwrap();
+        let kept = b
+            .streamed_weight_in(weight_data(ty, rows, cols, &keep), &keep)
+            .unwrap();
+        drop(keep);
+        let in_place = b.streams_in_place(ty, rows, cols);
+        let holders = Arc::strong_count(&owner) - 1;
+        assert_eq!(
+            holders > 0,
+            in_place,
+            "{ty}: {holders} holders of the lent bytes"
+        );
+        for n in [1usize, 5, 33] {
+            let x = tensor(b, &rng.vec(n * cols), n, cols);
+            let want = host(b, &b.matmul(&x, &copied).unwrap());
+            let got = host(b, &b.matmul(&x, &kept).unwrap());
+            assert_eq!(bits(&got), bits(&want), "{ty}, {n} rows");
+        }
+        drop(kept);
+        assert_eq!(
+            Arc::strong_count(&owner),
+            1,
+            "{ty}: the bytes outlived the weight"
+        );
+    }
+}
