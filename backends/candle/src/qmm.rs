@@ -275,7 +275,7 @@ impl QWeight {
             Kind::Q8_0 => (q8x16::interleave_q8_0(bytes, rows, nb), grouped),
             Kind::Q5_0 => (q8x16::interleave_q5_0(bytes, rows, nb), grouped),
         };
-        let bytes = Store::Owned(bytes);
+        let bytes = Store::owned(bytes);
         Some(QWeight {
             kind,
             rows,
@@ -708,7 +708,7 @@ impl QWeight {
             kind: self.kind,
             rows: n,
             cols: self.cols,
-            bytes: Store::Owned(bytes),
+            bytes: Store::owned(bytes),
             grouped: n,
         };
         // SAFETY: as this function's.

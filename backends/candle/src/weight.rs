@@ -124,22 +124,33 @@ impl CandleBackend {
                 format!("`{}`: the kept bytes are not the weight's", w.name),
             ));
         }
-        if self.in_place(w.ty, w.rows, w.cols) {
-            if self.own_kernel(w.ty) {
-                if let Some(q) = qmm::QWeight::in_place(w.ty, w.rows, w.cols, keep) {
-                    return Ok(CandleWeight {
-                        held: q.held_bytes(),
-                        mm: Held::Own(q),
-                        ty: w.ty,
-                        rows: w.rows,
-                        cols: w.cols,
-                    });
-                }
-            } else if let Some(f) = FloatWeight::in_place(w.ty, w.rows, w.cols, keep) {
-                return Ok(float_weight(f, w.ty));
-            }
+        if !self.in_place(w.ty, w.rows, w.cols) {
+            return self.weight_with(w, false);
         }
-        self.weight_with(w, false)
+        let kept = match self.own_kernel(w.ty) {
+            true => qmm::QWeight::in_place(w.ty, w.rows, w.cols, keep).map(|q| CandleWeight {
+                held: q.held_bytes(),
+                mm: Held::Own(q),
+                ty: w.ty,
+                rows: w.rows,
+                cols: w.cols,
+            }),
+            false => {
+                FloatWeight::in_place(w.ty, w.rows, w.cols, keep).map(|f| float_weight(f, w.ty))
+            }
+        };
+        // A copy here would hold bytes the streamer's plan did not reserve
+        // (it counts kept weights as free): refuse instead. GGUF aligns
+        // tensor data to 32 bytes, so only an unusual file gets here.
+        kept.ok_or_else(|| {
+            shape_err(
+                "streamed_weight_in",
+                format!(
+                    "`{}`: {} values at a misaligned offset cannot be read in place",
+                    w.name, w.ty
+                ),
+            )
+        })
     }
 
     /// [`Backend::weight`], K-quant rows interleaved or not (see

@@ -281,6 +281,20 @@ pub fn model_bytes(kind: BackendSpec, file: &GgufFile) -> Result<u64> {
     with_backend!(kind, backend => Ok(arbor_pipeline::model_bytes(&backend, file)?))
 }
 
+/// Host bytes left for the host tier under `host` when every layer of
+/// `layout` streams in `mode` on the backend `kind` (see
+/// [`arbor_pipeline::HostBudget::room_for`]).
+pub fn host_room(
+    kind: BackendSpec,
+    host: &arbor_pipeline::HostBudget,
+    layout: &arbor_model::Layout,
+    mode: arbor_pipeline::Mode,
+) -> Result<u64> {
+    let all: Vec<usize> = (0..layout.layers.len()).collect();
+    let _ = (&host, &layout, &all, &mode);
+    with_backend!(kind, backend => Ok(host.room_for(&backend, layout, &all, mode)?))
+}
+
 /// Times building the largest layer of `file` on the backend `kind` three
 /// times: its bytes and the fastest build's seconds (the upload rate a GPU
 /// budget's passes are planned with, [`upload_rate`]).

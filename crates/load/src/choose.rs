@@ -64,9 +64,8 @@ pub fn choose(
     let gpu = config.gpu_memory_budget.is_some();
     let host_room = match config.host_budget_bytes()? {
         Some(budget) => {
-            let all: Vec<usize> = (0..layout.layers.len()).collect();
             let host = arbor_pipeline::HostBudget { budget, base: None };
-            Some(host.room_for(&layout, &all, options.mode).unwrap_or(0))
+            Some(backends::host_room(backend, &host, &layout, options.mode).unwrap_or(0))
         }
         None => None,
     };

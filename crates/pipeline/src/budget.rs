@@ -195,15 +195,17 @@ fn plan_target<B: Backend>(
 ) -> Result<(Plan, u64)> {
     let c = &layout.config;
     let lists: Vec<&[arbor_model::TensorEntry]> = layout.layers.iter().map(|s| &s[..]).collect();
-    // As the streamer decides: pipelined layers may stay in their buffers.
-    let in_place =
-        matches!(options.mode, Mode::Pipelined { .. }) && keeps_in_place(backend, &lists);
+    // As the streamer decides: pipelined layers may stay in their buffers
+    // (three sets if any streamed layer does); a layer that does not costs
+    // its whole copy, whichever layers end up streamed.
+    let pipelined = matches!(options.mode, Mode::Pipelined { .. });
+    let in_place = pipelined && keeps_in_place(backend, &lists);
     let costs: Vec<LayerCost> = layout
         .layers
         .iter()
         .map(|s| LayerCost {
             held: held_bytes(backend, s),
-            copied: match in_place {
+            copied: match pipelined && keeps_in_place(backend, &[&s[..]]) {
                 true => copied_bytes(backend, s),
                 false => held_bytes(backend, s),
             },
@@ -399,7 +401,7 @@ pub fn load_target<B: Backend + Clone>(
     };
     let tier = match &options.host {
         Some(host) => {
-            let room = host.room_for(&layout, &streamed, options.mode)?;
+            let room = host.room_for(&backend, &layout, &streamed, options.mode)?;
             HostTier::load(&reader()?, &units, room)?
         }
         None => HostTier::default(),

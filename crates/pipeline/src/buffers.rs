@@ -60,7 +60,7 @@ pub fn buffer_sets_for(mode: Mode, in_place: bool) -> u64 {
 }
 
 /// Whether a pipelined streamer of these units (entry lists, as
-/// [`Streamer::with_units`] takes) builds their weights in its read
+/// [`crate::Streamer::with_units`] takes) builds their weights in its read
 /// buffers instead of copying them: the backend keeps some matrix of them
 /// in place ([`Backend::streams_in_place`]) and every unit is a whole
 /// layer (a split layer's streamed part is copied, as its plan counts it).

@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use arbor_model::{Result, TensorEntry};
 use arbor_paging::{AlignedBuf, DirectReader, PagingError};
 
-use crate::{Mode, SLACK, buffer_sets, paging, read_buffer_bytes, resident_now};
+use crate::{
+    Mode, SLACK, buffer_sets_for, keeps_in_place, paging, read_buffer_bytes, resident_now,
+};
 
 /// Host memory for a run whose budget is a GPU's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,14 +34,18 @@ impl HostBudget {
     }
 
     /// Bytes left for held layers when `layers` of `layout` stream in
-    /// `mode` (their read buffers), or why the budget cannot stream at all.
-    pub fn room_for(
+    /// `mode` on `backend` (their read buffers: more sets where the backend
+    /// keeps the weights in them), or why the budget cannot stream at all.
+    pub fn room_for<B: arbor_tensor::Backend>(
         &self,
+        backend: &B,
         layout: &arbor_model::Layout,
         layers: &[usize],
         mode: Mode,
     ) -> Result<u64> {
-        self.room(read_buffer_bytes(layout, layers) * buffer_sets(mode))
+        let lists: Vec<&[TensorEntry]> = layers.iter().map(|&l| &layout.layers[l][..]).collect();
+        let in_place = matches!(mode, Mode::Pipelined { .. }) && keeps_in_place(backend, &lists);
+        self.room(read_buffer_bytes(layout, layers) * buffer_sets_for(mode, in_place))
     }
 
     /// Bytes left for held layers beside `buffers` bytes of read buffers,

@@ -12,7 +12,8 @@ use arbor_backend_candle::CandleBackend;
 use arbor_gguf::{GgmlType, GgufFile};
 use arbor_model::Layout;
 use arbor_pipeline::{
-    HostBudget, MemoryOptions, buffer_sets, load_target, plan_with, read_buffer_bytes,
+    HostBudget, MemoryOptions, buffer_sets_for, keeps_in_place, load_target, plan_with,
+    read_buffer_bytes,
 };
 use common::*;
 
@@ -68,7 +69,13 @@ fn the_host_tier_serves_what_fits_and_the_disk_the_rest() {
         let streamed: Vec<usize> = (0..LAYERS).filter(|&l| !plan.resident[l]).collect();
         assert!(streamed.len() >= 3, "{} streamed", streamed.len());
         let layer_bytes = |l: usize| -> u64 { layout.layers[l].iter().map(|e| e.len as u64).sum() };
-        let buffers = read_buffer_bytes(&layout, &streamed) * buffer_sets(plan_mode());
+        // On the CPU backend the streamed weights stay in their buffers
+        // (three sets); a GPU's uploads copy them (two).
+        let lists: Vec<&[arbor_model::TensorEntry]> =
+            streamed.iter().map(|&l| &layout.layers[l][..]).collect();
+        let in_place = keeps_in_place(&backend, &lists);
+        let buffers =
+            read_buffer_bytes(&layout, &streamed) * buffer_sets_for(plan_mode(), in_place);
         let host = |room: u64| {
             let fixed = HostBudget {
                 budget: 0,

@@ -66,14 +66,17 @@ fn streaming_stays_within_the_exact_budget() {
             // Where the weights stay in the read buffers a built layer
             // holds only its copies (norm vectors) beside them.
             let held = max_slot(&layers, mode);
-            // Every tiny's matrices (Q8_0, F32) stay in the buffers of a
-            // pipelined streamer: a built layer holds its norms alone.
-            let pipelined = matches!(mode, Mode::Pipelined { .. });
-            assert_eq!(in_place(&layers, mode), pipelined, "{mode:?}");
-            assert!(if pipelined {
-                held * 10 < max_held(&layers)
-            } else {
-                held == max_held(&layers)
+            // F32 matrices stay in a pipelined streamer's buffers on every
+            // CPU (Q8_0 ones where our kernels run): a built layer then
+            // holds its norms alone.
+            let kept = in_place(&layers, mode);
+            assert!(!kept || mode != Mode::OnDemand, "{mode:?}");
+            if tiny.weight_type == GgmlType::F32 {
+                assert_eq!(kept, mode != Mode::OnDemand, "{mode:?}");
+            }
+            assert!(match kept {
+                true => held * 10 < max_held(&layers),
+                false => held == max_held(&layers),
             });
             assert_eq!(budget, buffers + slots(mode) * held);
             let mut st = load_streamed(file.path(), &pattern, mode, budget).unwrap();

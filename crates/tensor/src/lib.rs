@@ -19,7 +19,7 @@
 pub use arbor_gguf::GgmlType;
 
 mod shared;
-pub use shared::{SharedBytes, StableBytes, Store};
+pub use shared::{Plain, SharedBytes, StableBytes, Store};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -85,43 +85,64 @@ unsafe impl StableBytes for Owned {
     }
 }
 
-/// Storage for a weight's values: owned, or kept in bytes someone lent.
-pub enum Store<T> {
+/// A number type whose every bit pattern is a value, with no padding: bytes
+/// may be read as values of it.
+///
+/// # Safety
+/// Implementors promise the above (`u8`, `f32`, `half::f16`, …: not
+/// `bool`, `char`, references or types with niches).
+pub unsafe trait Plain: Copy + Send + Sync + 'static {}
+
+// SAFETY: plain numbers; every bit pattern is a value.
+unsafe impl Plain for u8 {}
+unsafe impl Plain for u16 {}
+unsafe impl Plain for u32 {}
+unsafe impl Plain for f32 {}
+unsafe impl Plain for half::f16 {}
+unsafe impl Plain for half::bf16 {}
+
+/// Storage for a weight's values: owned, or read in place from bytes
+/// someone lent (checked for byte order, alignment and length).
+pub struct Store<T: Plain>(Values<T>);
+
+enum Values<T> {
     Owned(Vec<T>),
-    /// Little-endian values read in place; the caller checked alignment
-    /// and length (see [`Store::shared`]).
     Shared(SharedBytes),
 }
 
-impl<T: Copy> Store<T> {
+impl<T: Plain> Store<T> {
+    pub fn owned(values: Vec<T>) -> Self {
+        Self(Values::Owned(values))
+    }
+
     /// `bytes` viewed as values of `T` where the target is little-endian
     /// and the bytes are aligned for `T` and a whole number of values;
-    /// `None` otherwise (the caller copies). `T` must be a plain number
-    /// type (every bit pattern a value: `u8`, `f32`, `half::f16`, …).
+    /// `None` otherwise (the caller copies).
     pub fn shared(bytes: &SharedBytes) -> Option<Self> {
         let size = std::mem::size_of::<T>();
         let fits = cfg!(target_endian = "little")
             && size > 0
             && (bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>())
             && bytes.len().is_multiple_of(size);
-        fits.then(|| Self::Shared(bytes.clone()))
+        fits.then(|| Self(Values::Shared(bytes.clone())))
     }
 
     /// Whether the values are kept in lent bytes.
     pub fn is_shared(&self) -> bool {
-        matches!(self, Self::Shared(_))
+        matches!(self.0, Values::Shared(_))
     }
 }
 
-impl<T> Deref for Store<T> {
+impl<T: Plain> Deref for Store<T> {
     type Target = [T];
 
     fn deref(&self) -> &[T] {
-        match self {
-            Self::Owned(v) => v,
-            // SAFETY: `shared` checked alignment, length and byte order, and
-            // T is a plain number type (its contract).
-            Self::Shared(b) => unsafe {
+        match &self.0 {
+            Values::Owned(v) => v,
+            // SAFETY: `shared` is the only way in and checked alignment,
+            // length and byte order; `T: Plain` makes every bit pattern a
+            // value; the bytes live and stay unchanged while `b` does.
+            Values::Shared(b) => unsafe {
                 std::slice::from_raw_parts(
                     b.as_ptr() as *const T,
                     b.len() / std::mem::size_of::<T>(),

@@ -85,9 +85,9 @@ impl FloatWeight {
     ) -> Option<Self> {
         use arbor_tensor::GgmlType as T;
         let values = match ty {
-            T::F32 => Values::F32(Store::Owned(le_values(bytes, f32::from_le_bytes))),
-            T::F16 => Values::F16(Store::Owned(le_values(bytes, f16::from_le_bytes))),
-            T::BF16 => Values::BF16(Store::Owned(le_values(bytes, bf16::from_le_bytes))),
+            T::F32 => Values::F32(Store::owned(le_values(bytes, f32::from_le_bytes))),
+            T::F16 => Values::F16(Store::owned(le_values(bytes, f16::from_le_bytes))),
+            T::BF16 => Values::BF16(Store::owned(le_values(bytes, bf16::from_le_bytes))),
             _ => return None,
         };
         Some(Self { values, rows, cols })
@@ -116,7 +116,7 @@ impl FloatWeight {
     pub(crate) fn from_f32(rows: usize, cols: usize, values: Vec<f32>) -> Self {
         assert_eq!(values.len(), rows * cols, "a {rows}x{cols} float matrix");
         Self {
-            values: Values::F32(Store::Owned(values)),
+            values: Values::F32(Store::owned(values)),
             rows,
             cols,
         }
