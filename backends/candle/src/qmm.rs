@@ -225,6 +225,21 @@ pub(crate) fn available() -> bool {
     isa().is_some()
 }
 
+impl Kind {
+    /// The kind of a `[rows, cols]` matrix of `ty` in `len` bytes, if its
+    /// type has a kernel here and the CPU runs it; the caller has checked
+    /// the shape (every raw read in the kernels relies on it).
+    fn checked(ty: GgmlType, rows: usize, cols: usize, len: usize) -> Option<Kind> {
+        let kind = Kind::of(ty).filter(|_| available())?;
+        assert!(
+            cols.is_multiple_of(kind.block_len())
+                && len == rows * cols / kind.block_len() * kind.block_bytes(),
+            "{len} bytes are not a {rows}x{cols} {ty} matrix"
+        );
+        Some(kind)
+    }
+}
+
 /// A weight matrix in GGUF blocks, one row of blocks per output.
 pub(crate) struct QWeight {
     kind: Kind,
@@ -257,14 +272,7 @@ impl QWeight {
         bytes: &[u8],
         interleave: bool,
     ) -> Option<QWeight> {
-        let kind = Kind::of(ty).filter(|_| available())?;
-        // Every raw read in the kernels relies on this.
-        assert!(
-            cols.is_multiple_of(kind.block_len())
-                && bytes.len() == rows * cols / kind.block_len() * kind.block_bytes(),
-            "{} bytes are not a {rows}x{cols} {ty} matrix",
-            bytes.len()
-        );
+        let kind = Kind::checked(ty, rows, cols, bytes.len())?;
         let interleave = interleave && cfg!(target_arch = "x86_64");
         let grouped = rows / kind.group_rows() * kind.group_rows();
         let nb = cols / kind.block_len();
@@ -293,13 +301,7 @@ impl QWeight {
         cols: usize,
         bytes: &SharedBytes,
     ) -> Option<QWeight> {
-        let kind = Kind::of(ty).filter(|_| available())?;
-        assert!(
-            cols.is_multiple_of(kind.block_len())
-                && bytes.len() == rows * cols / kind.block_len() * kind.block_bytes(),
-            "{} bytes are not a {rows}x{cols} {ty} matrix",
-            bytes.len()
-        );
+        let kind = Kind::checked(ty, rows, cols, bytes.len())?;
         Some(QWeight {
             kind,
             rows,

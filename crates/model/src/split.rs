@@ -29,7 +29,7 @@ use arbor_gguf::GgufFile;
 use arbor_tensor::{Backend, SharedBytes};
 
 use crate::blocks::Block;
-use crate::weights::{Mlp, SEGMENT, weight};
+use crate::weights::{Mlp, SEGMENT, check_ranges, kept_slices, weight};
 use crate::{Decoder, LayerWeights, Layout, ModelError, Result, TensorEntry};
 
 /// A split layer's streamed part, lent for one forward pass: the rows of
@@ -125,8 +125,7 @@ impl<B: Backend> Mlp<B> {
         entries: &[TensorEntry],
         keep: &[SharedBytes],
     ) -> Result<Self> {
-        let bytes: Vec<&[u8]> = keep.iter().map(|k| k.as_slice()).collect();
-        Self::suffix_build(backend, entries, &bytes, true, Some(keep))
+        Self::suffix_build(backend, entries, &kept_slices(keep), true, Some(keep))
     }
 
     fn suffix_build(
@@ -136,13 +135,7 @@ impl<B: Backend> Mlp<B> {
         streamed: bool,
         keep: Option<&[SharedBytes]>,
     ) -> Result<Self> {
-        if bytes.len() != entries.len() || keep.is_some_and(|k| k.len() != entries.len()) {
-            return Err(ModelError::Invalid(format!(
-                "{} byte ranges for {} split-layer entries",
-                bytes.len(),
-                entries.len()
-            )));
-        }
+        check_ranges(entries, bytes, keep, "split-layer")?;
         let role = |r: &str| {
             (0..entries.len())
                 .find(|&i| entries[i].name.ends_with(r))

@@ -144,8 +144,7 @@ impl<B: Backend> LayerWeights<B> {
     /// copying (see [`Backend::streamed_weight_in`]): `keep[i]` for
     /// `entries[i]`.
     pub fn from_shared(backend: &B, entries: &[TensorEntry], keep: &[SharedBytes]) -> Result<Self> {
-        let bytes: Vec<&[u8]> = keep.iter().map(|k| k.as_slice()).collect();
-        Self::build(backend, entries, &bytes, true, Some(keep))
+        Self::build(backend, entries, &kept_slices(keep), true, Some(keep))
     }
 
     fn build(
@@ -155,13 +154,7 @@ impl<B: Backend> LayerWeights<B> {
         streamed: bool,
         keep: Option<&[SharedBytes]>,
     ) -> Result<Self> {
-        if bytes.len() != entries.len() || keep.is_some_and(|k| k.len() != entries.len()) {
-            return Err(ModelError::Invalid(format!(
-                "{} byte ranges for {} layer entries",
-                bytes.len(),
-                entries.len()
-            )));
-        }
+        check_ranges(entries, bytes, keep, "layer")?;
         let at = |i: usize| (&entries[i], bytes[i], keep.map(|k| &k[i]));
         let find = |suffix: &str| {
             entries
@@ -217,6 +210,31 @@ impl<B: Backend> LayerWeights<B> {
             },
         })
     }
+}
+
+/// Errs unless there is one byte range (and one kept range, if any) per
+/// entry of a `what` (a layer, a split layer's streamed part).
+pub(crate) fn check_ranges(
+    entries: &[TensorEntry],
+    bytes: &[&[u8]],
+    keep: Option<&[SharedBytes]>,
+    what: &str,
+) -> Result<()> {
+    let n = entries.len();
+    if bytes.len() == n && keep.is_none_or(|k| k.len() == n) {
+        return Ok(());
+    }
+    Err(ModelError::Invalid(format!(
+        "{} byte ranges ({} kept) for {n} {what} entries",
+        bytes.len(),
+        keep.map_or(0, |k| k.len())
+    )))
+}
+
+/// The byte ranges of kept ones, for [`check_ranges`] and a backend that
+/// copies.
+pub(crate) fn kept_slices(keep: &[SharedBytes]) -> Vec<&[u8]> {
+    keep.iter().map(|k| k.as_slice()).collect()
 }
 
 /// What names a down projection's column segment (`…ffn_down.weight.segK`).
