@@ -194,18 +194,17 @@ fn plan_target<B: Backend>(
     options: &MemoryOptions,
 ) -> Result<(Plan, u64)> {
     let c = &layout.config;
-    let lists: Vec<&[arbor_model::TensorEntry]> = layout.layers.iter().map(|s| &s[..]).collect();
-    // As the streamer decides: pipelined layers may stay in their buffers
-    // (three sets if any streamed layer does); a layer that does not costs
-    // its whole copy, whichever layers end up streamed.
-    let pipelined = matches!(options.mode, Mode::Pipelined { .. });
-    let in_place = pipelined && keeps_in_place(backend, &lists);
-    let costs: Vec<LayerCost> = layout
-        .layers
-        .iter()
-        .map(|s| LayerCost {
+    // As the streamer decides, layer by layer: a layer kept in its buffers
+    // costs its copies beside them, one that is not its whole copy; any
+    // kept layer means three buffer sets, whichever layers end up streamed.
+    let kept: Vec<bool> = (layout.layers.iter())
+        .map(|s| keeps_in_place(backend, options.mode, &[&s[..]]))
+        .collect();
+    let in_place = kept.contains(&true);
+    let costs: Vec<LayerCost> = (layout.layers.iter().zip(&kept))
+        .map(|(s, &kept)| LayerCost {
             held: held_bytes(backend, s),
-            copied: match pipelined && keeps_in_place(backend, &[&s[..]]) {
+            copied: match kept {
                 true => copied_bytes(backend, s),
                 false => held_bytes(backend, s),
             },

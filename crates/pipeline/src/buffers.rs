@@ -59,13 +59,15 @@ pub fn buffer_sets_for(mode: Mode, in_place: bool) -> u64 {
     }
 }
 
-/// Whether a pipelined streamer of these units (entry lists, as
+/// Whether a streamer in `mode` of these units (entry lists, as
 /// [`crate::Streamer::with_units`] takes) builds their weights in its read
-/// buffers instead of copying them: the backend keeps some matrix of them
-/// in place ([`Backend::streams_in_place`]) and every unit is a whole
-/// layer (a split layer's streamed part is copied, as its plan counts it).
-pub fn keeps_in_place<B: Backend>(backend: &B, units: &[&[TensorEntry]]) -> bool {
-    !units.iter().any(|u| is_suffix(u))
+/// buffers instead of copying them: it is pipelined, the backend keeps
+/// some matrix of them in place ([`Backend::streams_in_place`]) and every
+/// unit is a whole layer (a split layer's streamed part is copied, as its
+/// plan counts it).
+pub fn keeps_in_place<B: Backend>(backend: &B, mode: Mode, units: &[&[TensorEntry]]) -> bool {
+    matches!(mode, Mode::Pipelined { .. })
+        && !units.iter().any(|u| is_suffix(u))
         && units.iter().any(|u| {
             u.iter()
                 .any(|e| e.rows > 1 && backend.streams_in_place(e.ty, e.rows, e.cols))

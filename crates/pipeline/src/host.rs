@@ -44,7 +44,7 @@ impl HostBudget {
         mode: Mode,
     ) -> Result<u64> {
         let lists: Vec<&[TensorEntry]> = layers.iter().map(|&l| &layout.layers[l][..]).collect();
-        let in_place = matches!(mode, Mode::Pipelined { .. }) && keeps_in_place(backend, &lists);
+        let in_place = keeps_in_place(backend, mode, &lists);
         self.room(read_buffer_bytes(layout, layers) * buffer_sets_for(mode, in_place))
     }
 

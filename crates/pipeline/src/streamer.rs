@@ -285,7 +285,7 @@ impl<B: Backend + Clone> Streamer<B> {
         let monitor = Monitor::default();
         let entries: Vec<&[TensorEntry]> = layers.iter().map(|(_, s)| s.as_slice()).collect();
         let caps = buffer_caps(&entries);
-        let in_place = matches!(mode, Mode::Pipelined { .. }) && keeps_in_place(&backend, &entries);
+        let in_place = keeps_in_place(&backend, mode, &entries);
         let sets = buffer_sets_for(mode, in_place);
         let set_bytes: u64 = caps.iter().map(|&c| c as u64).sum();
         let buffers = ledger

@@ -73,7 +73,7 @@ fn the_host_tier_serves_what_fits_and_the_disk_the_rest() {
         // (three sets); a GPU's uploads copy them (two).
         let lists: Vec<&[arbor_model::TensorEntry]> =
             streamed.iter().map(|&l| &layout.layers[l][..]).collect();
-        let in_place = keeps_in_place(&backend, &lists);
+        let in_place = keeps_in_place(&backend, plan_mode(), &lists);
         let buffers =
             read_buffer_bytes(&layout, &streamed) * buffer_sets_for(plan_mode(), in_place);
         let host = |room: u64| {

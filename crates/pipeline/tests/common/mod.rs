@@ -134,7 +134,7 @@ pub fn max_held(layers: &Layers) -> u64 {
 /// buffers (see [`keeps_in_place`]).
 pub fn in_place(layers: &Layers, mode: Mode) -> bool {
     let lists: Vec<&[TensorEntry]> = layers.entries().map(|(_, s)| s).collect();
-    matches!(mode, Mode::Pipelined { .. }) && keeps_in_place(&CandleBackend::new(), &lists)
+    keeps_in_place(&CandleBackend::new(), mode, &lists)
 }
 
 /// Read buffer sets a streamer of `layers` in `mode` holds.
