@@ -8,11 +8,14 @@
 //! budget has left once whole layers are planned (less than a layer) holds
 //! the head's first slices, which are then read once instead of every pass.
 
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 use arbor_model::{HeadSlice, HeadSource, Layout, Result, TensorEntry};
-use arbor_paging::{AlignedBuf, DirectReader};
-use arbor_tensor::{Backend, WeightData};
+use arbor_paging::{AlignedBuf, DirectReader, PagingError};
+use arbor_tensor::{Backend, SharedBytes, StableBytes, WeightData};
+use crossbeam_channel::{Receiver, Sender};
 
 use crate::{Monitor, SpanKind, paging};
 
@@ -60,16 +63,38 @@ pub(crate) fn slices_held<B: Backend>(backend: &B, entry: &TensorEntry, spare: u
 }
 
 /// Bytes a streamed head holds at once for passes returning up to
-/// `logit_rows` rows: one slice built, its read buffer, and the logits
-/// assembled on the host before they become a tensor.
+/// `logit_rows` rows: two read buffers (the slice's and the next one's,
+/// read ahead), the slice's built copy where the backend does not multiply
+/// it in its buffer, and the logits assembled on the host before they
+/// become a tensor.
 pub(crate) fn streamed_head_bytes<B: Backend>(
     backend: &B,
     entry: &TensorEntry,
     logit_rows: usize,
 ) -> u64 {
-    let span = slice_rows(entry) * row_bytes(entry);
+    let rows = slice_rows(entry);
+    let span = rows * row_bytes(entry);
     let buffer = DirectReader::span(entry.offset, span).max(arbor_paging::ALIGN);
-    slice_bytes(backend, entry) + buffer as u64 + (logit_rows.max(1) * entry.rows * 4) as u64
+    // The last slice may be shorter: nothing is built only where every
+    // slice stays in its buffer.
+    let last = match entry.rows % rows.max(1) {
+        0 => rows,
+        short => short,
+    };
+    let in_place = [rows, last]
+        .iter()
+        .all(|&r| backend.streams_in_place(entry.ty, r, entry.cols));
+    let built = match in_place {
+        true => 0,
+        false => slice_bytes(backend, entry),
+    };
+    built + 2 * buffer as u64 + (logit_rows.max(1) * entry.rows * 4) as u64
+}
+
+/// Where rows `first..first + rows` of `entry` lie in the file.
+fn rows_range(entry: &TensorEntry, first: usize, rows: usize) -> (u64, usize) {
+    let row_bytes = row_bytes(entry);
+    (entry.offset + (first * row_bytes) as u64, rows * row_bytes)
 }
 
 /// Reads rows `first..first + rows` of `entry` into `buf`.
@@ -80,21 +105,55 @@ fn read_rows<'b>(
     first: usize,
     rows: usize,
 ) -> Result<&'b [u8]> {
-    let row_bytes = row_bytes(entry);
-    let offset = entry.offset + (first * row_bytes) as u64;
-    reader
-        .read_into(offset, rows * row_bytes, buf)
-        .map_err(paging)
+    let (offset, len) = rows_range(entry, first, rows);
+    reader.read_into(offset, len, buf).map_err(paging)
 }
 
-/// A [`HeadSource`] reading slices of the head with direct IO into a buffer
-/// it reuses (nothing lands in the page cache), but for the first slices
-/// when it was told to [`hold`](DiskHead::hold) them. Reads count in the
-/// target streamer's [`Monitor`] as IO and as the pass waiting.
+/// A slice read on a helper thread: its buffer, where the rows start in
+/// it, and when the read began and ended.
+struct Fetched {
+    buf: AlignedBuf,
+    start: std::result::Result<usize, PagingError>,
+    began: Instant,
+    ended: Instant,
+}
+
+/// A read of rows `first..first + rows` under way.
+struct Pending {
+    first: usize,
+    rows: usize,
+    handle: JoinHandle<Fetched>,
+}
+
+impl Pending {
+    /// Waits for the read; a panic on its thread is an error, not ours.
+    fn join(self) -> Result<Fetched> {
+        self.handle.join().map_err(|_| {
+            arbor_model::ModelError::Invalid("the head's read-ahead thread panicked".into())
+        })
+    }
+}
+
+/// A [`HeadSource`] reading slices of the head with direct IO (nothing lands
+/// in the page cache), but for the first slices when it was told to
+/// [`hold`](DiskHead::hold) them.
+///
+/// Reads run one slice ahead on a helper thread into a second buffer: while
+/// the pass multiplies one slice, the next is on its way, and the pass's
+/// last slice starts the read of the first one the next pass needs (the
+/// disk is otherwise idle while the draft grows). A pass asking for slices
+/// in another order still gets them, read when asked. Reads count in the
+/// target streamer's [`Monitor`] as IO, and the pass's wait for them and
+/// their build as waiting.
 pub struct DiskHead<B: Backend> {
     backend: B,
-    reader: DirectReader,
-    buf: AlignedBuf,
+    reader: Arc<DirectReader>,
+    /// Read buffers not in use: two in all, one of them with `pending`
+    /// while a read runs ahead.
+    free: Vec<AlignedBuf>,
+    /// Buffers coming back from slices kept in place (see [`LentBuf`]).
+    back: (Sender<AlignedBuf>, Receiver<AlignedBuf>),
+    pending: Option<Pending>,
     entry: TensorEntry,
     slice_rows: usize,
     /// The first slices, read once and lent on every pass.
@@ -110,8 +169,10 @@ impl<B: Backend> DiskHead<B> {
         let entry = layout.head_tensor().clone();
         Self {
             backend,
-            reader,
-            buf: AlignedBuf::new(0),
+            reader: Arc::new(reader),
+            free: vec![AlignedBuf::new(0), AlignedBuf::new(0)],
+            back: crossbeam_channel::unbounded(),
+            pending: None,
             slice_rows: slice_rows(&entry),
             entry,
             held: Vec::new(),
@@ -125,10 +186,19 @@ impl<B: Backend> DiskHead<B> {
     pub fn hold(&mut self, slices: usize) -> Result<()> {
         let total = self.entry.rows.div_ceil(self.slice_rows);
         let slices = slices.min(total.saturating_sub(1));
+        self.settle()?;
+        let mut buf = self.free.pop().unwrap_or_else(|| AlignedBuf::new(0));
+        let built = self.hold_into(&mut buf, slices);
+        self.free.push(buf);
+        built
+    }
+
+    /// Reads and builds held slices into `buf` until `slices` are held.
+    fn hold_into(&mut self, buf: &mut AlignedBuf, slices: usize) -> Result<()> {
         while self.held.len() < slices {
             let first = self.held.len() * self.slice_rows;
             let e = &self.entry;
-            let bytes = read_rows(&self.reader, &mut self.buf, e, first, self.slice_rows)?;
+            let bytes = read_rows(&self.reader, buf, e, first, self.slice_rows)?;
             let w = self.backend.weight(WeightData {
                 name: &e.name,
                 ty: e.ty,
@@ -145,6 +215,158 @@ impl<B: Backend> DiskHead<B> {
     pub fn held_rows(&self) -> usize {
         self.held.len() * self.slice_rows
     }
+
+    /// Read buffers this head has, but for those lent to slices still
+    /// alive: two once the pass has dropped its slices, whichever reads
+    /// run ahead.
+    pub fn buffers_home(&self) -> usize {
+        self.free.len() + usize::from(self.pending.is_some()) + self.back.1.len()
+    }
+
+    /// Waits for a read under way and takes its buffer back, counting the
+    /// bytes it read (they crossed the disk, wanted or not).
+    fn settle(&mut self) -> Result<()> {
+        if let Some(p) = self.pending.take() {
+            let rows = p.rows;
+            let f = p.join()?;
+            self.count_read((rows * row_bytes(&self.entry)) as u64, &f);
+            self.free.push(f.buf);
+        }
+        Ok(())
+    }
+
+    /// Records a finished read of `bytes` in the monitor's IO (nothing
+    /// for a read that failed).
+    fn count_read(&self, bytes: u64, f: &Fetched) {
+        if f.start.is_err() {
+            return;
+        }
+        let io = (f.ended - f.began).as_secs_f64();
+        self.monitor.add(|s| {
+            s.bytes += bytes;
+            s.io_secs += io;
+        });
+        self.monitor
+            .span(SpanKind::Io, self.label, f.began, f.ended);
+    }
+
+    /// Takes back the buffers of slices the pass has dropped.
+    fn reclaim(&mut self) {
+        self.free.extend(self.back.1.try_iter());
+    }
+
+    /// Starts reading rows `first..first + rows` on a helper thread into
+    /// the free buffer.
+    fn start_read(&mut self, first: usize, rows: usize) {
+        self.reclaim();
+        // Two buffers serve: the previous slice has been dropped (its
+        // borrow ends before the next ask) and its buffer is back. A caller
+        // keeping a copy of a slice's weight gets a buffer of its own.
+        let mut buf = self.free.pop().unwrap_or_else(|| AlignedBuf::new(0));
+        let reader = Arc::clone(&self.reader);
+        let (offset, len) = rows_range(&self.entry, first, rows);
+        let handle = std::thread::spawn(move || {
+            let began = Instant::now();
+            // Where the rows landed: read_into may have grown the buffer,
+            // so its start is taken after the read.
+            let at = reader
+                .read_into(offset, len, &mut buf)
+                .map(|got| got.as_ptr() as usize);
+            let start = at.map(|at| at - buf.as_slice().as_ptr() as usize);
+            Fetched {
+                buf,
+                start,
+                began,
+                ended: Instant::now(),
+            }
+        });
+        self.pending = Some(Pending {
+            first,
+            rows,
+            handle,
+        });
+    }
+
+    /// The slice a pass asks for after rows `first..first + rows`: the next
+    /// one, or after the last the first one not held (the next pass's).
+    fn next_after(&self, first: usize, rows: usize) -> Option<(usize, usize)> {
+        let total = self.entry.rows;
+        let next = match first + rows {
+            n if n < total => n,
+            _ => self.held_rows(),
+        };
+        (next < total).then(|| (next, self.slice_rows.min(total - next)))
+    }
+
+    /// The weight of `rows` rows read into `range` of `buf`: kept in the
+    /// buffer where the backend multiplies it in place (the buffer comes
+    /// back when the pass drops the weight), else copied and the buffer
+    /// freed at once.
+    fn build(
+        &mut self,
+        buf: AlignedBuf,
+        range: std::ops::Range<usize>,
+        rows: usize,
+    ) -> Result<B::Weight> {
+        let e = &self.entry;
+        let data = |bytes| WeightData {
+            name: &e.name,
+            ty: e.ty,
+            rows,
+            cols: e.cols,
+            bytes,
+        };
+        if !self.backend.streams_in_place(e.ty, rows, e.cols) {
+            let w = self.backend.streamed_weight(data(&buf.as_slice()[range]));
+            self.free.push(buf);
+            return Ok(w?);
+        }
+        let lent: Arc<dyn StableBytes> = Arc::new(LentBuf {
+            buf: Some(buf),
+            back: self.back.0.clone(),
+        });
+        let keep = SharedBytes::new(lent, range).ok_or_else(|| {
+            arbor_model::ModelError::Invalid("a head slice outside its buffer".into())
+        })?;
+        Ok(self
+            .backend
+            .streamed_weight_in(data(keep.as_slice()), &keep)?)
+    }
+}
+
+/// A read buffer lent to a head slice kept in place; it goes back to its
+/// [`DiskHead`] when the slice's weight drops.
+struct LentBuf {
+    buf: Option<AlignedBuf>,
+    back: Sender<AlignedBuf>,
+}
+
+// SAFETY: the buffer is neither written nor moved while lent (it is only
+// taken out in `drop`), and an `AlignedBuf`'s slice is its fixed heap
+// allocation.
+unsafe impl StableBytes for LentBuf {
+    fn bytes(&self) -> &[u8] {
+        self.buf.as_ref().map_or(&[], |b| b.as_slice())
+    }
+}
+
+impl Drop for LentBuf {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            // A head that is gone no longer needs it.
+            let _ = self.back.send(buf);
+        }
+    }
+}
+
+impl<B: Backend> Drop for DiskHead<B> {
+    fn drop(&mut self) {
+        // The helper writes into a buffer it owns: wait for it, so the
+        // buffer's memory is gone when the head is.
+        if let Some(p) = self.pending.take() {
+            let _ = p.join();
+        }
+    }
 }
 
 impl<B: Backend> HeadSource<B> for DiskHead<B> {
@@ -157,6 +379,7 @@ impl<B: Backend> HeadSource<B> for DiskHead<B> {
     }
 
     fn slice(&mut self, first: usize, rows: usize) -> Result<HeadSlice<'_, B>> {
+        self.reclaim();
         let e = &self.entry;
         if first + rows > e.rows || rows == 0 {
             return Err(arbor_model::ModelError::Input(format!(
@@ -167,30 +390,52 @@ impl<B: Backend> HeadSource<B> for DiskHead<B> {
         }
         if first.is_multiple_of(self.slice_rows)
             && rows == self.slice_rows
-            && let Some(w) = self.held.get(first / self.slice_rows)
+            && first / self.slice_rows < self.held.len()
         {
-            return Ok(HeadSlice::Held(w));
+            return Ok(HeadSlice::Held(&self.held[first / self.slice_rows]));
         }
-        let start = Instant::now();
-        let bytes = read_rows(&self.reader, &mut self.buf, e, first, rows)?;
-        let read = Instant::now();
-        let w = self.backend.streamed_weight(WeightData {
-            name: &e.name,
-            ty: e.ty,
-            rows,
-            cols: e.cols,
-            bytes,
-        })?;
+        let asked = Instant::now();
+        // The read ahead is this slice, or else it is waited out and this
+        // one is read now.
+        let ahead = self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.first == first && p.rows == rows);
+        if !ahead {
+            self.settle()?;
+            self.start_read(first, rows);
+        }
+        let Some(pending) = self.pending.take() else {
+            return Err(arbor_model::ModelError::Invalid(
+                "the head slice's read was not started".into(),
+            ));
+        };
+        let fetched = pending.join()?;
+        let got = Instant::now();
+        let len = rows * row_bytes(&self.entry);
+        self.count_read(len as u64, &fetched);
+        let Fetched { buf, start, .. } = fetched;
+        // The buffer goes back to the pool even if the read failed.
+        let start = match start {
+            Ok(start) => start,
+            Err(err) => {
+                self.free.push(buf);
+                return Err(paging(err));
+            }
+        };
+        // The next slice starts on its way while this one is built and
+        // multiplied.
+        if let Some((next, next_rows)) = self.next_after(first, rows) {
+            self.start_read(next, next_rows);
+        }
+        let w = self.build(buf, start..start + len, rows)?;
         let built = Instant::now();
-        let (io, build) = ((read - start).as_secs_f64(), (built - read).as_secs_f64());
+        let (wait, build) = ((got - asked).as_secs_f64(), (built - got).as_secs_f64());
         self.monitor.add(|s| {
-            s.bytes += (rows * row_bytes(e)) as u64;
-            s.io_secs += io;
             s.build_secs += build;
-            s.wait_secs += io + build;
+            s.wait_secs += wait + build;
         });
-        self.monitor.span(SpanKind::Io, self.label, start, read);
-        self.monitor.span(SpanKind::Build, self.label, read, built);
+        self.monitor.span(SpanKind::Build, self.label, got, built);
         Ok(HeadSlice::Read(w))
     }
 }

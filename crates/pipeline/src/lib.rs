@@ -34,8 +34,8 @@
 //! [`DiskRows`] reads an untied token embedding's rows the same way, one
 //! row per token, so the table (the size of two layers) never sits in
 //! memory. Where the budget cannot hold the output head with the rest,
-//! [`DiskHead`] reads it a slice of rows at a time on every pass (and the
-//! embedding, tied or not, by rows).
+//! [`DiskHead`] reads it a slice of rows at a time on every pass, one slice
+//! ahead of the multiply (and the embedding, tied or not, by rows).
 //!
 //! Under a GPU's budget with a host budget beside it ([`HostBudget`]), the
 //! streamed layers that fit host memory are read once and kept there

@@ -92,6 +92,98 @@ fn a_head_read_by_slices_gives_the_resident_heads_bits() {
     }
 }
 
+/// The rows `first..first + rows` a slice of a head of f32 rows of
+/// `hidden` values holds, read back through the backend: an identity times
+/// the slice is its transpose, exactly.
+fn slice_values(
+    backend: &CandleBackend,
+    head: &mut DiskHead<CandleBackend>,
+    hidden: usize,
+    first: usize,
+    rows: usize,
+) -> arbor_model::Result<Vec<f32>> {
+    use arbor_model::HeadSource;
+    use arbor_tensor::Backend;
+    let mut eye = vec![0f32; hidden * hidden];
+    eye.iter_mut().step_by(hidden + 1).for_each(|v| *v = 1.0);
+    let x = backend.tensor(&eye, hidden, hidden).unwrap();
+    let w = head.slice(first, rows)?;
+    let out = backend.take_vec(backend.matmul(&x, &w).unwrap()).unwrap();
+    // out[i][r] = w[r][i]: back to row order.
+    Ok((0..rows * hidden)
+        .map(|k| out[(k % hidden) * rows + k / hidden])
+        .collect())
+}
+
+#[test]
+fn slices_asked_in_any_order_hold_the_files_rows() {
+    let tiny = wide("llama", GgmlType::F32, true, 27);
+    let file = TempModel::new(&tiny, "head-order");
+    let gguf = GgufFile::open(file.path()).unwrap();
+    let layout = Layout::from_gguf(gguf.header()).unwrap();
+    let entry = layout.head_tensor().clone();
+    let raw = std::fs::read(file.path()).unwrap();
+    let values: Vec<f32> = raw[entry.offset as usize..entry.offset as usize + entry.len]
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let hidden = entry.cols;
+    let backend = CandleBackend::new();
+    let monitor = Monitor::default();
+    let reader = DirectReader::open(file.path()).unwrap();
+    let mut head = DiskHead::new(backend.clone(), reader, &layout, monitor.clone());
+    head.hold(1).unwrap();
+    // In order, out of order, again, held, partial and the short last
+    // slice: the read ahead guesses wrong on most of these.
+    let asks = [
+        (256, 256),
+        (512, 256),
+        (1792, 256),
+        (0, 256),
+        (1024, 256),
+        (1024, 256),
+        (300, 17),
+        (0, 100),
+        (1536, 256),
+        (256, 256),
+        (1280, 256),
+        (2000, 48),
+        (768, 256),
+    ];
+    let mut asked = 0;
+    for (first, rows) in asks {
+        let got = slice_values(&backend, &mut head, hidden, first, rows).unwrap();
+        assert!(
+            got == values[first * hidden..(first + rows) * hidden],
+            "rows {first}+{rows} differ from the file's"
+        );
+        asked += rows;
+        // The slice is dropped: its buffer is back, and no other was made.
+        assert_eq!(head.buffers_home(), 2, "after rows {first}+{rows}");
+    }
+    let held = 256 * hidden * 4;
+    let stats = monitor.stats();
+    assert!(stats.bytes as usize >= asked * hidden * 4 - 2 * held);
+    use arbor_model::HeadSource;
+    assert!(head.slice(2000, 49).is_err(), "rows past the head");
+    assert!(head.slice(5, 0).is_err(), "an empty slice");
+
+    // A file cut short after opening: the rows past its end are a typed
+    // error, and the rows before it still arrive.
+    let cut = entry.offset as usize + 1024 * hidden * 4;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(file.path())
+        .unwrap()
+        .set_len(cut as u64)
+        .unwrap();
+    for _ in 0..2 {
+        assert!(slice_values(&backend, &mut head, hidden, 1536, 256).is_err());
+        let got = slice_values(&backend, &mut head, hidden, 512, 256).unwrap();
+        assert!(got == values[512 * hidden..768 * hidden]);
+    }
+}
+
 #[test]
 fn a_head_without_a_row_source_is_refused() {
     let tiny = wide("llama", GgmlType::F32, true, 25);
