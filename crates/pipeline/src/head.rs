@@ -4,18 +4,22 @@
 //! A tied 150k-row head is the largest tensor of a small model (445 MiB in
 //! F16 for the 1.5B, a fifth of the file): held, it can leave no room for a
 //! draft at a third of the file. Read per pass it costs what the same bytes
-//! of layers would, and holds only one slice and its read buffer. What the
+//! of layers would, and holds two read buffers (one slice read ahead) and
+//! at most one built slice. What the
 //! budget has left once whole layers are planned (less than a layer) holds
 //! the head's first slices, which are then read once instead of every pass.
 
+mod ahead;
+
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 use arbor_model::{HeadSlice, HeadSource, Layout, Result, TensorEntry};
-use arbor_paging::{AlignedBuf, DirectReader, PagingError};
+use arbor_paging::{AlignedBuf, DirectReader};
 use arbor_tensor::{Backend, SharedBytes, StableBytes, WeightData};
 use crossbeam_channel::{Receiver, Sender};
+
+use ahead::{Fetched, Helper, LentBuf, fetch};
 
 use crate::{Monitor, SpanKind, paging};
 
@@ -74,7 +78,10 @@ pub(crate) fn streamed_head_bytes<B: Backend>(
 ) -> u64 {
     let rows = slice_rows(entry);
     let span = rows * row_bytes(entry);
-    let buffer = DirectReader::span(entry.offset, span).max(arbor_paging::ALIGN);
+    // Any slice's aligned span: its bytes rounded up to whole blocks, and
+    // one more block where it starts mid-block.
+    let align = arbor_paging::ALIGN;
+    let buffer = (span.div_ceil(align) + 1) * align;
     // The last slice may be shorter: nothing is built only where every
     // slice stays in its buffer.
     let last = match entry.rows % rows.max(1) {
@@ -109,29 +116,12 @@ fn read_rows<'b>(
     reader.read_into(offset, len, buf).map_err(paging)
 }
 
-/// A slice read on a helper thread: its buffer, where the rows start in
-/// it, and when the read began and ended.
-struct Fetched {
-    buf: AlignedBuf,
-    start: std::result::Result<usize, PagingError>,
-    began: Instant,
-    ended: Instant,
-}
-
-/// A read of rows `first..first + rows` under way.
+/// A read of rows `first..first + rows` asked ahead: with the helper, or
+/// done already where there is none.
 struct Pending {
     first: usize,
     rows: usize,
-    handle: JoinHandle<Fetched>,
-}
-
-impl Pending {
-    /// Waits for the read; a panic on its thread is an error, not ours.
-    fn join(self) -> Result<Fetched> {
-        self.handle.join().map_err(|_| {
-            arbor_model::ModelError::Invalid("the head's read-ahead thread panicked".into())
-        })
-    }
+    ready: Option<Fetched>,
 }
 
 /// A [`HeadSource`] reading slices of the head with direct IO (nothing lands
@@ -140,20 +130,30 @@ impl Pending {
 ///
 /// Reads run one slice ahead on a helper thread into a second buffer: while
 /// the pass multiplies one slice, the next is on its way, and the pass's
-/// last slice starts the read of the first one the next pass needs (the
-/// disk is otherwise idle while the draft grows). A pass asking for slices
-/// in another order still gets them, read when asked. Reads count in the
+/// last slice (the last one the previous pass asked for, so a head run in
+/// part is followed too) starts the read of the first one the next pass
+/// needs. A pass asking for slices in another order still gets them, read
+/// when asked. Where the backend multiplies a slice in place, the slice
+/// keeps its read buffer until the pass drops it. Reads count in the
 /// target streamer's [`Monitor`] as IO, and the pass's wait for them and
 /// their build as waiting.
 pub struct DiskHead<B: Backend> {
     backend: B,
     reader: Arc<DirectReader>,
+    /// `None` where the system gave no thread: reads happen when asked.
+    helper: Option<Helper>,
     /// Read buffers not in use: two in all, one of them with `pending`
     /// while a read runs ahead.
     free: Vec<AlignedBuf>,
     /// Buffers coming back from slices kept in place (see [`LentBuf`]).
     back: (Sender<AlignedBuf>, Receiver<AlignedBuf>),
     pending: Option<Pending>,
+    /// The slice asked last, and the end of the last pass (the rows a pass
+    /// runs: all of them unless the decoder runs part of the head).
+    last: Option<(usize, usize)>,
+    pass_end: usize,
+    /// Slices read for passes, and how many of them had been read ahead.
+    asked: (usize, usize),
     entry: TensorEntry,
     slice_rows: usize,
     /// The first slices, read once and lent on every pass.
@@ -167,12 +167,17 @@ impl<B: Backend> DiskHead<B> {
     /// The head of the GGUF file `reader` reads, laid out as `layout`.
     pub fn new(backend: B, reader: DirectReader, layout: &Layout, monitor: Monitor) -> Self {
         let entry = layout.head_tensor().clone();
+        let reader = Arc::new(reader);
         Self {
             backend,
-            reader: Arc::new(reader),
+            helper: Helper::spawn(Arc::clone(&reader)),
+            reader,
             free: vec![AlignedBuf::new(0), AlignedBuf::new(0)],
             back: crossbeam_channel::unbounded(),
             pending: None,
+            last: None,
+            pass_end: entry.rows,
+            asked: (0, 0),
             slice_rows: slice_rows(&entry),
             entry,
             held: Vec::new(),
@@ -223,12 +228,30 @@ impl<B: Backend> DiskHead<B> {
         self.free.len() + usize::from(self.pending.is_some()) + self.back.1.len()
     }
 
+    /// Slices read for passes so far, and how many of them had been read
+    /// ahead (the pass did not wait for the whole read).
+    pub fn reads_ahead(&self) -> (usize, usize) {
+        self.asked
+    }
+
+    /// Waits for the read asked ahead, if any.
+    fn take_pending(&mut self) -> Result<Option<(usize, Fetched)>> {
+        let Some(p) = self.pending.take() else {
+            return Ok(None);
+        };
+        let f = match p.ready {
+            Some(f) => f,
+            None => self.helper.as_ref().and_then(Helper::wait).ok_or_else(|| {
+                arbor_model::ModelError::Invalid("the head's read-ahead thread stopped".into())
+            })?,
+        };
+        Ok(Some((p.rows, f)))
+    }
+
     /// Waits for a read under way and takes its buffer back, counting the
-    /// bytes it read (they crossed the disk, wanted or not).
+    /// bytes it read: they crossed the disk, wanted or not.
     fn settle(&mut self) -> Result<()> {
-        if let Some(p) = self.pending.take() {
-            let rows = p.rows;
-            let f = p.join()?;
+        if let Some((rows, f)) = self.take_pending()? {
             self.count_read((rows * row_bytes(&self.entry)) as u64, &f);
             self.free.push(f.buf);
         }
@@ -250,52 +273,54 @@ impl<B: Backend> DiskHead<B> {
             .span(SpanKind::Io, self.label, f.began, f.ended);
     }
 
-    /// Takes back the buffers of slices the pass has dropped.
+    /// Takes back the buffers of slices the pass has dropped, keeping two
+    /// in all (more only while a caller keeps slices alive).
     fn reclaim(&mut self) {
         self.free.extend(self.back.1.try_iter());
+        let keep = 2 - usize::from(self.pending.is_some());
+        self.free.truncate(keep);
     }
 
-    /// Starts reading rows `first..first + rows` on a helper thread into
-    /// the free buffer.
+    /// Starts reading rows `first..first + rows` into a free buffer: on the
+    /// helper thread, or now where there is none.
     fn start_read(&mut self, first: usize, rows: usize) {
         self.reclaim();
         // Two buffers serve: the previous slice has been dropped (its
         // borrow ends before the next ask) and its buffer is back. A caller
-        // keeping a copy of a slice's weight gets a buffer of its own.
-        let mut buf = self.free.pop().unwrap_or_else(|| AlignedBuf::new(0));
-        let reader = Arc::clone(&self.reader);
+        // keeping a slice's weight alive gets a buffer of its own.
+        let buf = self.free.pop().unwrap_or_else(|| AlignedBuf::new(0));
         let (offset, len) = rows_range(&self.entry, first, rows);
-        let handle = std::thread::spawn(move || {
-            let began = Instant::now();
-            // Where the rows landed: read_into may have grown the buffer,
-            // so its start is taken after the read.
-            let at = reader
-                .read_into(offset, len, &mut buf)
-                .map(|got| got.as_ptr() as usize);
-            let start = at.map(|at| at - buf.as_slice().as_ptr() as usize);
-            Fetched {
-                buf,
-                start,
-                began,
-                ended: Instant::now(),
-            }
-        });
-        self.pending = Some(Pending {
-            first,
-            rows,
-            handle,
-        });
+        let ready = match &self.helper {
+            Some(h) => match h.submit(offset, len, buf) {
+                Ok(()) => None,
+                Err(buf) => Some(fetch(&self.reader, offset, len, buf)),
+            },
+            None => Some(fetch(&self.reader, offset, len, buf)),
+        };
+        self.pending = Some(Pending { first, rows, ready });
     }
 
     /// The slice a pass asks for after rows `first..first + rows`: the next
-    /// one, or after the last the first one not held (the next pass's).
+    /// one, or after the last pass's end the first one not held (the next
+    /// pass's).
     fn next_after(&self, first: usize, rows: usize) -> Option<(usize, usize)> {
         let total = self.entry.rows;
         let next = match first + rows {
-            n if n < total => n,
+            n if n < self.pass_end.min(total) => n,
             _ => self.held_rows(),
         };
         (next < total).then(|| (next, self.slice_rows.min(total - next)))
+    }
+
+    /// Notes an ask: one that goes back to or before the previous one
+    /// starts a pass, and the previous one ended the last.
+    fn note_ask(&mut self, first: usize, rows: usize) {
+        if let Some((f, r)) = self.last
+            && first <= f
+        {
+            self.pass_end = f + r;
+        }
+        self.last = Some((first, rows));
     }
 
     /// The weight of `rows` rows read into `range` of `buf`: kept in the
@@ -334,38 +359,11 @@ impl<B: Backend> DiskHead<B> {
     }
 }
 
-/// A read buffer lent to a head slice kept in place; it goes back to its
-/// [`DiskHead`] when the slice's weight drops.
-struct LentBuf {
-    buf: Option<AlignedBuf>,
-    back: Sender<AlignedBuf>,
-}
-
-// SAFETY: the buffer is neither written nor moved while lent (it is only
-// taken out in `drop`), and an `AlignedBuf`'s slice is its fixed heap
-// allocation.
-unsafe impl StableBytes for LentBuf {
-    fn bytes(&self) -> &[u8] {
-        self.buf.as_ref().map_or(&[], |b| b.as_slice())
-    }
-}
-
-impl Drop for LentBuf {
-    fn drop(&mut self) {
-        if let Some(buf) = self.buf.take() {
-            // A head that is gone no longer needs it.
-            let _ = self.back.send(buf);
-        }
-    }
-}
-
 impl<B: Backend> Drop for DiskHead<B> {
     fn drop(&mut self) {
-        // The helper writes into a buffer it owns: wait for it, so the
-        // buffer's memory is gone when the head is.
-        if let Some(p) = self.pending.take() {
-            let _ = p.join();
-        }
+        // The read under way writes into a buffer the helper owns: wait for
+        // it, so the buffer's memory is gone when the head is.
+        let _ = self.take_pending();
     }
 }
 
@@ -388,6 +386,7 @@ impl<B: Backend> HeadSource<B> for DiskHead<B> {
                 e.rows
             )));
         }
+        self.note_ask(first, rows);
         if first.is_multiple_of(self.slice_rows)
             && rows == self.slice_rows
             && first / self.slice_rows < self.held.len()
@@ -405,12 +404,13 @@ impl<B: Backend> HeadSource<B> for DiskHead<B> {
             self.settle()?;
             self.start_read(first, rows);
         }
-        let Some(pending) = self.pending.take() else {
+        self.asked.0 += 1;
+        self.asked.1 += usize::from(ahead);
+        let Some((_, fetched)) = self.take_pending()? else {
             return Err(arbor_model::ModelError::Invalid(
                 "the head slice's read was not started".into(),
             ));
         };
-        let fetched = pending.join()?;
         let got = Instant::now();
         let len = rows * row_bytes(&self.entry);
         self.count_read(len as u64, &fetched);
@@ -435,6 +435,7 @@ impl<B: Backend> HeadSource<B> for DiskHead<B> {
             s.build_secs += build;
             s.wait_secs += wait + build;
         });
+        self.monitor.span(SpanKind::Wait, self.label, asked, got);
         self.monitor.span(SpanKind::Build, self.label, got, built);
         Ok(HeadSlice::Read(w))
     }

@@ -179,9 +179,50 @@ fn slices_asked_in_any_order_hold_the_files_rows() {
         .unwrap();
     for _ in 0..2 {
         assert!(slice_values(&backend, &mut head, hidden, 1536, 256).is_err());
+        assert_eq!(head.buffers_home(), 2, "a failed read keeps its buffer");
         let got = slice_values(&backend, &mut head, hidden, 512, 256).unwrap();
         assert!(got == values[512 * hidden..768 * hidden]);
+        assert_eq!(head.buffers_home(), 2);
     }
+}
+
+#[test]
+fn passes_in_order_find_their_slices_read_ahead() {
+    use arbor_model::HeadSource;
+    let tiny = wide("qwen2", GgmlType::F16, true, 28);
+    let file = TempModel::new(&tiny, "head-ahead");
+    let gguf = GgufFile::open(file.path()).unwrap();
+    let layout = Layout::from_gguf(gguf.header()).unwrap();
+    let entry = layout.head_tensor().clone();
+    let slice_bytes = (entry.len / entry.rows * 256) as u64;
+    let backend = CandleBackend::new();
+    let monitor = Monitor::default();
+    let reader = DirectReader::open(file.path()).unwrap();
+    let mut head = DiskHead::new(backend, reader, &layout, monitor.clone());
+    head.hold(2).unwrap();
+    // Whole passes over 2,048 rows in slices of 256, the first two held:
+    // only the first pass's first read is not ahead, and nothing is read
+    // twice or in vain (the read started by the last pass is not done).
+    let pass = |head: &mut DiskHead<CandleBackend>, end: usize| {
+        for first in (0..end).step_by(256) {
+            head.slice(first, 256).unwrap();
+        }
+    };
+    for _ in 0..3 {
+        pass(&mut head, 2048);
+    }
+    assert_eq!(head.reads_ahead(), (18, 17));
+    assert_eq!(monitor.stats().bytes, 18 * slice_bytes);
+    // A head run in part (an elastic file's first rows): the pass after
+    // the first partial one learns where passes end and wraps there.
+    for _ in 0..3 {
+        pass(&mut head, 1280);
+    }
+    let (asked, ahead) = head.reads_ahead();
+    assert_eq!((asked, ahead), (18 + 9, 17 + 8), "the first partial pass wraps late");
+    // The read past the partial pass's end was wasted once, and counted.
+    assert_eq!(monitor.stats().bytes, (27 + 1) * slice_bytes);
+    assert_eq!(head.buffers_home(), 2);
 }
 
 #[test]
