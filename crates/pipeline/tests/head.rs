@@ -219,7 +219,11 @@ fn passes_in_order_find_their_slices_read_ahead() {
         pass(&mut head, 1280);
     }
     let (asked, ahead) = head.reads_ahead();
-    assert_eq!((asked, ahead), (18 + 9, 17 + 8), "the first partial pass wraps late");
+    assert_eq!(
+        (asked, ahead),
+        (18 + 9, 17 + 8),
+        "the first partial pass wraps late"
+    );
     // The read past the partial pass's end was wasted once, and counted.
     assert_eq!(monitor.stats().bytes, (27 + 1) * slice_bytes);
     assert_eq!(head.buffers_home(), 2);
