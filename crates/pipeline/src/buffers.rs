@@ -77,36 +77,55 @@ pub fn keeps_in_place<B: Backend>(backend: &B, mode: Mode, units: &[&[TensorEntr
 /// One buffer per tensor position, reused from layer to layer.
 pub(crate) struct BufSet(pub(crate) Vec<AlignedBuf>);
 
-/// A buffer set lent with a built layer whose weights keep their bytes in
-/// it: it goes back to the reader's free sets when the last weight drops.
-pub(crate) struct LentSet {
-    pub(crate) set: Option<BufSet>,
-    pub(crate) back: Sender<BufSet>,
+/// Something lent with a weight that keeps its bytes in it (a buffer set
+/// with a built layer, a read buffer with a head slice): it goes back
+/// through `back` when the last holder drops it.
+pub(crate) struct Loan<T: Send> {
+    pub(crate) item: Option<T>,
+    pub(crate) back: Sender<T>,
 }
 
-impl Drop for LentSet {
-    fn drop(&mut self) {
-        if let Some(set) = self.set.take() {
-            // A gone reader no longer needs it.
-            let _ = self.back.send(set);
+impl<T: Send> Loan<T> {
+    pub(crate) fn new(item: T, back: Sender<T>) -> Self {
+        Self {
+            item: Some(item),
+            back,
         }
+    }
+}
+
+impl<T: Send> Drop for Loan<T> {
+    fn drop(&mut self) {
+        if let Some(item) = self.item.take() {
+            // A gone owner no longer needs it.
+            let _ = self.back.send(item);
+        }
+    }
+}
+
+// SAFETY: the buffer is neither written nor moved while lent (it is only
+// taken out in `drop`), and an `AlignedBuf`'s slice is its fixed heap
+// allocation.
+unsafe impl StableBytes for Loan<AlignedBuf> {
+    fn bytes(&self) -> &[u8] {
+        self.item.as_ref().map_or(&[], |b| b.as_slice())
     }
 }
 
 /// One tensor's bytes in a lent set.
 pub(crate) struct LentBytes {
-    pub(crate) set: Arc<LentSet>,
+    pub(crate) set: Arc<Loan<BufSet>>,
     pub(crate) buf: usize,
 }
 
 // SAFETY: the set is neither written nor moved while lent (it is only
-// taken out in `LentSet::drop`, when no `LentBytes` is left), and an
+// taken out in `Loan::drop`, when no `LentBytes` is left), and an
 // `AlignedBuf`'s slice is its fixed heap allocation.
 unsafe impl StableBytes for LentBytes {
     fn bytes(&self) -> &[u8] {
         let set = self
             .set
-            .set
+            .item
             .as_ref()
             .expect("a lent set is held until dropped");
         set.0[self.buf].as_slice()

@@ -19,8 +19,9 @@ use arbor_paging::{AlignedBuf, DirectReader};
 use arbor_tensor::{Backend, SharedBytes, StableBytes, WeightData};
 use crossbeam_channel::{Receiver, Sender};
 
-use ahead::{Fetched, Helper, LentBuf, fetch};
+use ahead::{Fetched, Helper, fetch};
 
+use crate::buffers::Loan;
 use crate::{Monitor, SpanKind, paging};
 
 /// Bytes a head slice aims at: large enough that direct reads run at the
@@ -145,7 +146,7 @@ pub struct DiskHead<B: Backend> {
     /// Read buffers not in use: two in all, one of them with `pending`
     /// while a read runs ahead.
     free: Vec<AlignedBuf>,
-    /// Buffers coming back from slices kept in place (see [`LentBuf`]).
+    /// Buffers coming back from slices kept in place (see [`Loan`]).
     back: (Sender<AlignedBuf>, Receiver<AlignedBuf>),
     pending: Option<Pending>,
     /// The slice asked last, and the end of the last pass (the rows a pass
@@ -346,10 +347,7 @@ impl<B: Backend> DiskHead<B> {
             self.free.push(buf);
             return Ok(w?);
         }
-        let lent: Arc<dyn StableBytes> = Arc::new(LentBuf {
-            buf: Some(buf),
-            back: self.back.0.clone(),
-        });
+        let lent: Arc<dyn StableBytes> = Arc::new(Loan::new(buf, self.back.0.clone()));
         let keep = SharedBytes::new(lent, range).ok_or_else(|| {
             arbor_model::ModelError::Invalid("a head slice outside its buffer".into())
         })?;

@@ -16,7 +16,7 @@ use arbor_paging::{AlignedBuf, DirectReader, Ledger, PagingError, Reservation};
 use arbor_tensor::{Backend, SharedBytes};
 use crossbeam_channel::{Receiver, Sender, bounded};
 
-use crate::buffers::{BufSet, LentBytes, LentSet, buffer_caps, buffer_sets_for, keeps_in_place};
+use crate::buffers::{BufSet, LentBytes, Loan, buffer_caps, buffer_sets_for, keeps_in_place};
 use crate::{HostTier, Mode, Monitor, SpanKind, paging};
 
 /// A layer's bytes, read and waiting to be built: where each tensor's
@@ -91,10 +91,7 @@ impl<B: Backend> Builder<B> {
         starts: &[usize],
         free: &Sender<BufSet>,
     ) -> Result<Built<B>> {
-        let lent = Arc::new(LentSet {
-            set: Some(set),
-            back: free.clone(),
-        });
+        let lent = Arc::new(Loan::new(set, free.clone()));
         let keep = entries
             .iter()
             .zip(starts)

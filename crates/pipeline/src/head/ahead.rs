@@ -1,13 +1,11 @@
 //! Reading a streamed head's slices ahead of the pass: one helper thread
-//! that reads into the buffers it is handed, and the buffer a slice kept in
-//! place borrows until the pass drops it.
+//! that reads into the buffers it is handed.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
 use arbor_paging::{AlignedBuf, DirectReader, PagingError};
-use arbor_tensor::StableBytes;
 use crossbeam_channel::{Receiver, Sender};
 
 /// A finished read: its buffer, where the rows start in it (or why the
@@ -107,31 +105,6 @@ impl Drop for Helper {
         self.jobs.take();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
-        }
-    }
-}
-
-/// A read buffer lent to a head slice kept in place; it goes back to its
-/// head when the slice's weight drops.
-pub(super) struct LentBuf {
-    pub(super) buf: Option<AlignedBuf>,
-    pub(super) back: Sender<AlignedBuf>,
-}
-
-// SAFETY: the buffer is neither written nor moved while lent (it is only
-// taken out in `drop`), and an `AlignedBuf`'s slice is its fixed heap
-// allocation.
-unsafe impl StableBytes for LentBuf {
-    fn bytes(&self) -> &[u8] {
-        self.buf.as_ref().map_or(&[], |b| b.as_slice())
-    }
-}
-
-impl Drop for LentBuf {
-    fn drop(&mut self) {
-        if let Some(buf) = self.buf.take() {
-            // A head that is gone no longer needs it.
-            let _ = self.back.send(buf);
         }
     }
 }
