@@ -274,7 +274,7 @@ impl Run<'_> {
             let xs: Vec<*const f32> = (0..tile_tokens)
                 .map(|j| x[(t0 + j).min(end - 1) * width..].as_ptr())
                 .collect();
-            let mut sums = [[0f32; 8]; 4];
+            let mut sums: tiles::Sums = [[0f32; 8]; 4];
             // SAFETY: the caller's rows; every token pointer a token of `x`.
             unsafe { self.tiles.run(self.m, w, &xs, width, &mut sums) };
             for (j, s) in sums.iter().enumerate().take((end - t0).min(tile_tokens)) {

@@ -19,6 +19,9 @@
 /// Lanes of every sum.
 pub(crate) const LANES: usize = 16;
 
+/// A tile's sums: `[token][row]`, room for the largest tile.
+pub(crate) type Sums = [[f32; 8]; 4];
+
 /// The folding of sixteen lanes into one sum.
 fn fold(l: &[f32; LANES]) -> f32 {
     let mut s8 = [0f32; 8];
@@ -102,7 +105,7 @@ impl Tiles {
         w: &[*const W],
         x: &[*const f32],
         n: usize,
-        out: &mut [[f32; 8]; 4],
+        out: &mut Sums,
     ) {
         let (rows, tokens) = self.shape(m);
         debug_assert!(w.len() == rows && x.len() == tokens);
@@ -190,7 +193,7 @@ impl Elem for u16 {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Elem, LANES};
+    use super::{Elem, LANES, Sums};
 
     /// Folds the lanes `j` of `lo` and `j + 8` of `hi` and on, as
     /// [`super::fold`].
@@ -218,27 +221,14 @@ mod x86 {
         w: &[*const W],
         x: &[*const f32],
         n: usize,
-        out: &mut [[f32; 8]; 4],
+        out: &mut Sums,
     ) {
         let whole = n / LANES * LANES;
+        let wp: [*const W; R] = std::array::from_fn(|r| w[r]);
+        let xp: [*const f32; T] = std::array::from_fn(|t| x[t]);
         let mut acc = [[_mm512_setzero_ps(); T]; R];
-        let mut c = 0;
-        while c < whole {
-            // SAFETY: `c + 16 <= n` for every pointer.
-            unsafe {
-                let mut xs = [_mm512_setzero_ps(); T];
-                for t in 0..T {
-                    xs[t] = _mm512_loadu_ps(x[t].add(c));
-                }
-                for r in 0..R {
-                    let wv = W::z(w[r], c);
-                    for t in 0..T {
-                        acc[r][t] = _mm512_fmadd_ps(wv, xs[t], acc[r][t]);
-                    }
-                }
-            }
-            c += LANES;
-        }
+        // SAFETY: the caller's.
+        unsafe { lanes512(&wp, &xp, whole, &mut acc) };
         for r in 0..R {
             for t in 0..T {
                 let a = acc[r][t];
@@ -250,44 +240,89 @@ mod x86 {
         }
     }
 
+    /// The sixteen lanes of every row × token sum over the first `whole`
+    /// values. Apart from the folding after it, so that the sums stay in
+    /// registers (together, LLVM spilled some of them on every step).
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    #[inline(never)]
+    unsafe fn lanes512<W: Elem, const R: usize, const T: usize>(
+        w: &[*const W; R],
+        x: &[*const f32; T],
+        whole: usize,
+        acc: &mut [[__m512; T]; R],
+    ) {
+        let mut sums = *acc;
+        let mut c = 0;
+        while c < whole {
+            // SAFETY: `c + 16 <= n` for every pointer.
+            unsafe {
+                let xs: [__m512; T] = std::array::from_fn(|t| _mm512_loadu_ps(x[t].add(c)));
+                for r in 0..R {
+                    let wv = W::z(w[r], c);
+                    for t in 0..T {
+                        sums[r][t] = _mm512_fmadd_ps(wv, xs[t], sums[r][t]);
+                    }
+                }
+            }
+            c += LANES;
+        }
+        *acc = sums;
+    }
+
     /// `R` rows by `T` tokens, sixteen lanes in two `ymm` each.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn tile256<W: Elem, const R: usize, const T: usize>(
         w: &[*const W],
         x: &[*const f32],
         n: usize,
-        out: &mut [[f32; 8]; 4],
+        out: &mut Sums,
     ) {
         let whole = n / LANES * LANES;
-        let mut lo = [[_mm256_setzero_ps(); T]; R];
-        let mut hi = [[_mm256_setzero_ps(); T]; R];
+        let wp: [*const W; R] = std::array::from_fn(|r| w[r]);
+        let xp: [*const f32; T] = std::array::from_fn(|t| x[t]);
+        let mut acc = [[(_mm256_setzero_ps(), _mm256_setzero_ps()); T]; R];
+        // SAFETY: the caller's.
+        unsafe { lanes256(&wp, &xp, whole, &mut acc) };
+        for r in 0..R {
+            for t in 0..T {
+                let (lo, hi) = acc[r][t];
+                // SAFETY: as above.
+                out[t][r] = unsafe { tail(fold256(lo, hi), w[r], x[t], whole, n) };
+            }
+        }
+    }
+
+    /// [`lanes512`] in two `ymm` per sum: lanes 0-7 and 8-15.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline(never)]
+    unsafe fn lanes256<W: Elem, const R: usize, const T: usize>(
+        w: &[*const W; R],
+        x: &[*const f32; T],
+        whole: usize,
+        acc: &mut [[(__m256, __m256); T]; R],
+    ) {
+        let mut sums = *acc;
         let mut c = 0;
         while c < whole {
             // SAFETY: `c + 16 <= n` for every pointer.
             unsafe {
-                let mut xl = [_mm256_setzero_ps(); T];
-                let mut xh = [_mm256_setzero_ps(); T];
-                for t in 0..T {
-                    xl[t] = _mm256_loadu_ps(x[t].add(c));
-                    xh[t] = _mm256_loadu_ps(x[t].add(c + 8));
-                }
+                let xl: [__m256; T] = std::array::from_fn(|t| _mm256_loadu_ps(x[t].add(c)));
+                let xh: [__m256; T] = std::array::from_fn(|t| _mm256_loadu_ps(x[t].add(c + 8)));
                 for r in 0..R {
                     let wl = W::y(w[r], c);
                     let wh = W::y(w[r], c + 8);
                     for t in 0..T {
-                        lo[r][t] = _mm256_fmadd_ps(wl, xl[t], lo[r][t]);
-                        hi[r][t] = _mm256_fmadd_ps(wh, xh[t], hi[r][t]);
+                        let (lo, hi) = sums[r][t];
+                        sums[r][t] = (
+                            _mm256_fmadd_ps(wl, xl[t], lo),
+                            _mm256_fmadd_ps(wh, xh[t], hi),
+                        );
                     }
                 }
             }
             c += LANES;
         }
-        for r in 0..R {
-            for t in 0..T {
-                // SAFETY: as above.
-                out[t][r] = unsafe { tail(fold256(lo[r][t], hi[r][t]), w[r], x[t], whole, n) };
-            }
-        }
+        *acc = sums;
     }
 }
 
