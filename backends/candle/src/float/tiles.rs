@@ -226,9 +226,8 @@ mod x86 {
         let whole = n / LANES * LANES;
         let wp: [*const W; R] = std::array::from_fn(|r| w[r]);
         let xp: [*const f32; T] = std::array::from_fn(|t| x[t]);
-        let mut acc = [[_mm512_setzero_ps(); T]; R];
         // SAFETY: the caller's.
-        unsafe { lanes512(&wp, &xp, whole, &mut acc) };
+        let acc = unsafe { lanes512(&wp, &xp, whole) };
         for r in 0..R {
             for t in 0..T {
                 let a = acc[r][t];
@@ -249,9 +248,8 @@ mod x86 {
         w: &[*const W; R],
         x: &[*const f32; T],
         whole: usize,
-        acc: &mut [[__m512; T]; R],
-    ) {
-        let mut sums = *acc;
+    ) -> [[__m512; T]; R] {
+        let mut sums = [[_mm512_setzero_ps(); T]; R];
         let mut c = 0;
         while c < whole {
             // SAFETY: `c + 16 <= n` for every pointer.
@@ -266,7 +264,7 @@ mod x86 {
             }
             c += LANES;
         }
-        *acc = sums;
+        sums
     }
 
     /// `R` rows by `T` tokens, sixteen lanes in two `ymm` each.
@@ -280,9 +278,8 @@ mod x86 {
         let whole = n / LANES * LANES;
         let wp: [*const W; R] = std::array::from_fn(|r| w[r]);
         let xp: [*const f32; T] = std::array::from_fn(|t| x[t]);
-        let mut acc = [[(_mm256_setzero_ps(), _mm256_setzero_ps()); T]; R];
         // SAFETY: the caller's.
-        unsafe { lanes256(&wp, &xp, whole, &mut acc) };
+        let acc = unsafe { lanes256(&wp, &xp, whole) };
         for r in 0..R {
             for t in 0..T {
                 let (lo, hi) = acc[r][t];
@@ -299,9 +296,8 @@ mod x86 {
         w: &[*const W; R],
         x: &[*const f32; T],
         whole: usize,
-        acc: &mut [[(__m256, __m256); T]; R],
-    ) {
-        let mut sums = *acc;
+    ) -> [[(__m256, __m256); T]; R] {
+        let mut sums = [[(_mm256_setzero_ps(), _mm256_setzero_ps()); T]; R];
         let mut c = 0;
         while c < whole {
             // SAFETY: `c + 16 <= n` for every pointer.
@@ -322,7 +318,7 @@ mod x86 {
             }
             c += LANES;
         }
-        *acc = sums;
+        sums
     }
 }
 
