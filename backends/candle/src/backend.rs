@@ -57,6 +57,13 @@ impl Backend for CandleBackend {
         self.weight_in(w, keep)
     }
 
+    /// Float values under our float matmul are held as the file stores
+    /// them, resident or streamed; our kernels' resident weights are laid
+    /// out again.
+    fn holds_as_read(&self, ty: GgmlType, rows: usize, cols: usize) -> bool {
+        !self.own_kernel(ty) && self.in_place(ty, rows, cols)
+    }
+
     fn embedding_table(&self, w: WeightData<'_>) -> Result<CandleWeight> {
         check_weight(&w)?;
         // Our kernels' weights look rows up from their blocks (a tied table

@@ -73,6 +73,16 @@ fn streamed_weights_in_their_read_buffers() {
 }
 
 #[test]
+fn held_weights_built_in_the_bytes_read_for_them() {
+    use GgmlType as T;
+    let types = [T::F32, T::F16, T::BF16, T::Q8_0, T::Q4_K, T::Q6_K];
+    // Float matrices under our float matmul, whichever quantized kernels
+    // run; our kernels lay quantized weights out again once held.
+    assert_eq!(suite::held_as_read(&ours(), &types), 3);
+    assert_eq!(suite::held_as_read(&candles(), &types), 3);
+}
+
+#[test]
 fn weight_parts() {
     suite::weight_parts(&ours(), GgmlType::F32, Tol::largest(1e-5));
     suite::weight_parts(&ours(), GgmlType::Q8_0, QUANTIZED_PART);

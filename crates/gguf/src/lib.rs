@@ -445,6 +445,8 @@ impl Header {
 /// A memory-mapped GGUF file.
 pub struct GgufFile {
     path: PathBuf,
+    /// The file the map is of, for reads that bypass it.
+    file: std::fs::File,
     map: memmap2::Mmap,
     header: Header,
 }
@@ -471,7 +473,12 @@ impl GgufFile {
         // still fault, which no reader of a mapped file can rule out.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
         let header = parse_header(&map)?;
-        Ok(Self { path, map, header })
+        Ok(Self {
+            path,
+            file,
+            map,
+            header,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -514,6 +521,37 @@ impl GgufFile {
                     end - first,
                 )
             };
+        }
+    }
+
+    /// Reads a tensor's bytes into `out` (exactly its size) with the file's
+    /// read calls, not through the map: a loader that keeps the bytes as
+    /// they are read then holds them once, where copying them from the map
+    /// holds the mapped pages beside the copy until they are released.
+    pub fn read_tensor(&self, info: &TensorInfo, out: &mut [u8]) -> Result<()> {
+        if out.len() as u64 != info.size {
+            return Err(GgufError::Invalid(format!(
+                "a buffer of {} bytes for tensor `{}` of {}",
+                out.len(),
+                info.name,
+                info.size
+            )));
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileExt;
+            let start = self.header.data_offset + info.offset;
+            self.file
+                .read_exact_at(out, start)
+                .map_err(|source| GgufError::Io {
+                    path: self.path.clone(),
+                    source,
+                })
+        }
+        #[cfg(not(unix))]
+        {
+            out.copy_from_slice(self.tensor_bytes(info));
+            Ok(())
         }
     }
 

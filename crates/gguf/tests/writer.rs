@@ -178,6 +178,29 @@ fn write_and_open() {
 }
 
 #[test]
+fn tensors_read_past_the_map_are_their_bytes() {
+    let path = std::env::temp_dir().join(format!("arbor-gguf-read-{}.gguf", std::process::id()));
+    let mut w = GgufWriter::new();
+    let q8 = noise(5 * 34, 9);
+    w.add_meta("general.architecture", Value::String("qwen2".into()))
+        .add_tensor_f16("half", &[3], &[1.0, -2.0, 0.5])
+        .add_tensor("q8", &[32, 5], GgmlType::Q8_0, q8.as_slice());
+    w.write(&path).unwrap();
+    let file = GgufFile::open(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    for t in &file.header().tensors {
+        let mut out = vec![0u8; t.size as usize];
+        file.read_tensor(t, &mut out).unwrap();
+        assert_eq!(out, file.tensor_bytes(t), "{}", t.name);
+    }
+    let q8_info = file.header().tensor("q8").unwrap();
+    assert!(matches!(
+        file.read_tensor(q8_info, &mut [0u8; 3]),
+        Err(GgufError::Invalid(_))
+    ));
+}
+
+#[test]
 #[should_panic(expected = "need")]
 fn data_must_match_dims() {
     GgufWriter::new().add_tensor_f32("x", &[4], &[1.0, 2.0]);

@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex};
 
 use arbor_gguf::{GgufFile, TensorInfo};
-use arbor_tensor::{Backend, Mask, WeightData};
+use arbor_tensor::{Backend, Mask, SharedBytes, WeightData};
 
 use crate::blocks::{Block, Embedding};
 use crate::weights::held_bytes;
@@ -64,6 +64,40 @@ pub struct Decoder<B: Backend> {
 /// A tensor's index entry and bytes in `file`.
 fn tensor<'f>(file: &'f GgufFile, e: &TensorEntry) -> Result<(&'f TensorInfo, &'f [u8])> {
     Ok(file.tensor(&e.name)?)
+}
+
+/// The held weight of tensor `e` (the token table when `table`): where the
+/// backend holds it as the file stores it ([`Backend::holds_as_read`]), read
+/// straight into the buffer it keeps; else copied from the file's map and
+/// the mapped pages released. A copy holds the mapped pages beside it until
+/// then: for a 445 MiB F16 head, twice its size at once.
+fn held_weight<B: Backend>(
+    backend: &B,
+    file: &GgufFile,
+    e: &TensorEntry,
+    table: bool,
+) -> Result<B::Weight> {
+    fn data<'a>(e: &'a TensorEntry, bytes: &'a [u8]) -> WeightData<'a> {
+        WeightData {
+            name: &e.name,
+            ty: e.ty,
+            rows: e.rows,
+            cols: e.cols,
+            bytes,
+        }
+    }
+    let info = file.header().tensor(&e.name)?;
+    if backend.holds_as_read(e.ty, e.rows, e.cols) {
+        let keep = SharedBytes::filled(info.size as usize, |out| file.read_tensor(info, out))?;
+        return Ok(backend.streamed_weight_in(data(e, &keep), &keep)?);
+    }
+    let bytes = file.tensor_bytes(info);
+    let w = match table {
+        true => backend.embedding_table(data(e, bytes))?,
+        false => backend.weight(data(e, bytes))?,
+    };
+    file.release(info);
+    Ok(w)
 }
 
 impl<B: Backend> Decoder<B> {
@@ -146,16 +180,8 @@ impl<B: Backend> Decoder<B> {
                 }
             }
             _ => {
-                let (info, bytes) = tensor(file, e)?;
-                resident_bytes += info.size;
-                let w = backend.embedding_table(WeightData {
-                    name: &e.name,
-                    ty: e.ty,
-                    rows: e.rows,
-                    cols: e.cols,
-                    bytes,
-                })?;
-                file.release(info);
+                resident_bytes += e.len as u64;
+                let w = held_weight(&backend, file, e, true)?;
                 tick();
                 Embedding::Table(Arc::new(w))
             }
@@ -192,15 +218,7 @@ impl<B: Backend> Decoder<B> {
         let output = match &layout.head {
             Some(h) if head_resident => {
                 resident_bytes += backend.weight_bytes(h.ty, h.rows, h.cols);
-                let (info, bytes) = tensor(file, h)?;
-                let w = backend.weight(WeightData {
-                    name: &h.name,
-                    ty: h.ty,
-                    rows: h.rows,
-                    cols: h.cols,
-                    bytes,
-                })?;
-                file.release(info);
+                let w = held_weight(&backend, file, h, false)?;
                 tick();
                 Some(Arc::new(w))
             }

@@ -311,6 +311,14 @@ pub trait Backend: Clone + Send + Sync + 'static {
         let _ = keep;
         self.streamed_weight(w)
     }
+    /// Whether [`Backend::weight`] and [`Backend::embedding_table`] hold a
+    /// weight of this type and shape as its bytes are, so that
+    /// [`Backend::streamed_weight_in`] builds the same weight from a buffer
+    /// the loader read it into, with no copy beside that buffer.
+    fn holds_as_read(&self, ty: GgmlType, rows: usize, cols: usize) -> bool {
+        let _ = (ty, rows, cols);
+        false
+    }
     /// Loads a table that [`Backend::embed`] reads rows of (and that may be
     /// multiplied by too, for models whose head is tied to the embedding).
     fn embedding_table(&self, w: WeightData<'_>) -> Result<Self::Weight> {

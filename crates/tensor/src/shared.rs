@@ -52,6 +52,16 @@ impl SharedBytes {
         Self::new(Arc::new(Owned(bytes.to_vec())), 0..len).expect("the whole vector")
     }
 
+    /// `len` bytes that `fill` writes, in an owner of their own aligned
+    /// for any [`Plain`] type (a weight read from a file straight into the
+    /// storage a backend keeps).
+    pub fn filled<E>(len: usize, fill: impl FnOnce(&mut [u8]) -> Result<(), E>) -> Result<Self, E> {
+        let mut words = vec![0u64; len.div_ceil(8)];
+        // SAFETY: the u64 buffer viewed as its first `len` bytes.
+        fill(unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), len) })?;
+        Ok(Self::new(Arc::new(Words { words, len }), 0..len).expect("the whole buffer"))
+    }
+
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: `ptr..ptr+len` was a slice of the owner's bytes, which
         // stay where they are and unchanged while `owner` lives.
@@ -82,6 +92,22 @@ struct Owned(Vec<u8>);
 unsafe impl StableBytes for Owned {
     fn bytes(&self) -> &[u8] {
         &self.0
+    }
+}
+
+/// Bytes in a buffer of words (aligned for every [`Plain`] type), the
+/// first `len` of them.
+struct Words {
+    words: Vec<u64>,
+    len: usize,
+}
+
+// SAFETY: the buffer is never changed after construction, so its slice is
+// the same on every call.
+unsafe impl StableBytes for Words {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` is at most the buffer's size in bytes (`filled`).
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
     }
 }
 
@@ -162,6 +188,33 @@ mod tests {
         assert!(SharedBytes::new(owner.clone(), 1..5).is_none());
         let s = SharedBytes::new(owner, 1..3).unwrap();
         assert_eq!(&*s, &[2, 3]);
+    }
+
+    #[test]
+    fn filled_bytes_are_aligned_for_every_plain_type_and_errors_pass_through() {
+        for len in [0, 1, 7, 8, 1001] {
+            let s = SharedBytes::filled(len, |b| {
+                b.iter_mut().enumerate().for_each(|(i, x)| *x = i as u8);
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+            assert_eq!(s.len(), len);
+            assert!(s.iter().enumerate().all(|(i, &x)| x == i as u8));
+            assert!((s.as_ptr() as usize).is_multiple_of(8));
+        }
+        let values: Vec<f32> = (0..9).map(|i| i as f32 * 0.5).collect();
+        let s = SharedBytes::filled(36, |b| {
+            b.copy_from_slice(
+                &values
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect::<Vec<_>>(),
+            );
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!(&*Store::<f32>::shared(&s).expect("aligned"), &values[..]);
+        assert_eq!(SharedBytes::filled(4, |_| Err("no")).unwrap_err(), "no");
     }
 
     #[test]

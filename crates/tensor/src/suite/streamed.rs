@@ -61,3 +61,52 @@ pub fn streamed_in_place<B: Backend>(b: &B, types: &[GgmlType]) {
         );
     }
 }
+
+/// For each of `types` the backend holds as read ([`Backend::holds_as_read`],
+/// which must then also stream in place): a weight built in bytes of its
+/// own (as a loader reads a held head into) keeps them for as long as it
+/// lives, multiplies bit for bit as [`Backend::weight`]'s, and looks up
+/// rows as [`Backend::embedding_table`]'s. Returns how many of `types` were
+/// held as read.
+pub fn held_as_read<B: Backend>(b: &B, types: &[GgmlType]) -> usize {
+    let mut rng = Rng(0x4ead);
+    let (rows, cols) = (48, 256);
+    let mut held = 0;
+    for &ty in types.iter().filter(|&&ty| b.holds_as_read(ty, rows, cols)) {
+        held += 1;
+        assert!(b.streams_in_place(ty, rows, cols), "{ty}");
+        let bytes = random_blocks(ty, rows, cols, &mut rng);
+        let owner = Arc::new(Lent(bytes.clone()));
+        let keep = SharedBytes::new(owner.clone(), 0..bytes.len()).unwrap();
+        let kept = b
+            .streamed_weight_in(weight_data(ty, rows, cols, &keep), &keep)
+            .unwrap();
+        drop(keep);
+        assert_eq!(
+            Arc::strong_count(&owner),
+            2,
+            "{ty}: the weight keeps its bytes"
+        );
+        let copied = b.weight(weight_data(ty, rows, cols, &bytes)).unwrap();
+        let table = b
+            .embedding_table(weight_data(ty, rows, cols, &bytes))
+            .unwrap();
+        for n in [1usize, 5, 33] {
+            let x = tensor(b, &rng.vec(n * cols), n, cols);
+            let want = host(b, &b.matmul(&x, &copied).unwrap());
+            let got = host(b, &b.matmul(&x, &kept).unwrap());
+            assert_eq!(bits(&got), bits(&want), "{ty}, {n} rows");
+        }
+        let ids = [3u32, 0, 47, 3];
+        let want = host(b, &b.embed(&table, &ids).unwrap());
+        let got = host(b, &b.embed(&kept, &ids).unwrap());
+        assert_eq!(bits(&got), bits(&want), "{ty}");
+        drop(kept);
+        assert_eq!(
+            Arc::strong_count(&owner),
+            1,
+            "{ty}: the bytes outlived the weight"
+        );
+    }
+    held
+}
