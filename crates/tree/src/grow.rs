@@ -139,6 +139,37 @@ impl Grower {
         pace(&view, self.total()).map(|i| self.branches[i].leaf)
     }
 
+    /// Up to `most` distinct nodes the draft can read in one pass: the
+    /// root alone before it is expanded, else the leaves the pacer would
+    /// pick in turn with each picked branch counted one token longer and
+    /// left out of later picks (its next leaf is not read yet), stopping
+    /// at a leaf whose cumulative confidence is under `ratio` times the
+    /// first pick's. `next_batch(1, _)` is [`Grower::next`].
+    pub fn next_batch(&self, most: usize, ratio: f32) -> Vec<usize> {
+        if !self.root_expanded {
+            return vec![0];
+        }
+        let mut view: Vec<Option<(f32, usize)>> = self
+            .branches
+            .iter()
+            .map(|b| b.open.then(|| (self.tree.node(b.leaf).cum, b.len)))
+            .collect();
+        let mut picked = Vec::new();
+        let mut total = self.total();
+        while picked.len() < most {
+            let Some(i) = pace(&view, total) else { break };
+            let leaf = self.branches[i].leaf;
+            let first = picked.first().map(|&f: &usize| self.tree.node(f).cum);
+            if first.is_some_and(|c| self.tree.node(leaf).cum < ratio * c) {
+                break;
+            }
+            picked.push(leaf);
+            view[i] = None;
+            total += 1;
+        }
+        picked
+    }
+
     /// Which of the draft's candidates (most probable first) become
     /// children: the first always, the others while above the branch
     /// threshold, at most `max_children`.
@@ -222,6 +253,24 @@ impl Grower {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_is_the_pacers_picks_in_turn_without_repeats() {
+        let mut g = Grower::new(1, GrowConfig::default());
+        assert_eq!(g.next_batch(4, 0.0), vec![0]);
+        let ids = g.expand(0, &[(10, 0.5), (11, 0.4), (12, 0.1)]);
+        assert_eq!(g.next_batch(1, 0.0), vec![g.next().unwrap()]);
+        let all = g.next_batch(8, 0.0);
+        assert_eq!(all.len(), 3, "one leaf per open branch");
+        assert_eq!(all[0], g.next().unwrap());
+        let mut sorted = all.clone();
+        sorted.sort();
+        assert_eq!(sorted, ids);
+        // The 0.1 branch is under half of the first pick's 0.5.
+        assert_eq!(g.next_batch(8, 0.5), vec![ids[0], ids[1]]);
+        g.close(ids[1]);
+        assert_eq!(g.next_batch(8, 0.0), vec![ids[0], ids[2]]);
+    }
 
     #[test]
     fn pace_picks_the_branch_furthest_below_its_share() {
