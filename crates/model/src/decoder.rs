@@ -77,24 +77,20 @@ fn held_weight<B: Backend>(
     e: &TensorEntry,
     table: bool,
 ) -> Result<B::Weight> {
-    fn data<'a>(e: &'a TensorEntry, bytes: &'a [u8]) -> WeightData<'a> {
-        WeightData {
+    let (info, bytes) = tensor(file, e)?;
+    if backend.holds_as_read(e.ty, e.rows, e.cols) {
+        let keep = SharedBytes::filled(bytes.len(), |out| file.read_tensor(info, out))?;
+        return crate::weights::weight(backend, e, &keep, true, Some(&keep));
+    }
+    let w = match table {
+        true => backend.embedding_table(WeightData {
             name: &e.name,
             ty: e.ty,
             rows: e.rows,
             cols: e.cols,
             bytes,
-        }
-    }
-    let info = file.header().tensor(&e.name)?;
-    if backend.holds_as_read(e.ty, e.rows, e.cols) {
-        let keep = SharedBytes::filled(info.size as usize, |out| file.read_tensor(info, out))?;
-        return Ok(backend.streamed_weight_in(data(e, &keep), &keep)?);
-    }
-    let bytes = file.tensor_bytes(info);
-    let w = match table {
-        true => backend.embedding_table(data(e, bytes))?,
-        false => backend.weight(data(e, bytes))?,
+        })?,
+        false => crate::weights::weight(backend, e, bytes, false, None)?,
     };
     file.release(info);
     Ok(w)

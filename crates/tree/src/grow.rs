@@ -131,12 +131,16 @@ impl Grower {
         if !self.root_expanded {
             return Some(0);
         }
-        let view: Vec<Option<(f32, usize)>> = self
-            .branches
+        pace(&self.pacer_view(), self.total()).map(|i| self.branches[i].leaf)
+    }
+
+    /// What the pacer sees of each branch: its leaf's cumulative
+    /// confidence and its length, `None` once closed.
+    fn pacer_view(&self) -> Vec<Option<(f32, usize)>> {
+        self.branches
             .iter()
             .map(|b| b.open.then(|| (self.tree.node(b.leaf).cum, b.len)))
-            .collect();
-        pace(&view, self.total()).map(|i| self.branches[i].leaf)
+            .collect()
     }
 
     /// Up to `most` distinct nodes the draft can read in one pass: the
@@ -149,11 +153,7 @@ impl Grower {
         if !self.root_expanded {
             return vec![0];
         }
-        let mut view: Vec<Option<(f32, usize)>> = self
-            .branches
-            .iter()
-            .map(|b| b.open.then(|| (self.tree.node(b.leaf).cum, b.len)))
-            .collect();
+        let mut view = self.pacer_view();
         let mut picked = Vec::new();
         let mut total = self.total();
         while picked.len() < most {

@@ -47,12 +47,7 @@ pub fn streamed_in_place<B: Backend>(b: &B, types: &[GgmlType]) {
             in_place,
             "{ty}: {holders} holders of the lent bytes"
         );
-        for n in [1usize, 5, 33] {
-            let x = tensor(b, &rng.vec(n * cols), n, cols);
-            let want = host(b, &b.matmul(&x, &copied).unwrap());
-            let got = host(b, &b.matmul(&x, &kept).unwrap());
-            assert_eq!(bits(&got), bits(&want), "{ty}, {n} rows");
-        }
+        same_products(b, &copied, &kept, cols, &mut rng, ty);
         drop(kept);
         assert_eq!(
             Arc::strong_count(&owner),
@@ -91,12 +86,7 @@ pub fn held_as_read<B: Backend>(b: &B, types: &[GgmlType]) -> usize {
         let table = b
             .embedding_table(weight_data(ty, rows, cols, &bytes))
             .unwrap();
-        for n in [1usize, 5, 33] {
-            let x = tensor(b, &rng.vec(n * cols), n, cols);
-            let want = host(b, &b.matmul(&x, &copied).unwrap());
-            let got = host(b, &b.matmul(&x, &kept).unwrap());
-            assert_eq!(bits(&got), bits(&want), "{ty}, {n} rows");
-        }
+        same_products(b, &copied, &kept, cols, &mut rng, ty);
         let ids = [3u32, 0, 47, 3];
         let want = host(b, &b.embed(&table, &ids).unwrap());
         let got = host(b, &b.embed(&kept, &ids).unwrap());
@@ -109,4 +99,22 @@ pub fn held_as_read<B: Backend>(b: &B, types: &[GgmlType]) -> usize {
         );
     }
     held
+}
+
+/// `got` multiplies bit for bit as `want` (both of `cols` columns, of type
+/// `ty`) for one row and for several.
+fn same_products<B: Backend>(
+    b: &B,
+    want: &B::Weight,
+    got: &B::Weight,
+    cols: usize,
+    rng: &mut Rng,
+    ty: GgmlType,
+) {
+    for n in [1usize, 5, 33] {
+        let x = tensor(b, &rng.vec(n * cols), n, cols);
+        let a = host(b, &b.matmul(&x, want).unwrap());
+        let c = host(b, &b.matmul(&x, got).unwrap());
+        assert_eq!(bits(&c), bits(&a), "{ty}, {n} rows");
+    }
 }
