@@ -148,13 +148,17 @@ impl arbor_tensor::Backend for BurnBackend {
     }
 
     fn tensor(&self, data: &[f32], rows: usize, cols: usize) -> Result<BurnTensor> {
+        self.tensor_from_vec(data.to_vec(), rows, cols)
+    }
+
+    fn tensor_from_vec(&self, data: Vec<f32>, rows: usize, cols: usize) -> Result<BurnTensor> {
         if data.len() != rows * cols {
             return Err(shape_err(
                 "tensor",
                 format!("{} values for [{rows}, {cols}]", data.len()),
             ));
         }
-        Ok(BurnTensor(self.upload(data.to_vec(), [rows, cols])))
+        Ok(BurnTensor(self.upload(data, [rows, cols])))
     }
 
     fn shape(&self, x: &BurnTensor) -> (usize, usize) {

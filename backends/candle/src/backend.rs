@@ -90,17 +90,17 @@ impl Backend for CandleBackend {
     }
 
     fn tensor(&self, data: &[f32], rows: usize, cols: usize) -> Result<HostTensor> {
+        self.tensor_from_vec(data.to_vec(), rows, cols)
+    }
+
+    fn tensor_from_vec(&self, data: Vec<f32>, rows: usize, cols: usize) -> Result<HostTensor> {
         if data.len() != rows * cols {
             return Err(shape_err(
                 "tensor",
                 format!("{} values for a {rows}x{cols} tensor", data.len()),
             ));
         }
-        Ok(HostTensor {
-            data: data.to_vec(),
-            rows,
-            cols,
-        })
+        Ok(HostTensor { data, rows, cols })
     }
 
     fn shape(&self, x: &HostTensor) -> (usize, usize) {

@@ -104,6 +104,22 @@ fn segment_sums_equal_parts_bit_for_bit() {
 }
 
 #[test]
+fn a_tensor_from_a_vec_keeps_its_buffer() {
+    // A streamed head's logits (tens of MiB) become the pass's output
+    // without a copy: the memory plan counts them once.
+    let b = ours();
+    let want: Vec<f32> = (0..12).map(|i| i as f32 * 0.5).collect();
+    let data = want.clone();
+    let at = data.as_ptr();
+    let t = b.tensor_from_vec(data, 3, 4).unwrap();
+    assert_eq!(b.shape(&t), (3, 4));
+    let back = b.take_vec(t).unwrap();
+    assert_eq!(back.as_ptr(), at);
+    assert_eq!(back, want);
+    assert!(b.tensor_from_vec(vec![0.0; 5], 2, 3).is_err());
+}
+
+#[test]
 fn embed() {
     suite::embed(&ours());
 }

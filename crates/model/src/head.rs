@@ -75,7 +75,7 @@ impl<B: Backend> Decoder<B> {
                 out[first..first + used].copy_from_slice(row);
             }
         }
-        Ok(b.tensor(&logits, n, keep)?)
+        Ok(b.tensor_from_vec(logits, n, keep)?)
     }
 
     /// The token of each head row where the file stores its head in

@@ -67,16 +67,12 @@ pub(crate) fn slices_held<B: Backend>(backend: &B, entry: &TensorEntry, spare: u
         .min(slices.saturating_sub(1))
 }
 
-/// Bytes a streamed head holds at once for passes returning up to
-/// `logit_rows` rows: two read buffers (the slice's and the next one's,
-/// read ahead), the slice's built copy where the backend does not multiply
-/// it in its buffer, and the logits assembled on the host before they
-/// become a tensor.
-pub(crate) fn streamed_head_bytes<B: Backend>(
-    backend: &B,
-    entry: &TensorEntry,
-    logit_rows: usize,
-) -> u64 {
+/// Bytes a streamed head holds at once: two read buffers (the slice's and
+/// the next one's, read ahead) and the slice's built copy where the
+/// backend does not multiply it in its buffer. The logits it assembles on
+/// the host become the pass's output tensor without a copy
+/// ([`Backend::tensor_from_vec`]): the plan's logit scratch counts them.
+pub(crate) fn streamed_head_bytes<B: Backend>(backend: &B, entry: &TensorEntry) -> u64 {
     let rows = slice_rows(entry);
     let span = rows * row_bytes(entry);
     // Any slice's aligned span: its bytes rounded up to whole blocks, and
@@ -96,7 +92,7 @@ pub(crate) fn streamed_head_bytes<B: Backend>(
         true => 0,
         false => slice_bytes(backend, entry),
     };
-    built + 2 * buffer as u64 + (logit_rows.max(1) * entry.rows * 4) as u64
+    built + 2 * buffer as u64
 }
 
 /// Where rows `first..first + rows` of `entry` lie in the file.

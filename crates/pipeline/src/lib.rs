@@ -65,6 +65,7 @@ mod streamer;
 pub use budget::{
     MemoryOptions, MemoryReport, SEQUENCE_SLACK, SLACK, kv_bytes, load_resident, load_target,
     logit_scratch, model_bytes, peak_resident, plan_with, resident_now, target_fits,
+    target_logit_scratch,
 };
 pub use buffers::{buffer_sets, buffer_sets_for, keeps_in_place, read_buffer_bytes};
 pub use head::DiskHead;

@@ -215,23 +215,31 @@ fn check_spans(spans: &[Span], stats: &StreamStats, mode: Mode) {
 }
 
 /// Each generation beyond the first running over the target (a server's
-/// slots) takes `SEQUENCE_SLACK` more before the layers are placed.
+/// slots) takes `SEQUENCE_SLACK` more before the layers are placed, and
+/// several of them a second copy of the target's logits (a batched pass's
+/// split into each sequence's).
 #[test]
 fn every_further_sequence_is_planned_its_slack() {
     use arbor_pipeline::{MemoryOptions, SEQUENCE_SLACK, plan_with};
     let tiny = &tinies()[0];
     let file = TempModel::new(tiny, "sequences");
     let gguf = arbor_gguf::GgufFile::open(file.path()).unwrap();
-    let fixed = |sequences: usize| {
+    let fixed = |sequences: usize, logit_rows: usize| {
         let options = MemoryOptions {
             base: Some(0),
             sequences,
+            logit_rows,
             ..MemoryOptions::new(1 << 30, true)
         };
         (plan_with(&CandleBackend::new(), &gguf, None, 0, &options).unwrap())
             .expect("a tiny model fits a GiB")
             .fixed
     };
-    assert_eq!(fixed(0), fixed(1));
-    assert_eq!(fixed(8) - fixed(1), 7 * SEQUENCE_SLACK);
+    let copy = |rows: usize| (rows * tiny.vocab * 4) as u64;
+    assert_eq!(fixed(0, 1), fixed(1, 1));
+    assert_eq!(fixed(8, 1) - fixed(1, 1), 7 * SEQUENCE_SLACK + copy(1));
+    // One sequence's logits are planned once: the head hands them over and
+    // a constraint masks them in place.
+    assert_eq!(fixed(1, 33) - fixed(1, 1), copy(32));
+    assert_eq!(fixed(2, 33) - fixed(2, 1), 2 * copy(32));
 }

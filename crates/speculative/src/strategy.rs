@@ -54,12 +54,14 @@ pub struct Strategy {
 const DEFAULT_GAMMA: usize = 5;
 
 impl Decoding {
-    /// Most rows of logits one draft pass returns: trees and chains feed
-    /// the draft one node at a time, a static tree a level at once.
+    /// Most rows of logits one draft pass returns: chains feed the draft
+    /// one node at a time, greedy trees several branches' leaves at once,
+    /// a static tree a level at once.
     pub fn max_draft_rows(&self) -> usize {
         match self {
             Decoding::Autoregressive | Decoding::Ppd(_) => 0,
-            Decoding::Chain { .. } | Decoding::Tree(_) => 1,
+            Decoding::Chain { .. } => 1,
+            Decoding::Tree(_) => crate::rounds::GROWTH_BATCH,
             Decoding::StaticTree { width, depth } => {
                 width.saturating_pow(*depth as u32).min(MAX_DRAFT_TOKENS)
             }
@@ -294,6 +296,16 @@ mod tests {
         };
         assert_eq!(s.name(), "tree-no-fallback-on-demand");
         assert_eq!(s.name().parse::<Strategy>().unwrap(), s);
+    }
+
+    #[test]
+    fn a_tree_s_draft_rows_cover_branches_grown_together() {
+        // The memory plan sizes the draft's logit scratch by these rows.
+        let tree = Decoding::Tree(TreeConfig::default());
+        let chain = Decoding::Chain { gamma: 5 };
+        assert_eq!(tree.max_draft_rows(), crate::rounds::GROWTH_BATCH);
+        assert_eq!(chain.max_draft_rows(), 1);
+        assert!(tree.max_draft_rows() > chain.max_draft_rows());
     }
 
     #[test]

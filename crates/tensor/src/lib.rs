@@ -337,6 +337,13 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// An `f32` tensor `[rows, cols]` from host data (norm weights, biases,
     /// test inputs).
     fn tensor(&self, data: &[f32], rows: usize, cols: usize) -> Result<Self::Tensor>;
+    /// [`Backend::tensor`] from data the caller gives up: backends whose
+    /// tensors live on the host keep the buffer instead of copying it (a
+    /// streamed head assembles a verification's logits, tens of MiB, on
+    /// the host).
+    fn tensor_from_vec(&self, data: Vec<f32>, rows: usize, cols: usize) -> Result<Self::Tensor> {
+        self.tensor(&data, rows, cols)
+    }
     /// The tensor's `[rows, cols]`.
     fn shape(&self, x: &Self::Tensor) -> (usize, usize);
     /// Copies a tensor to the host, row-major.

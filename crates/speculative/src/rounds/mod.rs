@@ -10,6 +10,8 @@ mod ppd;
 mod static_tree;
 mod tree;
 
+pub(crate) use tree::BATCH as GROWTH_BATCH;
+
 use crate::run::Run;
 use crate::{Decoding, Event, Result};
 

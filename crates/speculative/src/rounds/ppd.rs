@@ -131,15 +131,16 @@ impl Round for Ppd {
         let later = run.target().keep_last_pass(true);
         let asked = if later { &all[..n] } else { &all[..] };
         let pass = run.target().forward_rows(&rows, &positions, &mask, asked);
-        let logits = match pass {
+        let mut logits = match pass {
             Ok(l) => l,
             Err(e) => {
                 run.target().keep_last_pass(false);
                 return Err(e.into());
             }
         };
-        // The tree's rows come first; the verdict reads no others.
-        let verdict = run.judge(&tree, &logits, &vec![None; n]);
+        // The tree's rows come first; the verdict reads (and a constraint
+        // masks) no others.
+        let verdict = run.judge(&tree, &mut logits, &vec![None; n]);
         // The deepest accepted node's prompt rows guess past the token the
         // target adds after it, as deep as it carried prompt tokens.
         let last = verdict

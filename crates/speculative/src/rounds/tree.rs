@@ -168,7 +168,7 @@ impl Tree {
 }
 
 /// Most leaves a greedy round's draft reads in one pass.
-const BATCH: usize = 4;
+pub(crate) const BATCH: usize = 4;
 
 /// A leaf joins a draft pass only with at least this share of the first
 /// leaf's cumulative confidence (a dominant branch is not made to wait for

@@ -173,9 +173,9 @@ impl Run<'_, '_> {
             }
         });
         drafted?;
-        let logits = logits?;
+        let mut logits = logits?;
         self.span(Phase::Verify, t, fed_tokens);
-        let verdict = self.judge(tree, &logits, dists)?;
+        let verdict = self.judge(tree, &mut logits, dists)?;
         self.stats.target_secs += t.elapsed().as_secs_f64();
         let accepted: Vec<usize> = verdict.accepted.iter().map(|&a| old[a]).collect();
         self.stats.provisional_accepted += accepted.iter().filter(|&&a| grown.prov[a]).count();

@@ -33,11 +33,11 @@ impl Run<'_, '_> {
     ) -> Result<Vec<usize>> {
         let t = Instant::now();
         let pass = self.pass(tree)?;
-        let logits =
+        let mut logits =
             self.target()
                 .forward(&pass.tokens, &pass.positions, &pass.mask, &pass.rows)?;
         self.span(Phase::Verify, t, pass.tokens.len());
-        let verdict = self.judge(tree, &logits, dists)?;
+        let verdict = self.judge(tree, &mut logits, dists)?;
         self.stats.target_secs += t.elapsed().as_secs_f64();
         let (keep, _) = draft_keep(fed, draft_ids, &verdict.accepted);
         self.draft().keep_cache(&keep)?;
@@ -60,16 +60,16 @@ impl Run<'_, '_> {
     }
 
     /// The verdict on `tree` from the target's logits (row `i` for node
-    /// `i`; rows past the tree's are not read); the target's cache keeps
-    /// the accepted path.
+    /// `i`; rows past the tree's are not read), which a constraint masks in
+    /// place; the target's cache keeps the accepted path.
     pub(crate) fn judge(
         &mut self,
         tree: &TokenTree,
-        logits: &arbor_model::Logits,
+        logits: &mut arbor_model::Logits,
         dists: &[Option<Vec<f32>>],
     ) -> Result<verify::Verdict> {
-        let masked = self.constrained_rows(tree, logits)?;
-        let logits = masked.as_ref().unwrap_or(logits);
+        self.constrain_rows(tree, logits)?;
+        let logits = &*logits;
         let vocab = logits.vocab;
         let verdict = match self.opts.verification {
             Verification::Typical(policy) => {
@@ -123,19 +123,16 @@ impl Run<'_, '_> {
         Ok(verdict)
     }
 
-    /// With a constraint: a copy of `logits` whose row `i` allows only what
-    /// may follow the committed tokens and the tree's path to node `i`.
-    fn constrained_rows(
-        &self,
-        tree: &TokenTree,
-        logits: &arbor_model::Logits,
-    ) -> Result<Option<arbor_model::Logits>> {
+    /// With a constraint: masks row `i` of `logits` in place to what may
+    /// follow the committed tokens and the tree's path to node `i` (a
+    /// verification's logits are tens of MiB: the memory plan counts one
+    /// copy of them).
+    fn constrain_rows(&self, tree: &TokenTree, logits: &mut arbor_model::Logits) -> Result<()> {
         if self.constraint.is_none() {
-            return Ok(None);
+            return Ok(());
         }
         let vocab = logits.vocab;
-        let mut masked = logits.clone();
-        let rows = tree.len().min(masked.data.len() / vocab.max(1));
+        let rows = tree.len().min(logits.data.len() / vocab.max(1));
         let mut path = Vec::new();
         for i in 0..rows {
             path.clear();
@@ -145,9 +142,9 @@ impl Run<'_, '_> {
                 at = parent;
             }
             path.reverse();
-            self.constrain(&path, &mut masked.data[i * vocab..(i + 1) * vocab])?;
+            self.constrain(&path, &mut logits.data[i * vocab..(i + 1) * vocab])?;
         }
-        Ok(Some(masked))
+        Ok(())
     }
 
     /// Commits a verdict's tokens and updates the acceptance estimate.
