@@ -178,8 +178,9 @@ pub fn logit_scratch(c: &Config, rows: usize) -> u64 {
 /// way: an elastic head in frequency order put back in token order, or a
 /// pass batching several sequences split into theirs. Measured: the F16
 /// 1.5B's trees under 1130 MiB (33 rows, 19 MiB a copy) peaked more than
-/// 100 MiB under their budget while the plan counted a copy that never
-/// existed.
+/// 100 MiB under their budget while the plan counted three copies where
+/// the pass held at most two, one once the streamed head handed its rows
+/// over.
 pub fn target_logit_scratch(layout: &Layout, rows: usize, sequences: usize) -> u64 {
     let reordered = (layout.elastic.as_ref()).is_some_and(|e| e.vocab.is_some());
     let copies = 1 + u64::from(reordered || sequences > 1);
