@@ -86,7 +86,7 @@ impl Tree {
         {
             let Some(leaf) = g.next() else { break };
             if let Some(profile) = &cfg.profile
-                && !worth_extending(run, &g, leaf, profile, t.elapsed().as_secs_f64())
+                && !worth_extending(run, &g, leaf, profile, t.elapsed().as_secs_f64(), 1.0)
             {
                 break;
             }
@@ -95,8 +95,10 @@ impl Tree {
                 continue;
             }
             // Greedy rounds read several branches' leaves in one draft pass
-            // (four rows cost about 1.5 one-row steps); sampling keeps one
-            // leaf a step, the order its draws were made in.
+            // (four rows cost about 1.5 one-row steps, so a leaf riding
+            // along is priced at its share of the extra half step);
+            // sampling keeps one leaf a step, the order its draws were
+            // made in.
             let most = match run.sampling_mode {
                 true => 1,
                 false => BATCH.min(room - g.total()),
@@ -104,7 +106,9 @@ impl Tree {
             let mut leaves = g.next_batch(most, BATCH_RATIO);
             if let Some(profile) = &cfg.profile {
                 let spent = t.elapsed().as_secs_f64();
-                leaves.retain(|&l| l == leaf || worth_extending(run, &g, l, profile, spent));
+                leaves.retain(|&l| {
+                    l == leaf || worth_extending(run, &g, l, profile, spent, RIDER_COST)
+                });
             }
             let logits = run.draft_feed(g.tree(), &mut fed, &leaves, true)?;
             let vocab = logits.len() / leaves.len();
@@ -170,6 +174,14 @@ impl Tree {
 /// Most leaves a greedy round's draft reads in one pass.
 pub(crate) const BATCH: usize = 4;
 
+/// What a draft pass of [`BATCH`] rows costs, in one-row steps (the
+/// 0.5B and its slim form on a 2-core x86 VM: about 1.5).
+const BATCH_PASS_STEPS: f64 = 1.5;
+
+/// The share of a one-row step that each leaf after the first adds to a
+/// batched draft pass.
+const RIDER_COST: f64 = (BATCH_PASS_STEPS - 1.0) / (BATCH - 1) as f64;
+
 /// A leaf joins a draft pass only with at least this share of the first
 /// leaf's cumulative confidence (a dominant branch is not made to wait for
 /// weak ones).
@@ -200,14 +212,16 @@ fn drafting_pays(run: &Run<'_, '_>, cfg: &TreeConfig) -> bool {
     false
 }
 
-/// Whether one more draft step on `leaf` is expected to raise the round's
-/// tokens per second, given the time already spent drafting.
+/// Whether drafting `leaf` is expected to raise the round's tokens per
+/// second, given the time already spent drafting, when it costs `cost`
+/// one-row draft steps (1 alone, [`RIDER_COST`] beside another leaf).
 fn worth_extending(
     run: &Run<'_, '_>,
     g: &Grower,
     leaf: usize,
     profile: &LatencyProfile,
     spent: f64,
+    cost: f64,
 ) -> bool {
     let Some(step) = run.draft_step else {
         return true;
@@ -215,8 +229,33 @@ fn worth_extending(
     let cums = g.tree().confidences();
     let (n, _) = best_size(&cums, profile);
     let tau: f64 = 1.0 + cums[..n].iter().map(|&c| c as f64).sum::<f64>();
-    let now = tau / (spent + profile.at(n + 1));
     let gain = g.tree().node(leaf).cum as f64 * run.accept_rate;
-    let next = (tau + gain) / (spent + step + profile.at(n + 2));
-    next > now
+    let pass = (profile.at(n + 1), profile.at(n + 2));
+    raises_rate(tau, gain, spent, cost * step, pass)
+}
+
+/// Whether a round expecting `tau` tokens after `spent` seconds of drafting
+/// and a pass of `pass.0` seconds produces tokens faster when `extra` more
+/// seconds of drafting add `gain` expected tokens and the pass takes
+/// `pass.1`.
+fn raises_rate(tau: f64, gain: f64, spent: f64, extra: f64, pass: (f64, f64)) -> bool {
+    (tau + gain) / (spent + extra + pass.1) > tau / (spent + pass.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_leaf_riding_along_a_batch_pays_its_share_of_the_pass() {
+        // A streamed pass of ~2 s, a 30 ms draft step, 5 tokens expected:
+        // a leaf worth 0.05 tokens does not pay for a step of its own...
+        let (tau, gain, spent, step, pass) = (5.0, 0.05, 0.1, 0.03, (2.0, 2.01));
+        assert!(!raises_rate(tau, gain, spent, step, pass));
+        // ...but does as one of a batched pass's extra rows.
+        assert!(RIDER_COST > 0.0 && RIDER_COST < 1.0);
+        assert!(raises_rate(tau, gain, spent, RIDER_COST * step, pass));
+        // Nothing to gain is never worth a step, however cheap.
+        assert!(!raises_rate(tau, 0.0, spent, RIDER_COST * step, pass));
+    }
 }
