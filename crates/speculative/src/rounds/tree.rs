@@ -253,7 +253,7 @@ mod tests {
         let (tau, gain, spent, step, pass) = (5.0, 0.05, 0.1, 0.03, (2.0, 2.01));
         assert!(!raises_rate(tau, gain, spent, step, pass));
         // ...but does as one of a batched pass's extra rows.
-        assert!(RIDER_COST > 0.0 && RIDER_COST < 1.0);
+        const { assert!(RIDER_COST > 0.0 && RIDER_COST < 1.0) };
         assert!(raises_rate(tau, gain, spent, RIDER_COST * step, pass));
         // Nothing to gain is never worth a step, however cheap.
         assert!(!raises_rate(tau, 0.0, spent, RIDER_COST * step, pass));
