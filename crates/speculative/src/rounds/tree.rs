@@ -95,10 +95,8 @@ impl Tree {
                 continue;
             }
             // Greedy rounds read several branches' leaves in one draft pass
-            // (four rows cost about 1.5 one-row steps, so a leaf riding
-            // along is priced at its share of the extra half step);
-            // sampling keeps one leaf a step, the order its draws were
-            // made in.
+            // (a leaf riding along pays RIDER_COST of a step); sampling
+            // keeps one leaf a step, the order its draws were made in.
             let most = match run.sampling_mode {
                 true => 1,
                 false => BATCH.min(room - g.total()),
