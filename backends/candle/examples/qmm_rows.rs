@@ -1,5 +1,5 @@
 //! Multi-row matmul speed on the 1.5B model's matrices: milliseconds and
-//! integer multiply-adds per second for passes of 1 to 64 tokens (decode,
+//! multiply-adds per second for passes of 1 to 64 tokens (decode,
 //! verification, prefill chunks), weights resident as a loaded model holds
 //! them. Best of several rounds, sizes alternated (the machine drifts).
 //!
@@ -30,6 +30,8 @@ fn main() {
         (GgmlType::Q6_K, 1536, 8960, "ffn_down Q6_K"),
         (GgmlType::Q8_0, 4864, 896, "0.5b ffn_up Q8_0"),
         (GgmlType::Q5_0, 1536, 1536, "attn_q Q5_0"),
+        (GgmlType::F16, 8960, 1536, "ffn_gate/up F16"),
+        (GgmlType::F16, 1536, 8960, "ffn_down F16"),
     ] {
         let bytes = synthetic::blocks(ty, rows * cols, 0);
         let data = WeightData {

@@ -40,8 +40,8 @@ pub(crate) struct FloatWeight {
     pub(crate) cols: usize,
 }
 
-/// Rows per grab from the pool (a multiple of every tile's rows).
-const CHUNK: usize = 16;
+/// Rows per grab from the pool (a multiple of every tile's rows: 1, 4, 6, 8).
+const CHUNK: usize = 24;
 
 /// A float type whose every bit pattern is a value (so bytes may be copied
 /// into it): the three a [`FloatWeight`] holds.

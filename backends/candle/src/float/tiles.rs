@@ -87,9 +87,9 @@ impl Tiles {
             #[cfg(target_arch = "x86_64")]
             (Self::Avx512, _) => (4, 4),
             #[cfg(target_arch = "x86_64")]
-            (Self::Avx2, 1) => (4, 1),
+            (Self::Avx2, 1) => (8, 1),
             #[cfg(target_arch = "x86_64")]
-            (Self::Avx2, _) => (2, 2),
+            (Self::Avx2, _) => (6, 2),
         }
     }
 
@@ -118,9 +118,9 @@ impl Tiles {
                 #[cfg(target_arch = "x86_64")]
                 (Self::Avx512, 4, 4) => x86::tile512::<W, 4, 4>(w, x, n, out),
                 #[cfg(target_arch = "x86_64")]
-                (Self::Avx2, 4, 1) => x86::tile256::<W, 4, 1>(w, x, n, out),
+                (Self::Avx2, 8, 1) => x86::halves256::<W, 8, 1>(w, x, n, out),
                 #[cfg(target_arch = "x86_64")]
-                (Self::Avx2, 2, 2) => x86::tile256::<W, 2, 2>(w, x, n, out),
+                (Self::Avx2, 6, 2) => x86::halves256::<W, 6, 2>(w, x, n, out),
                 _ => {
                     let w: Vec<f32> = (0..n).map(|c| W::get(w[0], c)).collect();
                     let x = std::slice::from_raw_parts(x[0], n);
@@ -267,9 +267,15 @@ mod x86 {
         sums
     }
 
-    /// `R` rows by `T` tokens, sixteen lanes in two `ymm` each.
+    /// `R` rows by `T` tokens in `ymm` registers: lanes 0-7 of every sum
+    /// over the whole row first, then lanes 8-15. A half takes one register
+    /// per sum, so a tile of twelve sums fits in the sixteen registers
+    /// (both halves at once fitted four), and each token value loaded
+    /// feeds `R` multiply-adds. The halves meet only in the folding, so
+    /// every lane sees the same additions in the same order as in
+    /// [`lanes512`].
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn tile256<W: Elem, const R: usize, const T: usize>(
+    pub(super) unsafe fn halves256<W: Elem, const R: usize, const T: usize>(
         w: &[*const W],
         x: &[*const f32],
         n: usize,
@@ -279,40 +285,35 @@ mod x86 {
         let wp: [*const W; R] = std::array::from_fn(|r| w[r]);
         let xp: [*const f32; T] = std::array::from_fn(|t| x[t]);
         // SAFETY: the caller's.
-        let acc = unsafe { lanes256(&wp, &xp, whole) };
+        let (lo, hi) = unsafe { (half256(&wp, &xp, whole, 0), half256(&wp, &xp, whole, 8)) };
         for r in 0..R {
             for t in 0..T {
-                let (lo, hi) = acc[r][t];
                 // SAFETY: as above.
-                out[t][r] = unsafe { tail(fold256(lo, hi), w[r], x[t], whole, n) };
+                out[t][r] = unsafe { tail(fold256(lo[r][t], hi[r][t]), w[r], x[t], whole, n) };
             }
         }
     }
 
-    /// [`lanes512`] in two `ymm` per sum: lanes 0-7 and 8-15.
+    /// Lanes `off..off + 8` (`off` 0 or 8) of every row × token sum over
+    /// the first `whole` values.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline(never)]
-    unsafe fn lanes256<W: Elem, const R: usize, const T: usize>(
+    unsafe fn half256<W: Elem, const R: usize, const T: usize>(
         w: &[*const W; R],
         x: &[*const f32; T],
         whole: usize,
-    ) -> [[(__m256, __m256); T]; R] {
-        let mut sums = [[(_mm256_setzero_ps(), _mm256_setzero_ps()); T]; R];
-        let mut c = 0;
+        off: usize,
+    ) -> [[__m256; T]; R] {
+        let mut sums = [[_mm256_setzero_ps(); T]; R];
+        let mut c = off;
         while c < whole {
-            // SAFETY: `c + 16 <= n` for every pointer.
+            // SAFETY: `c + 8 <= whole <= n` for every pointer.
             unsafe {
-                let xl: [__m256; T] = std::array::from_fn(|t| _mm256_loadu_ps(x[t].add(c)));
-                let xh: [__m256; T] = std::array::from_fn(|t| _mm256_loadu_ps(x[t].add(c + 8)));
+                let xs: [__m256; T] = std::array::from_fn(|t| _mm256_loadu_ps(x[t].add(c)));
                 for r in 0..R {
-                    let wl = W::y(w[r], c);
-                    let wh = W::y(w[r], c + 8);
+                    let wv = W::y(w[r], c);
                     for t in 0..T {
-                        let (lo, hi) = sums[r][t];
-                        sums[r][t] = (
-                            _mm256_fmadd_ps(wl, xl[t], lo),
-                            _mm256_fmadd_ps(wh, xh[t], hi),
-                        );
+                        sums[r][t] = _mm256_fmadd_ps(wv, xs[t], sums[r][t]);
                     }
                 }
             }
