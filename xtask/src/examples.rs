@@ -1,7 +1,8 @@
 //! CI's checks of the `arbor` library as users meet it: every example of
 //! `crates/arbor` runs on SmolLM2 (from the test build, nothing rebuilt),
 //! and a crate outside the workspace that depends on `arbor` with default
-//! features off plus `candle` builds and streams a reply.
+//! features off plus `candle` and `fetch` (the Python package's features,
+//! so its build reuses this one) builds and streams a reply.
 
 use std::path::{Path, PathBuf};
 
@@ -68,7 +69,8 @@ fn main() -> Result<(), arbor::Error> {
 "#;
 
 /// A crate in `target/xtask-downstream` with a path dependency on
-/// `crates/arbor` (default features off, `candle` on), the workspace's lock
+/// `crates/arbor` (default features off, `candle` and `fetch` on, as the
+/// Python package has them), the workspace's lock
 /// file and no network, built into the same target directory and run.
 pub fn downstream(target: &str, root: &Path) -> Result<(), String> {
     let dir = PathBuf::from(target).join("xtask-downstream");
@@ -81,11 +83,12 @@ pub fn downstream(target: &str, root: &Path) -> Result<(), String> {
         dir.join("Cargo.toml"),
         &format!(
             "[package]\nname = \"downstream\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n\
-             [dependencies]\narbor = {{ path = {:?}, default-features = false, features = [\"candle\"] }}\n\n\
+             [dependencies]\narbor = {{ path = {:?}, default-features = false, features = [\"candle\", \"fetch\"] }}\n\n\
              [workspace]\n\n\
-             # The workspace's profiles, so that what it built is reused.\n\
+             # The workspace's profiles (dependencies without debug information),\n\
+             # so that what it built is reused.\n\
              [profile.dev]\nopt-level = 1\ndebug = \"line-tables-only\"\n\n\
-             [profile.dev.package.\"*\"]\nopt-level = 2\n",
+             [profile.dev.package.\"*\"]\nopt-level = 2\ndebug = false\n",
             arbor.display().to_string()
         ),
     )?;

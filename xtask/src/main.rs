@@ -178,55 +178,68 @@ fn test(args: &[&str]) -> Result<(), String> {
     test_arm64(&cpus)
 }
 
-/// The ARM64 test subset: (package directory, test target, test-name
-/// filters). The kernels against the lane reference (every type and
-/// variant, 1-17 tokens, parts and segment sums) and the backend's ops;
-/// batch invariance and row forwards on tiny models; speculative output
-/// equal to the target's alone (proptest); split elastic layers equal to
-/// whole ones; SmolLM2-135M's greedy text against llama.cpp's.
-const ARM64_TESTS: &[(&str, &str, &[&str])] = &[
-    ("backends/candle", "arbor_backend_candle", &[]),
+/// The ARM64 test subset: (package directory, test target, label,
+/// test-name filters; most integration tests are modules of a crate's
+/// `all` binary, so a filter names the module). The kernels against the
+/// lane reference (every type and variant, 1-17 tokens, parts and segment
+/// sums) and the backend's ops; batch invariance and row forwards on tiny
+/// models; speculative output equal to the target's alone (proptest, with
+/// [`QEMU_PROPTEST_CASES`] cases a property under emulation); split
+/// elastic layers equal to whole ones; SmolLM2-135M's greedy text against
+/// llama.cpp's.
+const ARM64_TESTS: &[(&str, &str, &str, &[&str])] = &[
+    ("backends/candle", "arbor_backend_candle", "candle-lib", &[]),
     // Known: candle-core's own aarch64 kernels (Q5_K here, which no
     // shipped model uses) are not batch-invariant; ours are tested above.
     (
         "backends/candle",
         "ops",
+        "candle-ops",
         &["--skip", "batched_rows_equal_single_rows_bit_for_bit"],
     ),
-    ("crates/model", "arbor_model", &[]),
-    ("crates/model", "batch_invariance", &[]),
-    ("crates/model", "rows", &[]),
-    ("crates/model", "embedding_rows", &[]),
-    ("crates/model", "slim_head", &[]),
-    ("crates/speculative", "lossless", &[]),
-    // Provisional generation (moved out of `lossless`, run as before).
-    ("crates/speculative", "provisional", &[]),
+    ("crates/model", "arbor_model", "model-lib", &[]),
+    // Batch invariance, rows, embedding rows and the slim head: all but
+    // the KV slots.
+    ("crates/model", "all", "model", &["--skip", "slots::"]),
+    (
+        "crates/speculative",
+        "all",
+        "lossless",
+        &["lossless::", "provisional::"],
+    ),
     // The tiny-model split tests; the real-file ones build an elastic
     // SmolLM2 and run it three ways, minutes under emulation.
-    ("crates/elastic", "split", &["--skip", "a_real_split"]),
+    (
+        "crates/elastic",
+        "all",
+        "split",
+        &["split::", "--skip", "a_real_split"],
+    ),
     (
         "crates/engine",
+        "all",
         "real_models",
-        &["greedy_output_matches_llama_cpp", "--exact"],
+        &["real_models::greedy_output_matches_llama_cpp", "--exact"],
     ),
 ];
 
-/// The tests of [`ARM64_TESTS`] that also run on a core without dotprod
-/// (`cortex-a72`, a Raspberry Pi 4). candle-core 0.11's own aarch64 kernels
-/// for Q4_0, Q8_0 and the K-quants issue `sdot` without asking the CPU; the
-/// candle backend holds such weights as F32 there when our kernels do not
-/// take them (see `weight::candle_runs`), so the ops tests of candle's
-/// types and the SmolLM2 greedy run are here too. The tiny-model lossless
-/// tests (two more minutes under emulation) run on `max` only.
+/// Cases a speculative-decoding property runs under emulation (48 and 24
+/// natively): the same code paths, a quarter of the inputs.
+const QEMU_PROPTEST_CASES: &str = "12";
+
+/// The tests of [`ARM64_TESTS`] (by label) that also run on a core without
+/// dotprod (`cortex-a72`, a Raspberry Pi 4). candle-core 0.11's own aarch64
+/// kernels for Q4_0, Q8_0 and the K-quants issue `sdot` without asking the
+/// CPU; the candle backend holds such weights as F32 there when our kernels
+/// do not take them (see `weight::candle_runs`), so the ops tests of
+/// candle's types and the SmolLM2 greedy run are here too. The tiny-model
+/// lossless tests run on `max` only.
 const PLAIN_NEON_TESTS: &[&str] = &[
-    "arbor_backend_candle",
-    "arbor_model",
-    "batch_invariance",
-    "rows",
-    "embedding_rows",
-    "slim_head",
+    "candle-lib",
+    "candle-ops",
+    "model-lib",
+    "model",
     "split",
-    "ops",
     "real_models",
 ];
 
@@ -270,8 +283,8 @@ fn test_arm64(cpus: &[&str]) -> Result<(), String> {
     }
     cargo.extend(["--no-default-features", "--features", "arbor-engine/candle"]);
     cargo.push("--lib");
-    for (_, target, _) in ARM64_TESTS {
-        if !target.starts_with("arbor_") {
+    for (_, target, _, _) in ARM64_TESTS {
+        if !target.starts_with("arbor_") && !cargo.windows(2).any(|w| w == ["--test", *target]) {
             cargo.extend(["--test", target]);
         }
     }
@@ -293,9 +306,9 @@ fn test_arm64(cpus: &[&str]) -> Result<(), String> {
     let binaries = test_binaries(&String::from_utf8_lossy(&built.stdout))?;
     let cpus: &[&str] = if native_arm64() { &["native"] } else { cpus };
     for cpu in cpus {
-        for ((dir, target, filters), exe) in ARM64_TESTS.iter().zip(&binaries) {
-            if *cpu != "max" && !native_arm64() && !PLAIN_NEON_TESTS.contains(target) {
-                eprintln!("--- [{cpu}] {dir}: {target} not run here (see PLAIN_NEON_TESTS)");
+        for ((dir, _, label, filters), exe) in ARM64_TESTS.iter().zip(&binaries) {
+            if *cpu != "max" && !native_arm64() && !PLAIN_NEON_TESTS.contains(label) {
+                eprintln!("--- [{cpu}] {dir}: {label} not run here (see PLAIN_NEON_TESTS)");
                 continue;
             }
             let mut cmd = if native_arm64() {
@@ -303,7 +316,8 @@ fn test_arm64(cpus: &[&str]) -> Result<(), String> {
             } else {
                 let mut c = Command::new("qemu-aarch64");
                 c.args(["-L", "/usr/aarch64-linux-gnu", exe])
-                    .env("QEMU_CPU", cpu);
+                    .env("QEMU_CPU", cpu)
+                    .env("PROPTEST_CASES", QEMU_PROPTEST_CASES);
                 // Which kernel variant must run there (a kernel test checks).
                 match *cpu {
                     "max" => c.env("ARBOR_EXPECT_KERNELS", "candle-qmm8-i8mm"),
@@ -319,11 +333,11 @@ fn test_arm64(cpus: &[&str]) -> Result<(), String> {
             };
             cmd.args(*filters).current_dir(dir);
             let t = Instant::now();
-            eprintln!("==> [{cpu}] {dir}: {target} {}", filters.join(" "));
+            eprintln!("==> [{cpu}] {dir}: {label} {}", filters.join(" "));
             let status = cmd.status().map_err(|e| format!("running {exe}: {e}"))?;
-            eprintln!("<== [{cpu}] {target}: {status} in {:.1?}", t.elapsed());
+            eprintln!("<== [{cpu}] {label}: {status} in {:.1?}", t.elapsed());
             if !status.success() {
-                return Err(format!("[{cpu}] {dir} {target} failed ({status})"));
+                return Err(format!("[{cpu}] {dir} {label} failed ({status})"));
             }
         }
     }
@@ -349,7 +363,7 @@ fn test_binaries(messages: &str) -> Result<Vec<String>, String> {
         ) else {
             continue;
         };
-        for (i, (dir, target, _)) in ARM64_TESTS.iter().enumerate() {
+        for (i, (dir, target, _, _)) in ARM64_TESTS.iter().enumerate() {
             if *target == name && manifest.ends_with(&format!("{dir}/Cargo.toml")) {
                 found[i] = Some(exe.to_owned());
             }
@@ -358,7 +372,9 @@ fn test_binaries(messages: &str) -> Result<Vec<String>, String> {
     found
         .into_iter()
         .zip(ARM64_TESTS)
-        .map(|(exe, (dir, target, _))| exe.ok_or(format!("cargo built no test {target} in {dir}")))
+        .map(|(exe, (dir, target, _, _))| {
+            exe.ok_or(format!("cargo built no test {target} in {dir}"))
+        })
         .collect()
 }
 

@@ -2,8 +2,7 @@
 //! tokens and then the most frequent ones, its rows are the source's rows,
 //! and bad requests are typed errors.
 
-#[path = "slim_common/mod.rs"]
-mod common;
+use crate::slim_common as common;
 
 use arbor_drafts::DraftError;
 use arbor_drafts::slim::{

@@ -3,7 +3,7 @@
 //! token for token, for chain, tree and tree-provisional decoding; and the
 //! drafts get tokens accepted.
 
-mod common;
+use crate::common;
 
 use arbor_drafts::PromptLookup;
 use arbor_model::LanguageModel;

@@ -2,8 +2,7 @@
 //! values stay within its rounding, the model runs, and bad requests are
 //! typed errors that write nothing.
 
-#[path = "slim_common/mod.rs"]
-mod common;
+use crate::slim_common as common;
 
 use arbor_drafts::DraftError;
 use arbor_drafts::requant::{KEY_SOURCE, requantize};

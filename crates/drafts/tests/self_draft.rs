@@ -2,7 +2,7 @@
 //! target; with layers skipped they are the model without those layers,
 //! bit for bit; they share the target's weights and keep their own cache.
 
-mod common;
+use crate::common;
 
 use arbor_model::{LanguageModel, Mask};
 use common::{Model, TempFile, load_full, load_streamed, tiny, with_layers};

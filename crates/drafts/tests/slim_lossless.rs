@@ -2,8 +2,7 @@
 //! slim draft (chain and tree) gives the target's own greedy tokens, token
 //! for token; sampled decoding with it runs and stays in the vocabulary.
 
-#[path = "slim_common/mod.rs"]
-mod common;
+use crate::slim_common as common;
 
 use arbor_drafts::slim::{Quant, SlimDraft, SlimOptions, derive};
 use arbor_gguf::GgmlType;

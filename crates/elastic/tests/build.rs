@@ -10,7 +10,7 @@ use arbor_model::{Elastic, LanguageModel, Layout, Probes};
 use arbor_speculative::{Decoding, TreeConfig, decode};
 use arbor_tensor::Backend;
 
-mod common;
+use crate::common;
 use common::*;
 
 #[test]

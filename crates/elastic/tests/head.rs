@@ -7,7 +7,7 @@ use arbor_elastic::{ElasticError, Order, build};
 use arbor_gguf::{GgmlType, GgufFile};
 use arbor_model::{LanguageModel, Layout};
 
-mod common;
+use crate::common;
 use common::*;
 
 /// Token `i`'s place: a permutation of the 200 tokens (7 is prime to 200).

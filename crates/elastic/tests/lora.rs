@@ -4,7 +4,7 @@
 //! alike, and the file round-trips while bad adapters are refused (candle
 //! against burn: arbor-train's `lora_backends`).
 
-mod common;
+use crate::common;
 use common::*;
 
 use arbor_elastic::LoraFile;

@@ -3,7 +3,7 @@
 //! whole level: greedy chain and tree decoding give the target's own
 //! tokens, whatever the prompt.
 
-mod common;
+use crate::common;
 use common::*;
 
 use arbor_elastic::LoraFile;

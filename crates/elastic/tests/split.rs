@@ -4,7 +4,7 @@
 //! file does, and an elastic draft over the held prefixes drafts for it
 //! losslessly.
 
-mod common;
+use crate::common;
 use common::*;
 
 use arbor_backend_candle::CandleBackend;

@@ -3,7 +3,7 @@
 //! the streamer. Each is an error, never a hang or a panic, and the ledger
 //! gets everything back.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

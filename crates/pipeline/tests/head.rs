@@ -3,7 +3,7 @@
 //! heads of every weight type; and a budget that cannot hold the head
 //! with the rest plans it streamed, runs, and says so.
 
-mod common;
+use crate::common;
 
 use arbor_backend_candle::CandleBackend;
 use arbor_gguf::{GgmlType, GgufFile};

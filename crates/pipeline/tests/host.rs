@@ -6,7 +6,7 @@
 //! came from where; a host budget that cannot hold the read buffers is
 //! refused.
 
-mod common;
+use crate::common;
 
 use arbor_backend_candle::CandleBackend;
 use arbor_gguf::{GgmlType, GgufFile};

@@ -3,7 +3,7 @@
 //! streamer stays within its ledger and gives everything back; and its
 //! monitor counts what it did. (Streaming that cannot go on: `failures.rs`.)
 
-mod common;
+use crate::common;
 
 use std::time::Instant;
 

@@ -4,7 +4,7 @@
 //! prompt and give the same middle, with or without a draft; a model
 //! without FIM tokens is a 400 that says so; bad fields are named.
 
-mod common;
+use crate::common;
 use common::*;
 
 use arbor_engine::{Infill, RunConfig};

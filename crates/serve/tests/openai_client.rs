@@ -5,7 +5,7 @@
 //! output at temperature 0. Skipped where Python lacks the package unless
 //! `ARBOR_REQUIRE_OPENAI` is set (CI installs it and sets it).
 
-mod common;
+use crate::common;
 use common::*;
 
 use arbor_engine::RunConfig;

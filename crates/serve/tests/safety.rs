@@ -5,7 +5,7 @@
 //! exits at once, requests without a seed draw their own, and `/metrics`
 //! has latency histograms.
 
-mod common;
+use crate::common;
 use common::*;
 
 use std::sync::Arc;

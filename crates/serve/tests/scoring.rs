@@ -5,7 +5,7 @@
 //! numbers); penalties and `logit_bias` change the answer, and a
 //! speculative strategy under them gives the one-token answer under them.
 
-mod common;
+use crate::common;
 use common::*;
 
 use std::collections::HashMap;

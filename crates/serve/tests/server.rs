@@ -3,7 +3,7 @@
 //! whole text at temperature 0, stop sequences, the errors of bad requests,
 //! the API key, a full queue, and a client that leaves mid-stream.
 
-mod common;
+use crate::common;
 use common::*;
 
 use arbor_engine::RunConfig;

@@ -4,7 +4,7 @@
 //! the fastest pair and reported missed; bad objectives are 400; a server
 //! whose model is not elastic refuses objectives and keeps serving.
 
-mod common;
+use crate::common;
 use common::*;
 
 use arbor_engine::slo::Calibration;

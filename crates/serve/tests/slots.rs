@@ -3,7 +3,7 @@
 //! with one slot gives it, with a draft too; strategies other than the
 //! server's and latency objectives are refused with a reason.
 
-mod common;
+use crate::common;
 use common::*;
 
 use arbor_engine::RunConfig;

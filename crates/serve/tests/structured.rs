@@ -12,7 +12,7 @@
 //! and `ARBOR_STRUCTURED_BUDGET` (e.g. `1.3GiB`) under a memory budget;
 //! `--nocapture` prints a table.
 
-mod common;
+use crate::common;
 use common::*;
 
 use arbor_engine::RunConfig;

@@ -7,7 +7,7 @@
 //! arguments may be poor, the mechanics are what is checked), else on a
 //! tiny random model.
 
-mod common;
+use crate::common;
 use common::*;
 
 use arbor_engine::RunConfig;

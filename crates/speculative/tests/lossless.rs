@@ -2,8 +2,7 @@
 //! target's own, token for token, whatever the draft (perfect, poor,
 //! adversarial); sampled outputs follow the target's distribution.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
@@ -105,7 +104,7 @@ fn draft_prompt_tokens(seed: u64) -> PromptTokens {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: common::cases(48), ..ProptestConfig::default() })]
 
     #[test]
     fn greedy_speculation_equals_target_only_decoding(
@@ -128,7 +127,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: common::cases(24), ..ProptestConfig::default() })]
 
     /// Penalties and biases shape every row a token is chosen from, tree
     /// rows included (with their path's tokens counted): speculation under

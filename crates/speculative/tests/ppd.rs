@@ -6,8 +6,7 @@
 //! guessing with its own prompt tokens) grows several draft tokens per
 //! draft pass and keeps the target's output.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -2,8 +2,7 @@
 //! draft show tokens early; they are kept, extended or rolled back, and the
 //! confirmed output never differs from the target's own.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::mpsc::Sender;

@@ -8,7 +8,7 @@ use arbor_model::{Decoder, LanguageModel};
 use arbor_tensor::Backend;
 use arbor_train::{Batch, ppd_loss, teacher_log_probs};
 
-mod common;
+use crate::common;
 use common::model;
 
 const TOKENS: [u32; 12] = [3, 17, 42, 8, 8, 51, 2, 33, 19, 60, 7, 1];

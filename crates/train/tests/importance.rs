@@ -7,7 +7,7 @@ use arbor_model::{Decoder, LanguageModel, Mask, Probes};
 use arbor_tensor::Backend;
 use arbor_train::{Importance, layer_costs};
 
-mod common;
+use crate::common;
 
 const TEXT: [u32; 14] = [3, 17, 42, 8, 8, 51, 2, 33, 19, 60, 7, 1, 12, 40];
 

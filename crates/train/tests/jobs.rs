@@ -13,7 +13,7 @@ use arbor_train::{
     train,
 };
 
-mod common;
+use crate::common;
 
 /// A checkpoint after every step.
 const EVERY_STEP: Cadence = Cadence {

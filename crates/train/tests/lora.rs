@@ -6,7 +6,7 @@ use arbor_elastic::LoraFile;
 use arbor_model::{LanguageModel, Proj};
 use arbor_train::{AdamState, AdamW, attach_lora, lora_step, mean_loss};
 
-mod common;
+use crate::common;
 
 const TEXT: [u32; 14] = [3, 17, 42, 8, 8, 51, 2, 33, 19, 60, 7, 1, 12, 40];
 

@@ -8,7 +8,7 @@ use arbor_model::{Decoder, LanguageModel};
 use arbor_ppd::PromptFile;
 use arbor_train::{Example, PromptTraining, Settings};
 
-mod common;
+use crate::common;
 
 fn model(tag: &str) -> Decoder<BurnBackend> {
     common::tiny(tag, 9)

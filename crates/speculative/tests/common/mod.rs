@@ -25,3 +25,12 @@ pub fn scaled(mut logits: arbor_model::Logits, by: f32) -> arbor_model::Logits {
     logits.data.iter_mut().for_each(|v| *v *= by);
     logits
 }
+
+/// A property's number of cases: `default`, or `PROPTEST_CASES` where set
+/// (`cargo xtask test --device arm64` runs fewer under emulation).
+pub fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

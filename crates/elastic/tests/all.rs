@@ -1,0 +1,9 @@
+//! Every integration test of this crate but the ones named in its
+//! Cargo.toml, as modules of one test binary: one link, not one per file.
+
+mod build;
+mod common;
+mod head;
+mod lora;
+mod lossless;
+mod split;

@@ -1,0 +1,8 @@
+//! Every integration test of this crate but the ones named in its
+//! Cargo.toml, as modules of one test binary: one link, not one per file.
+
+mod batch_invariance;
+mod embedding_rows;
+mod rows;
+mod slim_head;
+mod slots;
