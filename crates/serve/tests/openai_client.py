@@ -1,6 +1,6 @@
 """The official `openai` Python client against `arbor serve`.
 
-Run by `cargo test -p arbor-serve --test openai_client`, which starts the
+Run by `cargo test -p arbor-serve --test all openai_client::`, which starts the
 servers and passes their addresses:
   ARBOR_MAIN  a server over SmolLM2 (or a tiny random model), with that
               same model loaded as a draft, a queue of 4 and API key
