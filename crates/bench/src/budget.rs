@@ -13,7 +13,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use arbor_engine::{Engine, RunConfig, Trace, format_bytes, parse_bytes};
 
-use crate::budgeted::{BudgetRow, limits, measured_peak, settle_storage};
+use crate::budgeted::{BudgetRow, limits, measured_peak, parse_part, settle_storage, share};
 use crate::cgroup::{Hierarchy, Limits, Version};
 use crate::peer::{self, Peer, PeerRun};
 use crate::prompts::load_prompts;
@@ -54,14 +54,74 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
         false => Some(PeerJob::new(args, device)?),
     };
     eprintln!("reference: unlimited target-only run");
-    let reference = spawn(args, device, "autoregressive", None, None)?;
+    let reference = spawn(args, device, "autoregressive", None, None, (0, 1))?;
+    let rounds = args.rounds.max(1) as usize;
     let mut rows = Vec::new();
     for (b, &budget) in budgets.iter().enumerate() {
-        let mut ar_tok_s = None;
         let first = rows.len();
-        for name in &names {
-            eprintln!("{} inside {}", entry_label(name), format_bytes(budget));
-            let report = spawn(args, device, name, Some(budget), Some(cgroups.as_ref()))?;
+        let mut reports: Vec<Option<ChildReport>> = names.iter().map(|_| None).collect();
+        let mut peer_rows: Vec<BudgetRow> = Vec::new();
+        for round in 0..rounds {
+            // Every other round runs the rows in reverse (A B, B A, …), so
+            // a steady drift through the run weighs on each row alike.
+            let mut order: Vec<usize> = (0..names.len()).collect();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for i in order {
+                let name = &names[i];
+                match rounds {
+                    1 => eprintln!("{} inside {}", entry_label(name), format_bytes(budget)),
+                    _ => eprintln!(
+                        "{} inside {}, round {} of {rounds}",
+                        entry_label(name),
+                        format_bytes(budget),
+                        round + 1
+                    ),
+                }
+                let part = (round, rounds);
+                let report = spawn(
+                    args,
+                    device,
+                    name,
+                    Some(budget),
+                    Some(cgroups.as_ref()),
+                    part,
+                )?;
+                if rounds > 1 {
+                    eprintln!(
+                        "  this round: {:.2} tok/s over {} prompts",
+                        report.row.tok_s, report.row.prompts
+                    );
+                }
+                match &mut reports[i] {
+                    None => reports[i] = Some(report),
+                    Some(all) => {
+                        all.row.absorb(&report.row);
+                        all.tokens.extend(report.tokens);
+                        all.trace = all.trace.take().or(report.trace);
+                    }
+                }
+            }
+            let Some(job) = &peer_job else { continue };
+            let run = job.run(cgroups.as_ref(), round, rounds);
+            if run.prompts.is_empty() {
+                continue;
+            }
+            let mut at = 0;
+            for peer in &peers {
+                for row in peer::run(peer, &run, budget)? {
+                    match peer_rows.get_mut(at) {
+                        Some(all) => all.absorb(&row),
+                        None => peer_rows.push(row),
+                    }
+                    at += 1;
+                }
+            }
+        }
+        let mut ar_tok_s = None;
+        for (name, report) in names.iter().zip(reports) {
+            let report = report.expect("every row runs in every round");
             let mut row = report.row;
             row.strategy = entry_label(name);
             row.identical = report
@@ -78,7 +138,6 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
             {
                 ar_tok_s = Some(row.tok_s);
             }
-            row.speedup_vs_autoregressive = ar_tok_s.map_or(0.0, |b| row.tok_s / b.max(1e-9));
             if let (0, Some(trace)) = (b, &report.trace) {
                 let path = trace_path(&args.plot, name);
                 let title = format!(
@@ -91,7 +150,9 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
                 }
             }
             eprintln!(
-                "  {:.2} tok/s, peak {} ({}), identical {}/{}",
+                "{} inside {}: {:.2} tok/s, peak {} ({}), identical {}/{}",
+                row.strategy,
+                format_bytes(budget),
                 row.tok_s,
                 format_bytes(row.peak_bytes),
                 row.peak_source,
@@ -100,19 +161,10 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
             );
             rows.push(row);
         }
-        if let (Some(job), Some(base)) = (&peer_job, ar_tok_s) {
-            for peer in &peers {
-                for mut row in peer::run(peer, &job.run(cgroups.as_ref()), budget)? {
-                    row.speedup_vs_autoregressive = row.tok_s / base.max(1e-9);
-                    rows.push(row);
-                }
-            }
-        }
-        // Ratios computed after the fact use the budget's best plain row.
-        if let Some(base) = ar_tok_s {
-            for r in &mut rows[first..] {
-                r.speedup_vs_autoregressive = r.tok_s / base.max(1e-9);
-            }
+        rows.extend(peer_rows);
+        // Every ratio is against the budget's best plain row.
+        for r in &mut rows[first..] {
+            r.speedup_vs_autoregressive = ar_tok_s.map_or(0.0, |base| r.tok_s / base.max(1e-9));
         }
         summarize(&rows[first..]);
     }
@@ -228,12 +280,13 @@ impl PeerJob {
         })
     }
 
-    fn run<'a>(&'a self, cgroups: Option<&'a Hierarchy>) -> PeerRun<'a> {
+    /// The peers' run of round `part` of `parts`: its share of the prompts.
+    fn run<'a>(&'a self, cgroups: Option<&'a Hierarchy>, part: usize, parts: usize) -> PeerRun<'a> {
         PeerRun {
             cgroups,
             target: &self.target,
             draft: self.draft.as_deref(),
-            prompts: &self.prompts,
+            prompts: share(&self.prompts, part, parts),
             tokens: self.tokens,
             context: self.context,
             read_limit: self.read_limit,
@@ -347,6 +400,7 @@ fn spawn(
     name: &str,
     budget: Option<u64>,
     limit: Option<Option<&Hierarchy>>,
+    (part, parts): (usize, usize),
 ) -> Result<ChildReport> {
     let stem = format!(
         "arbor-bench-{}-{}-{}",
@@ -373,6 +427,9 @@ fn spawn(
         .arg(&out);
     if let Some(n) = args.limit {
         cmd.args(["--limit", &n.to_string()]);
+    }
+    if parts > 1 {
+        cmd.args(["--part", &format!("{part}/{parts}")]);
     }
     if let Some(b) = &args.backend {
         cmd.args(["--backend", b]);
@@ -435,13 +492,21 @@ fn read_limit_bytes(args: &BenchSpecArgs) -> Result<Option<u64>> {
         .transpose()?)
 }
 
-/// The child side: one strategy, every prompt, report to `--report`.
+/// The child side: one strategy, every prompt of its share (`--part`),
+/// report to `--report`.
 fn child(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
     let name = args
         .strategies
         .first()
         .context("the child runs one strategy")?;
-    let prompts = load_prompts(&args.prompts, args.limit)?;
+    let all = load_prompts(&args.prompts, args.limit)?;
+    let prompts = match &args.part {
+        Some(p) => {
+            let (part, parts) = parse_part(p)?;
+            share(&all, part, parts)
+        }
+        None => &all[..],
+    };
     let mut config = args.config(device, name);
     // The KV caches are planned for this benchmark's longest request.
     if config.context.is_none() {
@@ -452,7 +517,9 @@ fn child(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
                 .unwrap_or(arbor_engine::DEFAULT_TARGET),
             &mut |_| {},
         )?;
-        let texts: Vec<&str> = prompts.iter().map(|p| p.text.as_str()).collect();
+        // Every round plans for the benchmark's longest prompt, so each
+        // holds the same memory plan.
+        let texts: Vec<&str> = all.iter().map(|p| p.text.as_str()).collect();
         config.context = Some(Engine::longest_prompt(&target, &texts, true)? + args.max_tokens);
     }
     let budget = config.budget_bytes()?;

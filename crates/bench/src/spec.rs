@@ -85,12 +85,24 @@ pub struct BenchSpecArgs {
     pub peer_prompts: usize,
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 32))]
     pub peer_tokens: usize,
+    /// Run a budget's rows in N rounds, each over the next share of the
+    /// prompts (the peers' too), every row in turn and the order reversed
+    /// in every other round: a drift in the machine's speed through the
+    /// run (a host's reads slowing over an hour) then falls on every row
+    /// alike instead of on the rows that run last. Each row's figures are
+    /// summed over its rounds.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64)))]
+    pub rounds: u32,
     /// Internal: run one strategy and write a report (used by the budget
     /// benchmark for its child processes).
     #[cfg_attr(feature = "clap", arg(long, hide = true))]
     pub child: bool,
     #[cfg_attr(feature = "clap", arg(long, hide = true))]
     pub report: Option<PathBuf>,
+    /// Internal: the child runs this share of the prompts, `K/N` (the K-th
+    /// from 0 of N rounds).
+    #[cfg_attr(feature = "clap", arg(long, hide = true))]
+    pub part: Option<String>,
 }
 
 #[derive(Default, Clone)]

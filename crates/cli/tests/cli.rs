@@ -237,6 +237,73 @@ fn bench_spec_prints_one_json_object_per_strategy() {
 }
 
 #[test]
+fn budgeted_rounds_sum_each_row_over_its_shares_of_the_prompts() {
+    let Some(_) = smollm2() else { return };
+    let dir = std::env::temp_dir().join(format!("arbor-bench-rounds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prompts = dir.join("prompts.jsonl");
+    std::fs::write(
+        &prompts,
+        "\"Name a fruit.\"\n\"Count to five.\"\n\"Say hello.\"\n",
+    )
+    .unwrap();
+    let plot = dir.join("chart.png");
+    let o = arbor(&[
+        "bench",
+        "spec",
+        "--target",
+        "smollm2-135m",
+        "--draft",
+        "smollm2-135m",
+        "--prompts",
+        prompts.to_str().unwrap(),
+        "--max-tokens",
+        "6",
+        "--memory-budget",
+        "600MiB",
+        "--unconfined",
+        "--rounds",
+        "2",
+        "--strategies",
+        "tree@lookup",
+        "--no-profile",
+        "--json",
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    // Two rounds (1 prompt, then 2), the second in reverse order.
+    let starts: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains(" inside ") && l.contains(", round "))
+        .collect();
+    assert_eq!(starts.len(), 4, "{err}");
+    assert!(
+        starts[0].starts_with("autoregressive-pipelined") && starts[0].ends_with("round 1 of 2")
+    );
+    assert!(starts[2].starts_with("tree@lookup") && starts[2].ends_with("round 2 of 2"));
+    let rows: Vec<serde_json::Value> = String::from_utf8(o.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        // Every prompt once, in order: the rounds' tokens line up with the
+        // unlimited run's.
+        assert_eq!(r["prompts"], 3, "{r}");
+        assert_eq!(r["identical"], 3, "{r}");
+        let rate = r["generated"].as_f64().unwrap() / r["decode_secs"].as_f64().unwrap();
+        assert!(
+            (r["tok_s"].as_f64().unwrap() - rate).abs() < 1e-6 * rate,
+            "{r}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn strategy_help_comes_from_the_registry_and_every_name_is_accepted() {
     let o = arbor(&["generate", "--help"]);
     let help = String::from_utf8(o.stdout).unwrap();
