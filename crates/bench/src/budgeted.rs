@@ -120,20 +120,11 @@ impl BudgetRow {
         };
         // Trees' tokens per pass weigh by passes; a peer's acceptance rate
         // (no passes counted) by prompts.
-        self.mean_accepted = match self.passes + more.passes {
-            0 => weigh(
-                self.mean_accepted,
-                self.prompts as f64,
-                more.mean_accepted,
-                more.prompts as f64,
-            ),
-            _ => weigh(
-                self.mean_accepted,
-                self.passes as f64,
-                more.mean_accepted,
-                more.passes as f64,
-            ),
+        let (wa, wb) = match self.passes + more.passes {
+            0 => (self.prompts, more.prompts),
+            _ => (self.passes, more.passes),
         };
+        self.mean_accepted = weigh(self.mean_accepted, wa as f64, more.mean_accepted, wb as f64);
         self.streamed_gib_per_100 = weigh(
             self.streamed_gib_per_100,
             self.generated as f64,

@@ -170,15 +170,10 @@ fn speculative_generate_needs_a_draft_and_matches_plain_output() {
     }
 }
 
-#[test]
-fn bench_spec_prints_one_json_object_per_strategy() {
-    let Some(_) = smollm2() else { return };
-    let dir = std::env::temp_dir().join(format!("arbor-bench-spec-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let prompts = dir.join("prompts.jsonl");
-    std::fs::write(&prompts, "\"Name a fruit.\"\n\"Count to five.\"\n").unwrap();
-    let plot = dir.join("chart.png");
-    let o = arbor(&[
+/// `arbor bench spec` over SmolLM2 drafting for itself, on the prompts in
+/// `prompts`, JSON rows to stdout, the chart to `plot`, and `rest`.
+fn bench_spec(prompts: &std::path::Path, plot: &std::path::Path, rest: &[&str]) -> Output {
+    let mut args = vec![
         "bench",
         "spec",
         "--target",
@@ -187,15 +182,28 @@ fn bench_spec_prints_one_json_object_per_strategy() {
         "smollm2-135m",
         "--prompts",
         prompts.to_str().unwrap(),
-        "--max-tokens",
-        "12",
-        "--strategies",
-        "chain,tree",
         "--no-profile",
         "--json",
         "--plot",
         plot.to_str().unwrap(),
-    ]);
+    ];
+    args.extend_from_slice(rest);
+    arbor(&args)
+}
+
+#[test]
+fn bench_spec_prints_one_json_object_per_strategy() {
+    let Some(_) = smollm2() else { return };
+    let dir = std::env::temp_dir().join(format!("arbor-bench-spec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prompts = dir.join("prompts.jsonl");
+    std::fs::write(&prompts, "\"Name a fruit.\"\n\"Count to five.\"\n").unwrap();
+    let plot = dir.join("chart.png");
+    let o = bench_spec(
+        &prompts,
+        &plot,
+        &["--max-tokens", "12", "--strategies", "chain,tree"],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let rows: Vec<serde_json::Value> = String::from_utf8(o.stdout.clone())
         .unwrap()
@@ -248,29 +256,21 @@ fn budgeted_rounds_sum_each_row_over_its_shares_of_the_prompts() {
     )
     .unwrap();
     let plot = dir.join("chart.png");
-    let o = arbor(&[
-        "bench",
-        "spec",
-        "--target",
-        "smollm2-135m",
-        "--draft",
-        "smollm2-135m",
-        "--prompts",
-        prompts.to_str().unwrap(),
-        "--max-tokens",
-        "6",
-        "--memory-budget",
-        "600MiB",
-        "--unconfined",
-        "--rounds",
-        "2",
-        "--strategies",
-        "tree@lookup",
-        "--no-profile",
-        "--json",
-        "--plot",
-        plot.to_str().unwrap(),
-    ]);
+    let o = bench_spec(
+        &prompts,
+        &plot,
+        &[
+            "--max-tokens",
+            "6",
+            "--memory-budget",
+            "600MiB",
+            "--unconfined",
+            "--rounds",
+            "2",
+            "--strategies",
+            "tree@lookup",
+        ],
+    );
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
     // Two rounds (1 prompt, then 2), the second in reverse order.
