@@ -80,7 +80,7 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
                     ),
                 }
                 let part = (round, rounds);
-                let report = spawn(
+                let mut report = spawn(
                     args,
                     device,
                     name,
@@ -94,6 +94,10 @@ pub fn run(args: &BenchSpecArgs, device: &RunConfig) -> Result<()> {
                         report.row.tok_s, report.row.prompts
                     );
                 }
+                // A round that did not finish has no tokens: its prompts
+                // count as not identical, and the next rounds' line up.
+                let expected = share(&reference.tokens, round, rounds).len();
+                report.tokens.resize(expected, Vec::new());
                 match &mut reports[i] {
                     None => reports[i] = Some(report),
                     Some(all) => {
