@@ -145,8 +145,9 @@ impl BudgetRow {
         self.draft_tokens += more.draft_tokens;
         self.tok_s = self.generated as f64 / self.decode_secs.max(1e-9);
         self.rss_peak_bytes = self.rss_peak_bytes.max(more.rss_peak_bytes);
-        let failed = more.peak_source.contains("did not finish");
-        if failed || more.peak_bytes > self.peak_bytes {
+        // A failed round's note stays, whichever round failed.
+        let failed = |r: &BudgetRow| r.peak_source.contains("did not finish");
+        if failed(more) || (!failed(self) && more.peak_bytes > self.peak_bytes) {
             self.peak_source = more.peak_source.clone();
         }
         self.peak_bytes = self.peak_bytes.max(more.peak_bytes);
@@ -236,6 +237,16 @@ mod tests {
         row.absorb(&failed);
         assert!(row.killed && row.peak_source.contains("did not finish"));
         assert_eq!(row.peak_bytes, 120);
+        // A later round with a higher peak keeps the failure's note.
+        let mut higher = round(1, 10, 5.0, 5, 2.0);
+        higher.peak_bytes = 200;
+        row.absorb(&higher);
+        assert_eq!(row.peak_bytes, 200);
+        assert!(
+            row.peak_source.contains("did not finish"),
+            "{}",
+            row.peak_source
+        );
         // Peers count no passes: their acceptance rates weigh by prompts.
         let mut peer = BudgetRow {
             prompts: 1,
