@@ -33,6 +33,11 @@ pub struct TuningArgs {
     /// ablation of IO-aware tree sizing).
     #[cfg_attr(feature = "clap", arg(long))]
     pub no_io_aware: bool,
+    /// Under a memory budget too small for a float output head, read the
+    /// head every pass rather than holding its Q8_0 copy for greedy
+    /// passes' argmax (the ablation of the certified head).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub no_approx_head: bool,
 }
 
 impl TuningArgs {
@@ -46,6 +51,7 @@ impl TuningArgs {
             verify: self.verify.clone(),
             no_profile: self.no_profile.then_some(true),
             io_aware: self.no_io_aware.then_some(false),
+            approx_head: self.no_approx_head.then_some(false),
         }
     }
 }

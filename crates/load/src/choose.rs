@@ -207,7 +207,11 @@ pub fn choose(
         if streams {
             let memory = draft_overhead(c);
             // A self draft runs the target's head, which must then be held.
-            if let Some(plan) = backends::plan_with(backend, &file, None, memory, &options)?
+            let held_head = arbor_pipeline::MemoryOptions {
+                approx_head: false,
+                ..options
+            };
+            if let Some(plan) = backends::plan_with(backend, &file, None, memory, &held_head)?
                 && plan.head_read == 0
             {
                 let running = 1.0 - plan.streamed() as f64 / plan.resident.len().max(1) as f64;

@@ -96,6 +96,10 @@ pub struct Tuning {
     /// overlapped with its compute (and let trees grow to what that cost
     /// pays for) rather than reads added to compute [default: true].
     pub io_aware: Option<bool>,
+    /// Under a memory budget too small for the output head, hold a Q8_0
+    /// copy of a float head for greedy passes' argmax instead of reading
+    /// the head every pass [default: true].
+    pub approx_head: Option<bool>,
 }
 
 /// Sampling settings; `None` fields are greedy defaults.
@@ -235,6 +239,12 @@ impl RunConfig {
                 .flatten())
             .map(|budget| arbor_pipeline::HostBudget { budget, base: None }),
             sequences: slots,
+            // Only one greedy sequence verified exactly reads its logits for
+            // their argmax alone.
+            approx_head: self.tuning.approx_head()
+                && slots == 1
+                && self.sampling.params().is_greedy()
+                && matches!(self.tuning.verification(), Ok(Verification::Exact)),
             ..arbor_pipeline::MemoryOptions::new(bytes, pipelined)
         }
     }
@@ -275,12 +285,17 @@ impl RunConfig {
 
 impl Tuning {
     fn merge(self, over: Tuning) -> Self {
-        merge_fields!(over, self; gamma, alpha, max_tree, branch_threshold, verify, no_profile, io_aware)
+        merge_fields!(over, self; gamma, alpha, max_tree, branch_threshold, verify, no_profile, io_aware, approx_head)
     }
 
     /// Whether trees are sized with the measured latency profiles.
     pub fn profiled(&self) -> bool {
         !self.no_profile.unwrap_or(false)
+    }
+
+    /// Whether a streamed float head may be replaced by its Q8_0 copy.
+    pub fn approx_head(&self) -> bool {
+        self.approx_head.unwrap_or(true)
     }
 
     /// Whether streamed passes are costed with reads overlapping compute.

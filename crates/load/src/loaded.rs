@@ -97,6 +97,8 @@ pub fn load_under_budget(
     // An elastic draft runs every layer's prefix at its level: those stay
     // held, and only the rest of a layer can stream.
     let mut options = *options;
+    // A self draft runs the target's head, which must then be held.
+    options.approx_head &= !self_draft;
     if let Some(DraftSource::Elastic(level)) = draft {
         let e = layout.elastic.as_ref().ok_or_else(|| not_elastic(path))?;
         options.split = Some(e.level_index(*level)?);

@@ -38,6 +38,11 @@ pub struct Decoder<B: Backend> {
     /// Head rows passes multiply: all of them, or (a head in frequency
     /// order, see [`crate::Elastic::vocab`]) its first ones.
     pub(crate) head_keep: usize,
+    /// A held low-bit copy of a streamed float head (see
+    /// [`crate::certified`]), and whether passes may use it: only the
+    /// argmax of their logits is read.
+    pub(crate) approx: Option<Arc<crate::certified::ApproxHead<B>>>,
+    pub(crate) argmax_only: bool,
     /// Per sequence (slot), one cache per layer that runs (every block
     /// but the skipped ones), in layer order; one slot unless
     /// [`LanguageModel::set_slots`] asked for more.
@@ -239,6 +244,8 @@ impl<B: Backend> Decoder<B> {
             head_source: None,
             head_rows: layout.head_rows(),
             head_keep: layout.head_rows(),
+            approx: None,
+            argmax_only: false,
             slots: vec![cache],
             slot: 0,
             resident_bytes,
@@ -424,6 +431,11 @@ impl<B: Backend> LanguageModel for Decoder<B> {
         };
         let logits = self.head(x, rows)?;
         Ok(Some(self.host_logits(logits, rows.len())?))
+    }
+
+    fn set_argmax_only(&mut self, on: bool) -> bool {
+        self.argmax_only = on;
+        self.approx.is_some()
     }
 
     fn cache_len(&self) -> usize {

@@ -26,6 +26,31 @@ impl<B: Backend> Decoder<B> {
         Ok(())
     }
 
+    /// Gives a streamed head a held approximate copy (see
+    /// [`crate::certified`]), used by passes whose logits are read only
+    /// for their argmax ([`LanguageModel::set_argmax_only`]).
+    ///
+    /// [`LanguageModel::set_argmax_only`]: crate::LanguageModel::set_argmax_only
+    pub fn set_approx_head(&mut self, approx: crate::certified::ApproxHead<B>) -> Result<()> {
+        if self.head_source.is_none()
+            || approx.rows() != self.head_rows
+            || self.head_order().is_some()
+        {
+            return Err(ModelError::Invalid(format!(
+                "an approximate head of {} rows for a head of {} rows{}",
+                approx.rows(),
+                self.head_rows,
+                match self.head_source.is_none() {
+                    true => " that is held",
+                    false => " in frequency order or",
+                }
+            )));
+        }
+        self.resident_bytes += approx.held_bytes();
+        self.approx = Some(std::sync::Arc::new(approx));
+        Ok(())
+    }
+
     /// Whether the output head is read a slice at a time on every pass
     /// instead of held.
     pub fn head_streamed(&self) -> bool {
@@ -48,6 +73,11 @@ impl<B: Backend> Decoder<B> {
         let x = b.rms_norm(&x, &self.norm, self.config.rms_eps)?;
         if let Some(source) = &self.head_source {
             let mut source = source.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(approx) = self.approx.as_deref().filter(|_| self.argmax_only)
+                && let Some(logits) = self.head_certified(&x, approx, source.as_mut())?
+            {
+                return Ok(logits);
+            }
             return self.head_slices(&x, source.as_mut());
         }
         let head = match (&self.output, &self.embed) {
@@ -76,6 +106,48 @@ impl<B: Backend> Decoder<B> {
             }
         }
         Ok(b.tensor_from_vec(logits, n, keep)?)
+    }
+
+    /// [`Decoder::head`]'s logits from the approximate head, exact
+    /// wherever a row's maximum may be (see [`crate::certified`]); `None`
+    /// where the whole head must run: values that are not finite, more
+    /// candidates than [`max_gathered`](crate::certified::max_gathered),
+    /// or a source that cannot gather rows.
+    fn head_certified(
+        &self,
+        x: &B::Tensor,
+        approx: &crate::certified::ApproxHead<B>,
+        source: &mut dyn HeadSource<B>,
+    ) -> Result<Option<B::Tensor>> {
+        let b = &self.backend;
+        let (n, d, vocab) = (b.shape(x).0, self.config.hidden, self.head_rows);
+        let host = b.to_vec(x)?;
+        let mut logits = approx.logits(b, x)?;
+        let mut rows = Vec::new();
+        for (xr, lr) in host.chunks_exact(d).zip(logits.chunks_exact(vocab)) {
+            let Some(c) = approx.candidates(xr, lr) else {
+                return Ok(None);
+            };
+            rows.extend(c);
+        }
+        rows.sort_unstable();
+        rows.dedup();
+        if rows.len() > crate::certified::max_gathered(vocab) {
+            return Ok(None);
+        }
+        let Some(w) = source.gather(&rows)? else {
+            return Ok(None);
+        };
+        let exact = b.take_vec(crate::weights::part(b, x, &w, rows.len(), d)?)?;
+        for (out, ex) in logits
+            .chunks_exact_mut(vocab)
+            .zip(exact.chunks_exact(rows.len()))
+        {
+            for (&j, &v) in rows.iter().zip(ex) {
+                out[j] = v;
+            }
+        }
+        Ok(Some(b.tensor_from_vec(logits, n, vocab)?))
     }
 
     /// The token of each head row where the file stores its head in

@@ -12,6 +12,7 @@
 //! row may also be an embedding vector instead of a token ([`Row`]).
 
 mod blocks;
+pub mod certified;
 mod check;
 pub mod decoder;
 pub mod elastic;
@@ -196,6 +197,17 @@ pub trait LanguageModel: Send {
     fn later_logits(&mut self, rows: &[usize]) -> Result<Option<Logits>> {
         let _ = rows;
         Ok(None)
+    }
+
+    /// Tells the model whether later passes' logits are read only for
+    /// their argmax (greedy decoding without a constraint or
+    /// log-probabilities): a model with a held approximate head then
+    /// gives exact values only where the maximum may be (see
+    /// [`certified`]). Returns whether the model does anything with it;
+    /// the default does not.
+    fn set_argmax_only(&mut self, on: bool) -> bool {
+        let _ = on;
+        false
     }
 
     /// Number of cached positions.

@@ -85,6 +85,8 @@ impl<B: Backend + Clone> Decoder<B> {
             slot: 0,
             head_rows: self.head_rows,
             head_keep: self.head_keep,
+            approx: None,
+            argmax_only: false,
             resident_bytes: 0,
             keep_last: false,
             kept: None,

@@ -107,6 +107,13 @@ pub trait HeadSource<B: Backend>: Send {
     /// Rows `first..first + rows` of the head as a weight, for one use:
     /// one the source holds for every pass, or one it has just read.
     fn slice(&mut self, first: usize, rows: usize) -> Result<HeadSlice<'_, B>>;
+    /// The listed rows (increasing) as one weight, whose output columns
+    /// are those rows' logits with the bits the whole head gives them;
+    /// `None` where the source cannot gather rows.
+    fn gather(&mut self, rows: &[usize]) -> Result<Option<B::Weight>> {
+        let _ = rows;
+        Ok(None)
+    }
 }
 
 /// A slice of the output head lent by a [`HeadSource`]: held by the source

@@ -10,6 +10,7 @@
 //! the head's first slices, which are then read once instead of every pass.
 
 mod ahead;
+mod exact;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,6 +21,7 @@ use arbor_tensor::{Backend, SharedBytes, StableBytes, WeightData};
 use crossbeam_channel::{Receiver, Sender};
 
 use ahead::{Fetched, Helper, fetch};
+pub use exact::approximable;
 
 use crate::buffers::Loan;
 use crate::{Monitor, SpanKind, paging};
@@ -432,6 +434,10 @@ impl<B: Backend> HeadSource<B> for DiskHead<B> {
         self.monitor.span(SpanKind::Wait, self.label, asked, got);
         self.monitor.span(SpanKind::Build, self.label, got, built);
         Ok(HeadSlice::Read(w))
+    }
+
+    fn gather(&mut self, rows: &[usize]) -> Result<Option<B::Weight>> {
+        exact::gather(self, rows).map(Some)
     }
 }
 

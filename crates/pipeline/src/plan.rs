@@ -43,6 +43,11 @@ pub struct Plan {
     /// the budget has left once whole layers are planned), and the bytes
     /// they take; `(0, 0)` when the head is held whole or read whole.
     pub head_held: (usize, u64),
+    /// Bytes of a streamed float head's held low-bit copy, which passes
+    /// read for their argmax instead of the head (0: none; see
+    /// [`arbor_model::certified`]). Such a head is not read per pass:
+    /// `head_read` is 0.
+    pub head_approx: u64,
 }
 
 impl Plan {
@@ -83,6 +88,7 @@ pub fn plan(
             split: None,
             head_read: 0,
             head_held: (0, 0),
+            head_approx: 0,
         });
     }
     let slots = slots.max(1);
@@ -114,6 +120,7 @@ pub fn plan(
                 split: None,
                 head_read: 0,
                 head_held: (0, 0),
+                head_approx: 0,
             });
         }
     }

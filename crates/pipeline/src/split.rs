@@ -64,6 +64,7 @@ pub fn split_plan(
             split: Some((level, split)),
             head_read: 0,
             head_held: (0, 0),
+            head_approx: 0,
         }
     };
     for count in 0..=can.len() {

@@ -111,6 +111,13 @@ pub fn decode_with(
         )));
     }
     let sampling_mode = !opts.sampling.is_greedy() && opts.verification == Verification::Exact;
+    // Greedy exact decoding reads each row of the target's logits for its
+    // argmax only: a model with an approximate head may use it.
+    let argmax_only = opts.sampling.is_greedy()
+        && opts.verification == Verification::Exact
+        && constraint.is_none()
+        && logprobs.is_none();
+    target.set_argmax_only(argmax_only);
     let mut run = Run {
         target: Some(target),
         draft,
@@ -138,7 +145,11 @@ pub fn decode_with(
         scored: Vec::new(),
         pending: Vec::new(),
     };
-    drive(&mut run, reuse, on)?;
+    let driven = drive(&mut run, reuse, on);
+    if let Some(t) = run.target.as_deref_mut() {
+        t.set_argmax_only(false);
+    }
+    driven?;
     if let Some(e) = run.constraint_error.take() {
         return Err(SpecError::Constraint(e));
     }
