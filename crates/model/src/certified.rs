@@ -15,8 +15,8 @@
 //! by `w'` (the copy's row), so
 //! `|q(x)·w' − x·w| ≤ |q(x)|·|w' − w| + |q(x) − x|·|w|`, and both float
 //! results (the approximate and the exact kernel's) sit within
-//! `2⁻¹² |q(x)| (|w| + |w' − w|)` of their exact sums (the sums have at
-//! most a few thousand terms: about 1e-4 worst case). A row whose
+//! `η |q(x)| (|w| + |w' − w|)` of their exact sums, η being twice the
+//! worst case of f32 sums of that many terms (2⁻¹² at least). A row whose
 //! approximate logit plus its bound is below the best lower bound of the
 //! row cannot be the argmax or tie it; every other row's exact logit is
 //! computed by the backend's own kernel over the gathered rows, which gives
@@ -45,8 +45,15 @@ pub fn max_gathered(rows: usize) -> usize {
     MAX_GATHERED.min(rows.div_ceil(16)).max(1)
 }
 
-/// Relative slack for the float rounding of both kernels' sums.
-const ROUNDING: f64 = 1.0 / 4096.0;
+/// Relative slack for the float rounding of both kernels' sums over rows
+/// of `cols` values: a sum of `k` products in f32, in any order, is within
+/// `k · 2⁻²⁴` of its exact value relative to the sum of their magnitudes
+/// (to first order), the exact kernel summing `cols` products and the
+/// copy's one per block of 32. Twice that, and at least 2⁻¹².
+fn rounding(cols: usize) -> f64 {
+    let terms = (cols + cols / 32 + 2) as f64;
+    (2.0 * terms * 2f64.powi(-24)).max(1.0 / 4096.0)
+}
 
 /// Absolute slack: f16 scales of tiny blocks are subnormal, and the norms
 /// are stored in f32.
@@ -203,9 +210,10 @@ impl<B: Backend> ApproxHead<B> {
     pub(crate) fn candidates(&self, x: &[f32], approx: &[f32]) -> Option<Vec<usize>> {
         let (xn, ex) = activation_bounds(x)?;
         let q = xn + ex;
+        let rounding = rounding(self.cols);
         let bound = |j: usize| {
             let (n, e) = (f64::from(self.norm[j]), f64::from(self.err[j]));
-            q * e + ex * n + ROUNDING * q * (n + e) + FLOOR
+            q * e + ex * n + rounding * q * (n + e) + FLOOR
         };
         let mut floor = f64::NEG_INFINITY;
         for (j, &a) in approx.iter().enumerate() {
@@ -271,6 +279,15 @@ mod tests {
         let norm: f64 = x.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt();
         assert!((n - norm).abs() <= 1e-6 * norm);
         assert!(activation_bounds(&[f32::NAN; 32]).is_none());
+    }
+
+    #[test]
+    fn rounding_slack_covers_long_rows() {
+        // The 1.5B's 1,536 columns: the floor.
+        assert_eq!(rounding(1536), 1.0 / 4096.0);
+        // A 70B's 8,192: past it, and above one f32 rounding per product.
+        assert!(rounding(8192) > 1.0 / 4096.0);
+        assert!(rounding(8192) >= 8192.0 * 2f64.powi(-24));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 #[macro_use]
 mod common;
+mod greedy_argmax;
 mod lossless;
 mod ppd;
 mod provisional;
