@@ -295,7 +295,7 @@ fn plan_target<B: Backend>(
     // the bytes saved hold more layers.
     let plan = match options.approx_head && crate::head::approximable(entry.ty) && streamed < head {
         true => {
-            let fixed = fixed - head + streamed;
+            let fixed = fixed - head + crate::head::fallback_head_bytes(backend, entry);
             with_approx_head(backend, entry, options, fixed, &costs, buffers, plan)?
         }
         false => plan,
@@ -309,9 +309,9 @@ fn plan_target<B: Backend>(
 const APPROX_TYPE: arbor_gguf::GgmlType = arbor_gguf::GgmlType::Q8_0;
 
 /// `other` (the head held, or read per pass), or the plan that holds the
-/// head's Q8_0 copy instead (with the read buffers of the passes that
-/// read the whole head, and the rows a pass gathers), whichever reads
-/// fewer bytes per pass. `fixed` counts a head read per pass.
+/// head's Q8_0 copy instead (with the rows a pass gathers), whichever reads
+/// fewer bytes per pass. `fixed` counts the small read buffers of the
+/// passes that read the whole head ([`crate::head::fallback_head_bytes`]).
 fn with_approx_head<B: Backend>(
     backend: &B,
     entry: &arbor_model::TensorEntry,
@@ -504,7 +504,10 @@ pub fn load_target<B: Backend + Clone>(
         head.hold(plan.head_held.0 / crate::head::slice_rows(layout.head_tensor()).max(1))?;
         let approx = match plan.head_approx {
             0 => None,
-            _ => Some(head.approx(APPROX_TYPE)?),
+            _ => {
+                head.small_slices()?;
+                Some(head.approx(APPROX_TYPE)?)
+            }
         };
         model.set_head_source(Box::new(head))?;
         if let Some(approx) = approx {

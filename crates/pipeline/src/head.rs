@@ -75,7 +75,23 @@ pub(crate) fn slices_held<B: Backend>(backend: &B, entry: &TensorEntry, spare: u
 /// the host become the pass's output tensor without a copy
 /// ([`Backend::tensor_from_vec`]): the plan's logit scratch counts them.
 pub(crate) fn streamed_head_bytes<B: Backend>(backend: &B, entry: &TensorEntry) -> u64 {
-    let rows = slice_rows(entry);
+    streamed_bytes_in(backend, entry, slice_rows(entry))
+}
+
+/// Rows per slice of a head that a held copy stands for (see
+/// [`DiskHead::approx`]): only passes that need every logit read it
+/// whole, so its slices are one tile of rows and its buffers small.
+pub(crate) fn fallback_rows(entry: &TensorEntry) -> usize {
+    slice_rows(entry).min(SLICE_ALIGN)
+}
+
+/// [`streamed_head_bytes`] with a copy held: slices of [`fallback_rows`].
+pub(crate) fn fallback_head_bytes<B: Backend>(backend: &B, entry: &TensorEntry) -> u64 {
+    streamed_bytes_in(backend, entry, fallback_rows(entry))
+}
+
+/// [`streamed_head_bytes`] for slices of `rows` rows.
+fn streamed_bytes_in<B: Backend>(backend: &B, entry: &TensorEntry, rows: usize) -> u64 {
     let span = rows * row_bytes(entry);
     // Any slice's aligned span: its bytes rounded up to whole blocks, and
     // one more block where it starts mid-block.
@@ -92,7 +108,7 @@ pub(crate) fn streamed_head_bytes<B: Backend>(backend: &B, entry: &TensorEntry) 
         .all(|&r| backend.streams_in_place(entry.ty, r, entry.cols));
     let built = match in_place {
         true => 0,
-        false => slice_bytes(backend, entry),
+        false => backend.weight_bytes(entry.ty, rows, entry.cols),
     };
     built + 2 * buffer as u64
 }
@@ -183,6 +199,20 @@ impl<B: Backend> DiskHead<B> {
             monitor,
             label: layout.layers.len(),
         }
+    }
+
+    /// Reads the head in slices of [`fallback_rows`] from now on: a held
+    /// copy gives greedy passes their argmax, and the rest, which read the
+    /// whole head, are rare enough to take small reads. Only before any
+    /// slice is held or read.
+    pub fn small_slices(&mut self) -> Result<()> {
+        if !self.held.is_empty() || self.asked.0 > 0 {
+            return Err(arbor_model::ModelError::Invalid(
+                "a head's slices are sized before any is read".into(),
+            ));
+        }
+        self.slice_rows = fallback_rows(&self.entry);
+        Ok(())
     }
 
     /// Reads the head's first `slices` slices now and holds them: passes

@@ -43,6 +43,7 @@ fn with_copy(path: &std::path::Path, copy: GgmlType) -> (Decoder<CandleBackend>,
     let monitor = Monitor::default();
     let reader = DirectReader::open(path).unwrap();
     let mut head = DiskHead::new(backend, reader, &layout, monitor.clone());
+    head.small_slices().unwrap();
     let approx = head.approx(copy).unwrap();
     assert_eq!(approx.rows(), layout.head_rows());
     model.set_head_source(Box::new(head)).unwrap();
@@ -132,6 +133,10 @@ fn a_copy_is_refused_where_it_cannot_stand_for_the_head() {
     let reader = DirectReader::open(file.path()).unwrap();
     let mut head = DiskHead::new(backend.clone(), reader, &layout, Monitor::default());
     let approx = head.approx(GgmlType::Q8_0).unwrap();
+    // Slices are sized before any is read.
+    use arbor_model::HeadSource;
+    let _ = head.slice(0, 256).unwrap();
+    assert!(head.small_slices().is_err());
     // A model whose head is held has no use for a copy.
     let mut held = resident_model(file.path());
     assert!(held.set_approx_head(approx).is_err());

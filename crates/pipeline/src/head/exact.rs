@@ -41,24 +41,19 @@ pub fn approximable(ty: GgmlType) -> bool {
 }
 
 impl<B: Backend> DiskHead<B> {
-    /// Reads the whole head once and builds its `ty` copy (Q8_0 or Q5_0).
+    /// Reads the whole head once, a slice at a time into a buffer of its
+    /// own (dropped at the end: the head's buffers stay the size its
+    /// slices need), and builds its `ty` copy (Q8_0 or Q5_0).
     pub fn approx(&mut self, ty: GgmlType) -> Result<ApproxHead<B>> {
-        self.settle()?;
         let e = self.entry.clone();
         let mut approx = ApproxHead::new(ty, e.cols)?;
-        let mut buf = self.free.pop().unwrap_or_else(|| AlignedBuf::new(0));
-        let step = APPROX_SLICE_ROWS;
-        let mut built = Ok(());
+        let mut buf = AlignedBuf::new(0);
+        let step = self.slice_rows.min(APPROX_SLICE_ROWS);
         for first in (0..e.rows).step_by(step) {
             let rows = step.min(e.rows - first);
-            built = read_rows(&self.reader, &mut buf, &e, first, rows)
-                .and_then(|bytes| approx.push(&self.backend, e.ty, bytes));
-            if built.is_err() {
-                break;
-            }
+            let bytes = read_rows(&self.reader, &mut buf, &e, first, rows)?;
+            approx.push(&self.backend, e.ty, bytes)?;
         }
-        self.free.push(buf);
-        built?;
         approx.finish(&self.backend)
     }
 }
