@@ -196,9 +196,7 @@ impl<B: Backend> ApproxHead<B> {
         for w in &self.slices {
             let (r, _) = backend.weight_shape(w);
             let part = backend.take_vec(backend.matmul(x, w)?)?;
-            for (o, p) in out.chunks_exact_mut(rows).zip(part.chunks_exact(r)) {
-                o[first..first + r].copy_from_slice(p);
-            }
+            crate::head::put_columns(&mut out, rows, first, &part, r);
             first += r;
         }
         Ok(out)
