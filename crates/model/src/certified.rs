@@ -196,7 +196,7 @@ impl<B: Backend> ApproxHead<B> {
         for w in &self.slices {
             let (r, _) = backend.weight_shape(w);
             let part = backend.take_vec(backend.matmul(x, w)?)?;
-            crate::head::put_columns(&mut out, rows, first, &part, r);
+            crate::put_columns(&mut out, rows, first, &part, r);
             first += r;
         }
         Ok(out)

@@ -10,20 +10,6 @@ use arbor_tensor::Backend;
 use crate::blocks::Embedding;
 use crate::{Decoder, HeadSource, Logits, ModelError, Result, check_logit_rows};
 
-/// Writes `part`'s rows (`used` values each) into columns `first..` of
-/// the rows of `logits` (`width` values each): one slice's logits.
-pub(crate) fn put_columns(
-    logits: &mut [f32],
-    width: usize,
-    first: usize,
-    part: &[f32],
-    used: usize,
-) {
-    for (out, row) in logits.chunks_exact_mut(width).zip(part.chunks_exact(used)) {
-        out[first..first + used].copy_from_slice(row);
-    }
-}
-
 impl<B: Backend> Decoder<B> {
     /// Where the output head comes from when it was not loaded
     /// ([`Decoder::load_parts`]); its rows must be the head's.
@@ -115,7 +101,7 @@ impl<B: Backend> Decoder<B> {
             let used = rows.min(keep - first);
             let w = source.slice(first, rows)?;
             let part = b.take_vec(crate::weights::part(b, x, &*w, used, d)?)?;
-            put_columns(&mut logits, keep, first, &part, used);
+            crate::put_columns(&mut logits, keep, first, &part, used);
         }
         Ok(b.tensor_from_vec(logits, n, keep)?)
     }

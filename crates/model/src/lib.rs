@@ -75,6 +75,20 @@ impl ModelError {
 
 pub type Result<T, E = ModelError> = std::result::Result<T, E>;
 
+/// Writes `part`'s rows (`used` values each) into columns `first..` of
+/// the rows of `logits` (`width` values each): one slice's logits.
+pub(crate) fn put_columns(
+    logits: &mut [f32],
+    width: usize,
+    first: usize,
+    part: &[f32],
+    used: usize,
+) {
+    for (out, row) in logits.chunks_exact_mut(width).zip(part.chunks_exact(used)) {
+        out[first..first + used].copy_from_slice(row);
+    }
+}
+
 /// Logits for some rows of a forward pass, row-major `[rows, vocab]`.
 /// `vocab` is the number of head rows: the vocabulary, except for a decoder
 /// loaded from a slim draft, whose head keeps fewer tokens (the
