@@ -421,10 +421,11 @@ fn ci() -> Result<(), String> {
         args.extend(["--no-default-features", "--features", &features]);
         step(&args)?;
     }
-    // The library's documentation, warnings denied (its dependencies were
-    // just checked by clippy with these features).
+    // Every crate's documentation, warnings denied (broken or private
+    // links among them; the dependencies were just checked by clippy with
+    // these features).
     step_with(
-        &["doc", "-p", "arbor", "--no-deps", "--features", features],
+        &["doc", "--workspace", "--no-deps", "--features", features],
         &[("RUSTDOCFLAGS".into(), "-D warnings".into())],
     )?;
     // Build the tests first: that also builds the `arbor` binary the CLI

@@ -11,7 +11,7 @@ pub(crate) fn shape_err(op: &'static str, detail: String) -> Error {
 }
 
 impl BurnBackend {
-    /// A backend on the given burn device; `name` is what [`Backend::name`]
+    /// A backend on the given burn device; `name` is what [`arbor_tensor::Backend::name`]
     /// reports.
     pub fn with_device(device: Device, name: &'static str) -> Self {
         Self {

@@ -14,7 +14,7 @@
 //! the host and uploaded.
 //!
 //! burn checks shapes by panicking, so every op validates its inputs first
-//! and reports mismatches as [`Error::Shape`].
+//! and reports mismatches as [`arbor_tensor::Error::Shape`].
 
 use arbor_tensor::{GgmlType, HeadOrder, Heads, Mask, Result, Rope, RopeStyle, WeightData};
 use burn::tensor::activation::{silu, softmax};
@@ -218,7 +218,7 @@ impl arbor_tensor::Backend for BurnBackend {
     }
 
     /// A slice of the weight (burn may copy a dense one; gradients flow
-    /// through `x` as through [`Backend::matmul`]).
+    /// through `x` as through [`arbor_tensor::Backend::matmul`]).
     fn matmul_part(
         &self,
         x: &BurnTensor,

@@ -2,13 +2,13 @@
 //! in their GGUF quantized blocks and every matmul runs on them. Nothing is
 //! dequantized in full.
 //!
-//! Q5_0, Q8_0, Q4_K and Q6_K matrices run on our own kernels ([`qmm`], see
+//! Q5_0, Q8_0, Q4_K and Q6_K matrices run on our own kernels (`qmm`, see
 //! `docs/cpu-kernels.md`) wherever the CPU has AVX2, FMA and F16C: a token's
 //! results never depend on the other tokens of its batch (speculative
 //! decoding verifies many tokens at once and must reproduce one-token
 //! decoding bit for bit), and they equal ggml's dot products bit for bit.
 //!
-//! Float matrices (F32, F16, BF16) run on [`float`]: one dot product per
+//! Float matrices (F32, F16, BF16) run on `float`: one dot product per
 //! output, in the same order at every batch size, for the same reason.
 //!
 //! Other types, other CPUs, and [`CandleBackend::with_candle_kernels`] use
@@ -20,7 +20,7 @@
 //! with the batch size): we call its plain block matmul at every batch
 //! size. Q4_K (and Q8_0 on VNNI CPUs) go through candle's tiles at every
 //! batch size; we keep only the tiles and free the GGUF blocks (see
-//! [`packed`]).
+//! `packed`).
 //!
 //! Small ops (norms, RoPE, SwiGLU, attention) are written in this crate over
 //! slices, attention shares out its (query, head) pairs to candle's thread
@@ -74,7 +74,7 @@ pub struct HostTensor {
 /// a few hundredths of a logit, which f32 attention does not.
 ///
 /// Q5_0, Q8_0, Q4_K and Q6_K matrices run on our own kernels
-/// ([`qmm`]) where the CPU has AVX2, FMA and F16C; elsewhere, or with
+/// (`qmm`) where the CPU has AVX2, FMA and F16C; elsewhere, or with
 /// [`CandleBackend::with_candle_kernels`] (or `ARBOR_CANDLE_KERNELS=1` in
 /// the environment), on candle's.
 #[derive(Debug, Clone)]
@@ -127,7 +127,7 @@ impl CandleBackend {
     }
 
     /// This backend with the matmul kernels it runs here:
-    /// `candle-qmm8-vnni`, `candle-qmm8-avx2` (ours on x86, see [`qmm`]),
+    /// `candle-qmm8-vnni`, `candle-qmm8-avx2` (ours on x86, see `qmm`),
     /// `candle-qmm8-i8mm`, `candle-qmm8-dotprod`, `candle-qmm8-neon` (ours
     /// on aarch64) or
     /// `candle` (candle-core's). Anything measured with one (latency

@@ -13,8 +13,8 @@ use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use crate::float::FloatWeight;
 use crate::{CandleBackend, err, packed, qmm, shape_err};
 
-/// A weight matrix: GGUF blocks under our kernels ([`qmm`]), float values
-/// under our batch-invariant matmul ([`crate::float`]), or candle's
+/// A weight matrix: GGUF blocks under our kernels (`qmm`), float values
+/// under our batch-invariant matmul (`float`), or candle's
 /// quantized form.
 pub struct CandleWeight {
     pub(crate) mm: Held,

@@ -5,7 +5,7 @@
 //! earlier occurrence. Code, quotes, lists and rewrites repeat their input
 //! often enough for this to be accepted at no cost.
 //!
-//! The committed text is indexed once, as it grows ([`index`]): each row
+//! The committed text is indexed once, as it grows (`index`): each row
 //! then looks its suffix n-grams up in the index and scans only the tokens
 //! past it (tree nodes, tokens fed in the same pass). A row costs its
 //! vocabulary-sized logits, one pass over its mask row and that short

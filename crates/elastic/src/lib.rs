@@ -8,7 +8,7 @@
 //!   of their weights, or as the file has them (the baselines) — and the
 //!   stored head order, interleaved across the KV heads.
 //! - [`levels`]: what each layer keeps at each level.
-//! - [`build`]: the new GGUF. Rows move exactly (query, gate and up rows);
+//! - [`build()`]: the new GGUF. Rows move exactly (query, gate and up rows);
 //!   output-projection columns move as whole quantization blocks (a head,
 //!   or a pair of heads where a head is half a block); the down
 //!   projection's neurons sit inside blocks, so it is dequantized,

@@ -57,8 +57,8 @@ impl<B: Backend> Decoder<B> {
         self.head_source.is_some()
     }
 
-    /// Columns of the logits [`LanguageModel::forward`] returns: the
-    /// vocabulary, or fewer for a slim head (see [`Layout::head`]).
+    /// Columns of the logits [`crate::LanguageModel::forward`] returns: the
+    /// vocabulary, or fewer for a slim head (see [`crate::Layout::head`]).
     pub fn head_rows(&self) -> usize {
         self.head_rows
     }

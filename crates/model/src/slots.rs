@@ -70,7 +70,7 @@ impl<B: Backend + Clone> Decoder<B> {
             .map_or(0, |kv| self.backend.kv_len(kv))
     }
 
-    /// See [`LanguageModel::set_slots`].
+    /// See [`crate::LanguageModel::set_slots`].
     pub fn set_slots(&mut self, n: usize) -> Result<()> {
         if n == 0 {
             return Err(ModelError::Input("a model keeps at least one slot".into()));
@@ -87,7 +87,7 @@ impl<B: Backend + Clone> Decoder<B> {
         Ok(())
     }
 
-    /// See [`LanguageModel::select_slot`].
+    /// See [`crate::LanguageModel::select_slot`].
     pub fn select_slot(&mut self, slot: usize) -> Result<()> {
         if slot >= self.slots.len() {
             return Err(ModelError::Input(format!(
@@ -99,7 +99,7 @@ impl<B: Backend + Clone> Decoder<B> {
         Ok(())
     }
 
-    /// See [`LanguageModel::forward_slots`].
+    /// See [`crate::LanguageModel::forward_slots`].
     pub fn forward_slots(&mut self, passes: &[SlotPass<'_>]) -> Result<Vec<Logits>> {
         let mut rows: Vec<Row<'_>> = Vec::new();
         let mut positions = Vec::new();
@@ -167,7 +167,7 @@ impl<B: Backend + Clone> Decoder<B> {
             .collect())
     }
 
-    /// See [`LanguageModel::fork`]: every layer that runs must be held
+    /// See [`crate::LanguageModel::fork`]: every layer that runs must be held
     /// whole (a streamed or split layer's source cannot be shared).
     pub fn fork(&self) -> Result<Decoder<B>> {
         let shareable =

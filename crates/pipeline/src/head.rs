@@ -201,7 +201,7 @@ impl<B: Backend> DiskHead<B> {
         }
     }
 
-    /// Reads the head in slices of [`fallback_rows`] from now on: a held
+    /// Reads the head in slices of `fallback_rows` from now on: a held
     /// copy gives greedy passes their argmax, and the rest, which read the
     /// whole head, are rare enough to take small reads. Only before any
     /// slice is held or read.

@@ -46,7 +46,7 @@
 //! idle CPU), and an optional trace of those intervals.
 //!
 //! Errors of the paging layer reach callers as
-//! [`ModelError::Source`](arbor_model::ModelError::Source) carrying the
+//! [`ModelError::Source`] carrying the
 //! [`PagingError`]; [`ModelError::source_as`] gets it back.
 
 use arbor_model::ModelError;

@@ -6,7 +6,7 @@
 //! 500 and the worker loads the run again. Requests wait for the worker in
 //! a bounded FIFO (full: 429 with `Retry-After`), each with a deadline that
 //! counts its wait. Handlers
-//! ([`routes`]) check and tokenize a request, queue it and turn what the
+//! (`routes`) check and tokenize a request, queue it and turn what the
 //! worker sends back into an OpenAI response or server-sent events. A client
 //! that disconnects, or a request past its deadline, stops its generation
 //! within one pass. A request that extends the last one's conversation

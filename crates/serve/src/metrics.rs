@@ -45,7 +45,7 @@ const LATENCY: &[f64] = &[
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 ];
 
-/// A Prometheus histogram over [`LATENCY`]'s buckets (a handful of
+/// A Prometheus histogram over `LATENCY`'s buckets (a handful of
 /// counters; written here rather than pulling a metrics stack in).
 #[derive(Debug)]
 pub struct Histogram {

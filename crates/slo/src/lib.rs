@@ -9,7 +9,7 @@
 //! least informative dropped). A [`DeviceProfile`], measured once,
 //! predicts any pair's latency; a [`QualityTable`], measured once
 //! offline, says how close each pair's answers stay to the full model's;
-//! [`decide`] picks the pair that meets the objective with the highest
+//! [`decide()`] picks the pair that meets the objective with the highest
 //! quality, or the fastest one when none does. [`prompt`] chooses the
 //! tokens a prompt level keeps from per-token scores, [`Bigram`] scores
 //! tokens by their self-information under a count-based bigram model, and

@@ -136,7 +136,7 @@ pub const PPD_ROWS: usize = 48;
 pub const PPD_PROMPTS: usize = 3;
 
 /// Most rows of logits a `ppd` pass of at most `max_rows` rows asks for
-/// from a model that keeps its last pass ([`LanguageModel::keep_last_pass`]):
+/// from a model that keeps its last pass ([`arbor_model::LanguageModel::keep_last_pass`]):
 /// the committed token and the candidates, then the prompt rows after the
 /// deepest accepted one. The memory plan reserves this many.
 pub fn ppd_logit_rows(max_rows: usize) -> usize {

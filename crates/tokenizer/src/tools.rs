@@ -7,7 +7,7 @@
 //! {"name", "arguments"}}`, the arguments as a JSON object, as Hugging
 //! Face's transformers passes them). For a template that does not, the
 //! conversation is first rewritten into plain messages in the same
-//! `<tool_call>` JSON layout ([`lower`]): the definitions join the system
+//! `<tool_call>` JSON layout (`lower`): the definitions join the system
 //! message, calls become the assistant's text, and results become user
 //! turns in `<tool_response>` tags. Either way the model answers a call as
 //! `<tool_call>{"name": …, "arguments": {…}}</tool_call>`, which the server

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::DraftError;
 
-/// What [`derive`] wrote.
+/// What [`derive()`] wrote.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SlimReport {
     pub input_bytes: u64,

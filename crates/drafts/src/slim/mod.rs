@@ -1,6 +1,6 @@
 //! Slim drafts: a smaller GGUF derived from a draft GGUF.
 //!
-//! [`derive`] writes a copy of a draft model whose output head keeps only
+//! [`derive()`] writes a copy of a draft model whose output head keeps only
 //! K rows: every special token (any token type but normal and unused, and
 //! the bos / eos / eot ids) and then the most frequent tokens of a corpus
 //! ([`TokenCounts`]), ties to the lower id. The rows are written in
